@@ -1,0 +1,59 @@
+//! Subcommands and the device options they share.
+
+mod devices;
+
+use clap::{Args, Parser, Subcommand};
+use shaderlm::gpu::GpuOptions;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "shaderlm",
+    version,
+    about = "Portable LLM inference on any GPU through WGSL compute shaders"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub device: DeviceArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Adapter selection, shared by every subcommand.
+#[derive(Args, Debug, Clone)]
+pub struct DeviceArgs {
+    /// Graphics API: vulkan, metal, dx12 or gl.
+    #[arg(long, global = true, env = "WGPU_BACKEND")]
+    pub backend: Option<String>,
+    /// Case-insensitive substring of the adapter name.
+    #[arg(long, global = true, env = "WGPU_ADAPTER_NAME")]
+    pub adapter: Option<String>,
+    /// Worker threads of a software (lavapipe/llvmpipe) adapter; 0 runs inline.
+    #[arg(long, global = true, env = "LP_NUM_THREADS")]
+    pub lp_threads: Option<u32>,
+}
+
+impl DeviceArgs {
+    pub fn options(&self) -> GpuOptions {
+        if let Some(n) = self.lp_threads {
+            // Mesa reads this when the instance is created; we are still single-threaded here.
+            std::env::set_var("LP_NUM_THREADS", n.to_string());
+        }
+        GpuOptions {
+            backend: self.backend.clone(),
+            adapter: self.adapter.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// List every adapter with its features and key limits; `*` marks the one shaderlm would use.
+    Devices,
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Devices => devices::run(&cli.device),
+    }
+}

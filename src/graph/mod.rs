@@ -1,0 +1,172 @@
+//! The graph models record: tensors (inputs, external weights/caches, intermediates) and nodes (kernel + io).
+//! A [`Plan`] turns a graph into buffers, bind groups and one command buffer per step.
+
+mod plan;
+
+pub use plan::{NodeProfile, Plan};
+
+use crate::error::{Error, Result};
+use crate::gpu::{DType, GpuTensor};
+use crate::ops::Kernel;
+
+/// Handle of a tensor in one graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TensorId(pub(crate) usize);
+
+/// Where a tensor's memory comes from.
+#[derive(Debug)]
+pub enum Source {
+    /// Written by the host before each run.
+    Input,
+    /// Owned outside the graph (weights, KV cache); may be split into row parts.
+    External(GpuTensor),
+    /// Produced by a node; its buffer is assigned by the plan and reused after its last use.
+    Node,
+}
+
+#[derive(Debug)]
+pub struct TensorDesc {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+    pub source: Source,
+}
+
+impl TensorDesc {
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn bytes(&self) -> u64 {
+        let cols = self.shape.last().copied().unwrap_or(1);
+        let rows = self.numel() / cols.max(1);
+        self.dtype.bytes(cols) * rows as u64
+    }
+    /// (first row, row count) of each part: one part unless this is a split external tensor.
+    pub fn parts(&self) -> Vec<(usize, usize)> {
+        match &self.source {
+            Source::External(t) => t.parts.iter().map(|p| (p.row0, p.rows)).collect(),
+            _ => vec![(0, self.shape.first().copied().unwrap_or(1))],
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Node {
+    pub label: String,
+    pub kernel: Box<dyn Kernel>,
+    pub inputs: Vec<TensorId>,
+    pub outputs: Vec<TensorId>,
+}
+
+/// A recorded forward step.
+#[derive(Debug, Default)]
+pub struct Graph {
+    pub(crate) tensors: Vec<TensorDesc>,
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) readback: Vec<TensorId>,
+    prefix: String,
+}
+
+impl Graph {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn push_tensor(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        dtype: DType,
+        source: Source,
+    ) -> TensorId {
+        self.tensors.push(TensorDesc {
+            name: name.into(),
+            shape: shape.to_vec(),
+            dtype,
+            source,
+        });
+        TensorId(self.tensors.len() - 1)
+    }
+
+    /// A tensor the host writes before each run.
+    pub fn input(&mut self, name: &str, shape: &[usize], dtype: DType) -> TensorId {
+        self.push_tensor(name, shape, dtype, Source::Input)
+    }
+
+    /// A device tensor owned outside the graph (weights, KV cache). Kernels may write to it.
+    pub fn external(&mut self, t: &GpuTensor) -> TensorId {
+        self.push_tensor(
+            &t.name.clone(),
+            &t.shape.clone(),
+            t.dtype,
+            Source::External(t.clone()),
+        )
+    }
+
+    /// Ask for this tensor to be read back after each run.
+    pub fn output(&mut self, id: TensorId) {
+        if !self.readback.contains(&id) {
+            self.readback.push(id);
+        }
+    }
+
+    /// Name prefix for the labels of nodes recorded from now on (e.g. `layer3.`).
+    pub fn set_prefix(&mut self, prefix: &str) {
+        self.prefix = prefix.into();
+    }
+
+    pub fn desc(&self, id: TensorId) -> &TensorDesc {
+        &self.tensors[id.0]
+    }
+
+    pub fn shape(&self, id: TensorId) -> &[usize] {
+        &self.tensors[id.0].shape
+    }
+
+    pub fn dtype(&self, id: TensorId) -> DType {
+        self.tensors[id.0].dtype
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Record a node; returns its new output tensors. Builder methods in `ops/` call this after checking shapes.
+    pub fn add_node(
+        &mut self,
+        kernel: impl Kernel + 'static,
+        inputs: &[TensorId],
+        outputs: &[(&str, &[usize], DType)],
+    ) -> Result<Vec<TensorId>> {
+        if let Some(bad) = inputs.iter().find(|i| i.0 >= self.tensors.len()) {
+            return Err(Error::Graph(format!(
+                "{}: unknown input tensor {bad:?}",
+                kernel.name()
+            )));
+        }
+        let label = format!("{}{}", self.prefix, kernel.name());
+        let outs: Vec<TensorId> = outputs
+            .iter()
+            .map(|(name, shape, dtype)| {
+                self.push_tensor(
+                    &format!("{}{name}", self.prefix),
+                    shape,
+                    *dtype,
+                    Source::Node,
+                )
+            })
+            .collect();
+        self.nodes.push(Node {
+            label,
+            kernel: Box::new(kernel),
+            inputs: inputs.to_vec(),
+            outputs: outs.clone(),
+        });
+        Ok(outs)
+    }
+
+    /// Record a node that only writes into existing tensors (e.g. a KV-cache append), listed in `inputs`.
+    pub fn add_effect(&mut self, kernel: impl Kernel + 'static, inputs: &[TensorId]) -> Result<()> {
+        self.add_node(kernel, inputs, &[]).map(|_| ())
+    }
+}

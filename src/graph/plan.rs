@@ -1,0 +1,468 @@
+//! Plan: buffer lifetimes and reuse, pipelines warmed, bind groups built once; then each run records one
+//! compute pass, writes the parameter block once, submits once and reads back only the requested tensors.
+
+use super::{Graph, Source, TensorId};
+use crate::error::{Error, Result};
+use crate::gpu::pipelines::{Pipeline, PARAMS_BYTES};
+use crate::gpu::{tensor::USAGE, Gpu};
+use crate::ops::{Bind, Cost, Kernel, StepVars};
+use std::sync::Arc;
+use std::time::Instant;
+
+struct Step {
+    pipeline: Arc<Pipeline>,
+    bind_group: wgpu::BindGroup,
+    workgroups: [u32; 3],
+    node: usize,
+    index: u32,
+}
+
+struct NodeInfo {
+    label: String,
+    kernel: Box<dyn Kernel>,
+    steps: std::ops::Range<usize>,
+}
+
+struct Readback {
+    tensor: TensorId,
+    src: Arc<wgpu::Buffer>,
+    staging: wgpu::Buffer,
+    bytes: u64,
+    host: Vec<u8>,
+}
+
+/// Per-node timing and traffic from [`Plan::profile`].
+#[derive(Clone, Debug)]
+pub struct NodeProfile {
+    pub label: String,
+    pub dispatches: usize,
+    pub cost: Cost,
+    /// GPU time from timestamp queries, or wall time of a submit per node where the adapter has none.
+    pub micros: f64,
+    pub timed_on_gpu: bool,
+}
+
+/// An executable graph.
+pub struct Plan {
+    steps: Vec<Step>,
+    nodes: Vec<NodeInfo>,
+    params_buf: wgpu::Buffer,
+    params_bg: wgpu::BindGroup,
+    stride: u64,
+    staging: Vec<u8>,
+    last_vars: Option<StepVars>,
+    /// Buffer bound for each graph tensor (None for externals, which keep their own parts).
+    buffers: Vec<Option<Arc<wgpu::Buffer>>>,
+    inputs: Vec<(TensorId, u64)>,
+    readbacks: Vec<Readback>,
+    /// Distinct buffers the plan allocated, and their total bytes.
+    pub allocated: (usize, u64),
+}
+
+/// Free-list allocator: best fit among released buffers, else a new one.
+#[derive(Default)]
+struct Pool {
+    free: Vec<Arc<wgpu::Buffer>>,
+    count: usize,
+    total: u64,
+}
+
+impl Pool {
+    fn take(&mut self, gpu: &Gpu, bytes: u64, label: &str) -> Arc<wgpu::Buffer> {
+        let size = bytes.next_multiple_of(16).max(16);
+        let best = (0..self.free.len())
+            .filter(|&i| self.free[i].size() >= size && self.free[i].size() <= 2 * size)
+            .min_by_key(|&i| self.free[i].size());
+        if let Some(i) = best {
+            return self.free.swap_remove(i);
+        }
+        self.count += 1;
+        self.total += size;
+        Arc::new(gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage: USAGE,
+            mapped_at_creation: false,
+        }))
+    }
+}
+
+impl Plan {
+    /// Assign buffers, compile (and so warm) every pipeline, build bind groups.
+    pub fn new(gpu: &Gpu, graph: Graph) -> Result<Plan> {
+        let Graph {
+            tensors,
+            nodes,
+            readback,
+            ..
+        } = graph;
+        // Last node that uses each tensor; read-back tensors live to the end.
+        let mut last_use = vec![0usize; tensors.len()];
+        for (n, node) in nodes.iter().enumerate() {
+            for t in node.inputs.iter().chain(&node.outputs) {
+                last_use[t.0] = n;
+            }
+        }
+        for t in &readback {
+            last_use[t.0] = usize::MAX;
+        }
+        let mut pool = Pool::default();
+        let mut buffers: Vec<Option<Arc<wgpu::Buffer>>> = vec![None; tensors.len()];
+        let mut inputs = Vec::new();
+        for (i, t) in tensors.iter().enumerate() {
+            if matches!(t.source, Source::Input) {
+                check_binding(gpu, &t.name, t.bytes())?;
+                buffers[i] = Some(pool.take(gpu, t.bytes(), &t.name));
+                inputs.push((TensorId(i), t.bytes()));
+            }
+        }
+        let mut node_infos = Vec::new();
+        let mut steps = Vec::new();
+        let params_layout = gpu.pipelines.params_layout(&gpu.device);
+        for (n, node) in nodes.into_iter().enumerate() {
+            for o in &node.outputs {
+                let t = &tensors[o.0];
+                check_binding(gpu, &t.name, t.bytes())?;
+                buffers[o.0] = Some(pool.take(gpu, t.bytes(), &t.name));
+            }
+            let io: Vec<TensorId> = node.inputs.iter().chain(&node.outputs).copied().collect();
+            let first = steps.len();
+            for (index, d) in node.kernel.dispatches(&gpu.caps).into_iter().enumerate() {
+                let pipeline = gpu.pipeline(&d.shader)?;
+                if pipeline.bindings.len() != d.bindings.len() {
+                    return Err(Error::Graph(format!(
+                        "{}: shader {} declares {} bindings, the kernel binds {}",
+                        node.label,
+                        d.shader,
+                        pipeline.bindings.len(),
+                        d.bindings.len()
+                    )));
+                }
+                let mut entries = Vec::with_capacity(d.bindings.len());
+                for (b, bind) in d.bindings.iter().enumerate() {
+                    let (slot, part) = match *bind {
+                        Bind::Tensor(s) => (s, 0),
+                        Bind::Part(s, p) => (s, p),
+                    };
+                    let id = *io.get(slot).ok_or_else(|| {
+                        Error::Graph(format!("{}: bad binding slot {slot}", node.label))
+                    })?;
+                    let t = &tensors[id.0];
+                    let (buffer, size): (&wgpu::Buffer, u64) = match (&t.source, &buffers[id.0]) {
+                        (Source::External(g), _) => {
+                            if matches!(bind, Bind::Tensor(_)) && g.parts.len() > 1 {
+                                return Err(Error::BindingTooLarge {
+                                    name: t.name.clone(),
+                                    bytes: t.bytes(),
+                                    limit: gpu.caps.max_binding,
+                                });
+                            }
+                            let p = g.parts.get(part).ok_or_else(|| {
+                                Error::Graph(format!("{}: no part {part}", t.name))
+                            })?;
+                            (&p.buffer, p.bytes)
+                        }
+                        (_, Some(buf)) => (buf, t.bytes()),
+                        (_, None) => {
+                            return Err(Error::Graph(format!(
+                                "{}: tensor {} has no buffer",
+                                node.label, t.name
+                            )))
+                        }
+                    };
+                    entries.push(wgpu::BindGroupEntry {
+                        binding: b as u32,
+                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                            buffer,
+                            offset: 0,
+                            size: wgpu::BufferSize::new(size.next_multiple_of(4).max(4)),
+                        }),
+                    });
+                }
+                let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some(&node.label),
+                    layout: &pipeline.layout0,
+                    entries: &entries,
+                });
+                steps.push(Step {
+                    pipeline,
+                    bind_group,
+                    workgroups: d.workgroups,
+                    node: n,
+                    index: index as u32,
+                });
+            }
+            // Release what this node was the last to use (after its outputs took their buffers).
+            for t in node.inputs.iter().chain(&node.outputs) {
+                if last_use[t.0] == n && matches!(tensors[t.0].source, Source::Node) {
+                    if let Some(b) = buffers[t.0].clone() {
+                        if !pool.free.iter().any(|f| Arc::ptr_eq(f, &b)) {
+                            pool.free.push(b);
+                        }
+                    }
+                }
+            }
+            node_infos.push(NodeInfo {
+                label: node.label,
+                kernel: node.kernel,
+                steps: first..steps.len(),
+            });
+        }
+        let stride = PARAMS_BYTES.next_multiple_of(gpu.caps.uniform_align as u64);
+        let params_size = stride * steps.len().max(1) as u64;
+        let params_buf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("params"),
+            size: params_size,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let params_bg = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("params"),
+            layout: &params_layout,
+            entries: &[wgpu::BindGroupEntry {
+                binding: 0,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: &params_buf,
+                    offset: 0,
+                    size: wgpu::BufferSize::new(PARAMS_BYTES),
+                }),
+            }],
+        });
+        let mut readbacks = Vec::new();
+        for id in readback {
+            let t = &tensors[id.0];
+            let src = match (&t.source, &buffers[id.0]) {
+                (Source::External(g), _) if g.parts.len() == 1 => g.parts[0].buffer.clone(),
+                (_, Some(b)) => b.clone(),
+                _ => {
+                    return Err(Error::Graph(format!(
+                        "cannot read back split tensor {}",
+                        t.name
+                    )))
+                }
+            };
+            let bytes = t.bytes();
+            readbacks.push(Readback {
+                tensor: id,
+                src,
+                staging: gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("readback"),
+                    size: bytes.next_multiple_of(4).max(4),
+                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                }),
+                bytes,
+                host: vec![0; bytes as usize],
+            });
+        }
+        gpu.check("plan")?;
+        Ok(Plan {
+            steps,
+            nodes: node_infos,
+            params_buf,
+            params_bg,
+            stride,
+            staging: vec![0; params_size as usize],
+            last_vars: None,
+            buffers,
+            inputs,
+            readbacks,
+            allocated: (pool.count, pool.total),
+        })
+    }
+
+    pub fn dispatch_count(&self) -> usize {
+        self.steps.len()
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Total traffic and flops of one run, from the kernels' cost models.
+    pub fn cost(&self) -> Cost {
+        self.nodes.iter().fold(Cost::default(), |a, n| {
+            let c = n.kernel.cost();
+            Cost {
+                bytes_read: a.bytes_read + c.bytes_read,
+                bytes_written: a.bytes_written + c.bytes_written,
+                flops: a.flops + c.flops,
+            }
+        })
+    }
+
+    /// Write an input tensor's bytes for the next run.
+    pub fn write_input(&self, gpu: &Gpu, id: TensorId, bytes: &[u8]) -> Result<()> {
+        let (_, want) = self
+            .inputs
+            .iter()
+            .find(|(t, _)| *t == id)
+            .ok_or_else(|| Error::Graph(format!("tensor {id:?} is not an input")))?;
+        if bytes.len() as u64 != *want {
+            return Err(Error::Graph(format!(
+                "input {id:?}: {} bytes given, {want} expected",
+                bytes.len()
+            )));
+        }
+        let buf = self.buffers[id.0].as_ref().expect("inputs have buffers");
+        if !bytes.is_empty() {
+            gpu.queue.write_buffer(buf, 0, bytes);
+        }
+        Ok(())
+    }
+
+    fn write_params(&mut self, gpu: &Gpu, vars: &StepVars) {
+        if self.last_vars == Some(*vars) {
+            return;
+        }
+        for (s, step) in self.steps.iter().enumerate() {
+            let p = self.nodes[step.node]
+                .kernel
+                .params(step.index as usize, vars);
+            let at = s * self.stride as usize;
+            self.staging[at..at + 128].copy_from_slice(bytemuck::cast_slice(&p.0));
+        }
+        gpu.queue.write_buffer(&self.params_buf, 0, &self.staging);
+        self.last_vars = Some(*vars);
+    }
+
+    fn record(&self, pass: &mut wgpu::ComputePass<'_>, step: &Step, s: usize) {
+        pass.set_pipeline(&step.pipeline.pipeline);
+        pass.set_bind_group(0, &step.bind_group, &[]);
+        pass.set_bind_group(1, &self.params_bg, &[(s as u64 * self.stride) as u32]);
+        let [x, y, z] = step.workgroups;
+        pass.dispatch_workgroups(x, y, z);
+    }
+
+    /// Run the whole graph: one pass, one submit, one wait; read-back tensors are then available from `read`.
+    pub fn run(&mut self, gpu: &Gpu, vars: &StepVars) -> Result<()> {
+        self.write_params(gpu, vars);
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            for (s, step) in self.steps.iter().enumerate() {
+                self.record(&mut pass, step, s);
+            }
+        }
+        self.finish(gpu, enc)
+    }
+
+    fn finish(&mut self, gpu: &Gpu, mut enc: wgpu::CommandEncoder) -> Result<()> {
+        for r in &self.readbacks {
+            enc.copy_buffer_to_buffer(&r.src, 0, &r.staging, 0, r.staging.size());
+        }
+        gpu.queue.submit([enc.finish()]);
+        for r in &self.readbacks {
+            r.staging.map_async(wgpu::MapMode::Read, .., |_| {});
+        }
+        gpu.wait("run")?;
+        for r in &mut self.readbacks {
+            let view = r.staging.get_mapped_range(..).map_err(|e| Error::Gpu {
+                context: "readback".into(),
+                message: e.to_string(),
+            })?;
+            r.host.copy_from_slice(&view[..r.bytes as usize]);
+            drop(view);
+            r.staging.unmap();
+        }
+        Ok(())
+    }
+
+    /// Bytes of a read-back tensor from the last run.
+    pub fn read(&self, id: TensorId) -> Result<&[u8]> {
+        self.readbacks
+            .iter()
+            .find(|r| r.tensor == id)
+            .map(|r| r.host.as_slice())
+            .ok_or_else(|| Error::Graph(format!("tensor {id:?} was not marked as an output")))
+    }
+
+    pub fn read_f32(&self, id: TensorId) -> Result<Vec<f32>> {
+        Ok(bytemuck::pod_collect_to_vec(self.read(id)?))
+    }
+
+    pub fn read_u32(&self, id: TensorId) -> Result<Vec<u32>> {
+        Ok(bytemuck::pod_collect_to_vec(self.read(id)?))
+    }
+
+    /// Run once, timing every node: timestamps inside the pass where the adapter has them, else one submit per node.
+    pub fn profile(&mut self, gpu: &Gpu, vars: &StepVars) -> Result<Vec<NodeProfile>> {
+        self.write_params(gpu, vars);
+        let n = self.steps.len();
+        let mut micros = vec![0f64; self.nodes.len()];
+        let on_gpu = gpu.caps.timestamps_in_passes && n < 4095;
+        if on_gpu {
+            let count = n as u32 + 1;
+            let qs = gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("profile"),
+                ty: wgpu::QueryType::Timestamp,
+                count,
+            });
+            let resolve = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("timestamps"),
+                size: 8 * count as u64,
+                usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            });
+            let mut enc = gpu.device.create_command_encoder(&Default::default());
+            {
+                let mut pass = enc.begin_compute_pass(&Default::default());
+                pass.write_timestamp(&qs, 0);
+                for (s, step) in self.steps.iter().enumerate() {
+                    self.record(&mut pass, step, s);
+                    pass.write_timestamp(&qs, s as u32 + 1);
+                }
+            }
+            enc.resolve_query_set(&qs, 0..count, &resolve, 0);
+            gpu.queue.submit([enc.finish()]);
+            gpu.wait("profile")?;
+            let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&crate::gpu::tensor::read_buffer(
+                gpu,
+                &resolve,
+                0,
+                8 * count as u64,
+            )?);
+            let period = gpu.queue.get_timestamp_period() as f64;
+            for (s, step) in self.steps.iter().enumerate() {
+                micros[step.node] += ticks[s + 1].saturating_sub(ticks[s]) as f64 * period / 1000.0;
+            }
+        } else {
+            for (i, node) in self.nodes.iter().enumerate() {
+                let mut enc = gpu.device.create_command_encoder(&Default::default());
+                {
+                    let mut pass = enc.begin_compute_pass(&Default::default());
+                    for s in node.steps.clone() {
+                        self.record(&mut pass, &self.steps[s], s);
+                    }
+                }
+                let t = Instant::now();
+                gpu.queue.submit([enc.finish()]);
+                gpu.wait("profile")?;
+                micros[i] = t.elapsed().as_secs_f64() * 1e6;
+            }
+        }
+        Ok(self
+            .nodes
+            .iter()
+            .zip(micros)
+            .map(|(node, micros)| NodeProfile {
+                label: node.label.clone(),
+                dispatches: node.steps.len(),
+                cost: node.kernel.cost(),
+                micros,
+                timed_on_gpu: on_gpu,
+            })
+            .collect())
+    }
+}
+
+fn check_binding(gpu: &Gpu, name: &str, bytes: u64) -> Result<()> {
+    if bytes > gpu.caps.max_binding {
+        return Err(Error::BindingTooLarge {
+            name: name.into(),
+            bytes,
+            limit: gpu.caps.max_binding,
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,8 @@
+//! shaderlm: a portable LLM inference engine whose hot paths are WGSL compute shaders run through wgpu.
+
+pub mod error;
+pub mod gpu;
+pub mod graph;
+pub mod ops;
+
+pub use error::{Error, Result};

@@ -1,0 +1,57 @@
+//! Every op against its CPU reference over a grid of shapes. `OPS=add,rms_norm cargo test --test ops` filters.
+//!
+//! Each op file below contributes `cases()`: a name, the op it tests, and a function that runs the GPU kernel and
+//! returns the error metric with its bound. The bound's reason is written beside each case family.
+
+mod common;
+
+mod add;
+
+use common::{gpu, Case};
+
+fn all_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    v.extend(add::cases());
+    v
+}
+
+#[test]
+fn ops_match_cpu_reference() {
+    let filter: Option<Vec<String>> = std::env::var("OPS")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .map(|s| s.split(',').map(|x| x.trim().to_string()).collect());
+    let cases: Vec<Case> = all_cases()
+        .into_iter()
+        .filter(|c| filter.as_ref().is_none_or(|f| f.iter().any(|o| o == c.op)))
+        .collect();
+    assert!(!cases.is_empty(), "OPS={filter:?} selects no case");
+    let gpu = gpu();
+    let mut failures = Vec::new();
+    for case in &cases {
+        match (case.run)(gpu) {
+            Ok(check) => {
+                let ok = check.passed();
+                println!(
+                    "{:<8} {:<44} {}",
+                    if ok { "ok" } else { "FAIL" },
+                    case.name,
+                    check
+                );
+                if !ok {
+                    failures.push(format!("{}: {check}", case.name));
+                }
+            }
+            Err(e) => {
+                println!("ERROR    {:<44} {e}", case.name);
+                failures.push(format!("{}: {e}", case.name));
+            }
+        }
+    }
+    println!("{} cases, {} failed", cases.len(), failures.len());
+    assert!(
+        failures.is_empty(),
+        "failed cases:\n{}",
+        failures.join("\n")
+    );
+}
