@@ -72,10 +72,30 @@ pub fn grid(n: usize, per: usize, max_per_dim: u32) -> [u32; 3] {
 }
 
 pub mod add;
+pub mod matmul;
+pub mod rms_norm;
+pub mod rope;
+pub mod silu_mul;
+pub mod softmax;
+pub mod embedding;
+pub mod topk;
+pub mod attention_prefill;
+pub mod attention_decode;
+pub mod kv_write;
 
 /// Every shader variant the ops can ask for: the naga portability test validates and translates each.
 pub fn all_variants() -> Vec<ShaderKey> {
     let mut v = Vec::new();
     v.extend(add::variants());
+    v.extend(matmul::variants());
+    v.extend(rms_norm::variants());
+    v.extend(rope::variants());
+    v.extend(silu_mul::variants());
+    v.extend(softmax::variants());
+    v.extend(embedding::variants());
+    v.extend(topk::variants());
+    v.extend(attention_prefill::variants());
+    v.extend(attention_decode::variants());
+    v.extend(kv_write::variants());
     v
 }

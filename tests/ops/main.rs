@@ -6,12 +6,32 @@
 mod common;
 
 mod add;
+mod matmul;
+mod rms_norm;
+mod rope;
+mod silu_mul;
+mod softmax;
+mod embedding;
+mod topk;
+mod attention_prefill;
+mod attention_decode;
+mod kv_write;
 
 use common::{gpu, Case};
 
 fn all_cases() -> Vec<Case> {
     let mut v = Vec::new();
     v.extend(add::cases());
+    v.extend(matmul::cases());
+    v.extend(rms_norm::cases());
+    v.extend(rope::cases());
+    v.extend(silu_mul::cases());
+    v.extend(softmax::cases());
+    v.extend(embedding::cases());
+    v.extend(topk::cases());
+    v.extend(attention_prefill::cases());
+    v.extend(attention_decode::cases());
+    v.extend(kv_write::cases());
     v
 }
 

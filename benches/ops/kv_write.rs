@@ -1,0 +1,7 @@
+//! kv_write throughput (placeholder: being written).
+
+use crate::common::Bench;
+
+pub fn benches() -> Vec<Bench> {
+    Vec::new()
+}

@@ -1,0 +1,7 @@
+//! rms_norm throughput (placeholder: being written).
+
+use crate::common::Bench;
+
+pub fn benches() -> Vec<Bench> {
+    Vec::new()
+}

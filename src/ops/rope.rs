@@ -1,0 +1,7 @@
+//! rope (placeholder: being written).
+
+use crate::gpu::ShaderKey;
+
+pub fn variants() -> Vec<ShaderKey> {
+    Vec::new()
+}

@@ -1,0 +1,7 @@
+//! silu_mul (placeholder: being written).
+
+use crate::gpu::ShaderKey;
+
+pub fn variants() -> Vec<ShaderKey> {
+    Vec::new()
+}

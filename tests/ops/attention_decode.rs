@@ -1,0 +1,7 @@
+//! attention_decode vs CPU reference (placeholder: being written).
+
+use crate::common::Case;
+
+pub fn cases() -> Vec<Case> {
+    Vec::new()
+}

@@ -1,0 +1,7 @@
+//! embedding vs CPU reference (placeholder: being written).
+
+use crate::common::Case;
+
+pub fn cases() -> Vec<Case> {
+    Vec::new()
+}

@@ -1,0 +1,7 @@
+//! rms_norm vs CPU reference (placeholder: being written).
+
+use crate::common::Case;
+
+pub fn cases() -> Vec<Case> {
+    Vec::new()
+}
