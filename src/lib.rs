@@ -3,6 +3,7 @@
 pub mod error;
 pub mod gpu;
 pub mod graph;
+pub mod loader;
 pub mod ops;
 
 pub use error::{Error, Result};

@@ -1,0 +1,3 @@
+//! Model file readers: GGUF, safetensors, Hugging Face directories.
+
+pub mod gguf;
