@@ -17,11 +17,7 @@ impl std::fmt::Display for AdapterReport {
         let i = &self.info;
         let l = &self.limits;
         let mark = if self.chosen { "*" } else { " " };
-        writeln!(
-            f,
-            "{mark} {} [{:?}, {:?}]",
-            i.name, i.backend, i.device_type
-        )?;
+        writeln!(f, "{mark} {} [{:?}, {:?}]", i.name, i.backend, i.device_type)?;
         writeln!(f, "    driver: {} {}", i.driver, i.driver_info)?;
         let has = |x| {
             if self.features.contains(x) {

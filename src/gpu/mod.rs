@@ -110,9 +110,7 @@ pub(crate) fn adapter_rank(info: &wgpu::AdapterInfo) -> (u8, u8) {
 /// Index of the adapter `opts` selects among `infos`, or the error that explains why none fits.
 pub(crate) fn choose_adapter(infos: &[wgpu::AdapterInfo], wanted: Option<&str>) -> Result<usize> {
     if infos.is_empty() {
-        return Err(Error::NoAdapter {
-            detail: String::new(),
-        });
+        return Err(Error::NoAdapter { detail: String::new() });
     }
     let from_env = std::env::var("WGPU_ADAPTER_NAME").ok();
     let wanted = wanted.or(from_env.as_deref()).map(str::to_lowercase);
@@ -138,8 +136,16 @@ impl Gpu {
     /// Choose an adapter per `opts` and create a device with its real limits and the optional features it has.
     pub fn new(opts: &GpuOptions) -> Result<Gpu> {
         let backends = parse_backends(opts.backend.as_deref())?;
-        let instance = make_instance(backends);
-        let adapters = pollster::block_on(instance.enumerate_adapters(backends));
+        // Without a choice, try the native APIs first and start GL (slow to start, EGL noise) only if they have none.
+        let mut adapters = Vec::new();
+        if backends == wgpu::Backends::all() {
+            let instance = make_instance(wgpu::Backends::PRIMARY);
+            adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::PRIMARY));
+        }
+        if adapters.is_empty() {
+            let instance = make_instance(backends);
+            adapters = pollster::block_on(instance.enumerate_adapters(backends));
+        }
         let infos: Vec<_> = adapters.iter().map(|a| a.get_info()).collect();
         let index = choose_adapter(&infos, opts.adapter.as_deref()).map_err(|e| match e {
             Error::NoAdapter { .. } => Error::NoAdapter {
@@ -147,10 +153,7 @@ impl Gpu {
             },
             e => e,
         })?;
-        let adapter = adapters
-            .into_iter()
-            .nth(index)
-            .expect("index from choose_adapter");
+        let adapter = adapters.into_iter().nth(index).expect("index from choose_adapter");
         Self::from_adapter(adapter, opts)
     }
 
@@ -165,8 +168,7 @@ impl Gpu {
             wanted |= wgpu::Features::SUBGROUP;
         }
         if !opts.no_timestamps {
-            wanted |=
-                wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
+            wanted |= wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
         }
         let features = offered & wanted;
         let limits = adapter.limits();
@@ -179,11 +181,9 @@ impl Gpu {
             trace: wgpu::Trace::Off,
         };
         let (device, queue) =
-            pollster::block_on(adapter.request_device(&desc)).map_err(|source| {
-                Error::RequestDevice {
-                    adapter: info.name.clone(),
-                    source,
-                }
+            pollster::block_on(adapter.request_device(&desc)).map_err(|source| Error::RequestDevice {
+                adapter: info.name.clone(),
+                source,
             })?;
         let errors = Arc::new(Mutex::new(Vec::new()));
         let sink = errors.clone();
@@ -236,11 +236,7 @@ impl Gpu {
     pub fn describe(&self) -> String {
         format!(
             "{} ({:?}, {:?}, driver {} {})",
-            self.info.name,
-            self.info.backend,
-            self.info.device_type,
-            self.info.driver,
-            self.info.driver_info
+            self.info.name, self.info.backend, self.info.device_type, self.info.driver, self.info.driver_info
         )
     }
 

@@ -20,10 +20,7 @@ pub struct ShaderKey {
 
 impl ShaderKey {
     pub fn new(name: &'static str) -> Self {
-        ShaderKey {
-            name,
-            defs: Vec::new(),
-        }
+        ShaderKey { name, defs: Vec::new() }
     }
     /// Add a definition: a `const` in the shader and a flag for `#if`.
     pub fn def(mut self, name: &'static str, value: impl ToString) -> Self {
@@ -100,11 +97,7 @@ pub fn reflect(key: &ShaderKey, module: &naga::Module) -> Result<Vec<Access>> {
         let Some(rb) = &var.binding else { continue };
         let access = match var.space {
             naga::AddressSpace::Uniform => Access::Uniform,
-            naga::AddressSpace::Storage { access }
-                if access.contains(naga::StorageAccess::STORE) =>
-            {
-                Access::ReadWrite
-            }
+            naga::AddressSpace::Storage { access } if access.contains(naga::StorageAccess::STORE) => Access::ReadWrite,
             naga::AddressSpace::Storage { .. } => Access::Read,
             _ => continue,
         };
@@ -115,10 +108,7 @@ pub fn reflect(key: &ShaderKey, module: &naga::Module) -> Result<Vec<Access>> {
                 return Err(Error::Shader {
                     shader: key.name.into(),
                     variant: key.variant(),
-                    message: format!(
-                        "binding @group({g}) @binding({}) breaks the op convention",
-                        rb.binding
-                    ),
+                    message: format!("binding @group({g}) @binding({}) breaks the op convention", rb.binding),
                 })
             }
         }
@@ -195,36 +185,28 @@ impl Gpu {
             .collect();
         let label = key.to_string();
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let layout0 = self
-            .device
-            .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-                label: Some(&label),
-                entries: &entries,
-            });
+        let layout0 = self.device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some(&label),
+            entries: &entries,
+        });
         let params = self.pipelines.params_layout(&self.device);
-        let layout = self
-            .device
-            .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-                label: Some(&label),
-                bind_group_layouts: &[Some(&layout0), Some(&params)],
-                immediate_size: 0,
-            });
-        let module = self
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(&label),
-                source: wgpu::ShaderSource::Wgsl(source.into()),
-            });
-        let pipeline = self
-            .device
-            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(&label),
-                layout: Some(&layout),
-                module: &module,
-                entry_point: Some("main"),
-                compilation_options: Default::default(),
-                cache: None,
-            });
+        let layout = self.device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some(&label),
+            bind_group_layouts: &[Some(&layout0), Some(&params)],
+            immediate_size: 0,
+        });
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(&label),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
+        });
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(&label),
+            layout: Some(&layout),
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(Error::Shader {
                 shader: key.name.into(),

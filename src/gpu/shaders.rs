@@ -8,10 +8,7 @@ include!(concat!(env!("OUT_DIR"), "/shader_files.rs"));
 
 /// Source of `shaders/<path>`.
 pub fn file(path: &str) -> Option<&'static str> {
-    SHADER_FILES
-        .iter()
-        .find(|(p, _)| *p == path)
-        .map(|(_, s)| *s)
+    SHADER_FILES.iter().find(|(p, _)| *p == path).map(|(_, s)| *s)
 }
 
 /// Names of the op shaders (top-level files, without `.wgsl`); `lib/` holds includes only.
@@ -49,13 +46,7 @@ pub fn render(key: &ShaderKey) -> Result<String> {
     Ok(out)
 }
 
-fn expand(
-    key: &ShaderKey,
-    src: &str,
-    path: &str,
-    included: &mut Vec<String>,
-    out: &mut String,
-) -> Result<(), String> {
+fn expand(key: &ShaderKey, src: &str, path: &str, included: &mut Vec<String>, out: &mut String) -> Result<(), String> {
     // Stack of (this branch active, some branch already taken) for nested #if.
     let mut stack: Vec<(bool, bool)> = Vec::new();
     let active = |stack: &[(bool, bool)]| stack.iter().all(|s| s.0);
@@ -68,14 +59,10 @@ fn expand(
             stack.push((on, on));
         } else if t == "#else" {
             let parent = active(&stack[..stack.len().saturating_sub(1)]);
-            let top = stack
-                .last_mut()
-                .ok_or_else(|| format!("{}: #else without #if", at()))?;
+            let top = stack.last_mut().ok_or_else(|| format!("{}: #else without #if", at()))?;
             top.0 = parent && !top.1;
         } else if t == "#endif" {
-            stack
-                .pop()
-                .ok_or_else(|| format!("{}: #endif without #if", at()))?;
+            stack.pop().ok_or_else(|| format!("{}: #endif without #if", at()))?;
         } else if !active(&stack) {
             continue;
         } else if let Some(inc) = t.strip_prefix("#include ") {
@@ -97,10 +84,7 @@ fn expand(
 }
 
 /// Parse and validate a variant with naga, as the portability test and the pipeline cache both do.
-pub fn validate(
-    key: &ShaderKey,
-    caps: naga::valid::Capabilities,
-) -> Result<(naga::Module, naga::valid::ModuleInfo)> {
+pub fn validate(key: &ShaderKey, caps: naga::valid::Capabilities) -> Result<(naga::Module, naga::valid::ModuleInfo)> {
     let src = render(key)?;
     let err = |message: String| Error::Shader {
         shader: key.name.to_string(),
@@ -114,4 +98,41 @@ pub fn validate(
         .validate(&module)
         .map_err(|e| err(e.emit_to_string(&src)))?;
     Ok((module, info))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(src: &str, key: &ShaderKey) -> String {
+        let mut out = String::new();
+        expand(key, src, "test.wgsl", &mut Vec::new(), &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn if_else_endif_nest_and_follow_defs() {
+        let src = "a\n#if X\nb\n#if Y\nc\n#else\nd\n#endif\n#else\ne\n#endif\nf\n";
+        assert_eq!(run(src, &ShaderKey::new("t")), "a\ne\nf\n");
+        assert_eq!(run(src, &ShaderKey::new("t").def("X", "true")), "a\nb\nd\nf\n");
+        assert_eq!(
+            run(src, &ShaderKey::new("t").def("X", "1u").def("Y", "true")),
+            "a\nb\nc\nf\n"
+        );
+        assert_eq!(
+            run(src, &ShaderKey::new("t").def("X", "false").def("Y", "true")),
+            "a\ne\nf\n"
+        );
+    }
+
+    #[test]
+    fn unbalanced_directives_are_errors() {
+        let key = ShaderKey::new("t");
+        for src in ["#if X\na\n", "#endif\n", "#else\n"] {
+            assert!(
+                expand(&key, src, "t.wgsl", &mut Vec::new(), &mut String::new()).is_err(),
+                "{src:?}"
+            );
+        }
+    }
 }

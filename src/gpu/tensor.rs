@@ -72,13 +72,7 @@ impl GpuTensor {
     }
 
     /// Upload `data` (row-major bytes in `dtype`), split into parts of at most the device's binding limit.
-    pub fn upload(
-        gpu: &Gpu,
-        name: &str,
-        shape: &[usize],
-        dtype: DType,
-        data: &[u8],
-    ) -> Result<GpuTensor> {
+    pub fn upload(gpu: &Gpu, name: &str, shape: &[usize], dtype: DType, data: &[u8]) -> Result<GpuTensor> {
         let rows = shape.first().copied().unwrap_or(1);
         let row_bytes = dtype.bytes(shape.iter().skip(1).product());
         if data.len() as u64 != row_bytes * rows as u64 {
@@ -92,8 +86,7 @@ impl GpuTensor {
         let mut row0 = 0;
         while row0 < rows.max(1) {
             let n = per.min(rows - row0).max(usize::from(rows == 0));
-            let bytes =
-                &data[(row0 as u64 * row_bytes) as usize..((row0 + n) as u64 * row_bytes) as usize];
+            let bytes = &data[(row0 as u64 * row_bytes) as usize..((row0 + n) as u64 * row_bytes) as usize];
             let buffer = if bytes.is_empty() {
                 gpu.device.create_buffer(&wgpu::BufferDescriptor {
                     label: Some(name),
@@ -102,12 +95,11 @@ impl GpuTensor {
                     mapped_at_creation: false,
                 })
             } else {
-                gpu.device
-                    .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                        label: Some(name),
-                        contents: bytes,
-                        usage: USAGE,
-                    })
+                gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                    label: Some(name),
+                    contents: bytes,
+                    usage: USAGE,
+                })
             };
             parts.push(Part {
                 buffer: Arc::new(buffer),
@@ -145,13 +137,7 @@ impl GpuTensor {
     pub fn zeros(gpu: &Gpu, name: &str, shape: &[usize], dtype: DType) -> Result<GpuTensor> {
         let rows = shape.first().copied().unwrap_or(1);
         let row_bytes = dtype.bytes(shape.iter().skip(1).product());
-        Self::upload(
-            gpu,
-            name,
-            shape,
-            dtype,
-            &vec![0u8; (row_bytes * rows as u64) as usize],
-        )
+        Self::upload(gpu, name, shape, dtype, &vec![0u8; (row_bytes * rows as u64) as usize])
     }
 
     /// Copy the whole tensor back (all parts, in order) as raw bytes. Slow path for tests and tools.
@@ -178,13 +164,7 @@ pub fn read_buffer(gpu: &Gpu, buffer: &wgpu::Buffer, offset: u64, bytes: u64) ->
         mapped_at_creation: false,
     });
     let mut enc = gpu.device.create_command_encoder(&Default::default());
-    enc.copy_buffer_to_buffer(
-        buffer,
-        offset,
-        &staging,
-        0,
-        size.min(buffer.size() - offset),
-    );
+    enc.copy_buffer_to_buffer(buffer, offset, &staging, 0, size.min(buffer.size() - offset));
     gpu.queue.submit([enc.finish()]);
     staging.map_async(wgpu::MapMode::Read, .., |_| {});
     gpu.wait("readback")?;

@@ -1,0 +1,146 @@
+//! The graph executor: buffer reuse, plan reuse across steps, read-back rules, profiling, limits, adapter errors.
+
+use shaderlm::gpu::{DType, Gpu, GpuOptions, GpuTensor};
+use shaderlm::graph::{Graph, Plan};
+use shaderlm::ops::StepVars;
+use shaderlm::Error;
+use std::sync::OnceLock;
+
+fn gpu() -> &'static Gpu {
+    static GPU: OnceLock<Gpu> = OnceLock::new();
+    GPU.get_or_init(|| {
+        Gpu::new(&GpuOptions::default()).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"))
+    })
+}
+
+/// x_{i+1} = x_i + a, 40 times: intermediates die one node later, so a handful of buffers must serve all 40.
+fn chain(n: usize, len: usize) -> (Graph, shaderlm::graph::TensorId, shaderlm::graph::TensorId) {
+    let mut g = Graph::new();
+    let a = g.input("a", &[n], DType::F32);
+    let mut x = a;
+    for _ in 0..len {
+        x = g.add(x, a).unwrap();
+    }
+    g.output(x);
+    (g, a, x)
+}
+
+#[test]
+fn intermediates_share_buffers_and_results_stay_right() {
+    let gpu = gpu();
+    let (g, a, out) = chain(1000, 40);
+    let mut plan = Plan::new(gpu, g).unwrap();
+    // 1 input + at most 3 rotating intermediates (the output is kept alive to the end).
+    assert!(plan.allocated.0 <= 4, "allocated {:?}", plan.allocated);
+    assert_eq!(plan.dispatch_count(), 40);
+    for step in 0..3 {
+        let data: Vec<f32> = (0..1000).map(|i| (i + step) as f32 * 0.5).collect();
+        plan.write_input(gpu, a, bytemuck::cast_slice(&data)).unwrap();
+        plan.run(gpu, &StepVars { pos: step as u32 }).unwrap();
+        let got = plan.read_f32(out).unwrap();
+        let want: Vec<f32> = data.iter().map(|x| (0..40).fold(*x, |acc, _| acc + x)).collect();
+        assert_eq!(got, want, "step {step}");
+    }
+}
+
+#[test]
+fn only_marked_outputs_can_be_read_and_inputs_are_checked() {
+    let gpu = gpu();
+    let mut g = Graph::new();
+    let a = g.input("a", &[4], DType::F32);
+    let b = g.add(a, a).unwrap();
+    let c = g.add(b, a).unwrap();
+    g.output(c);
+    let mut plan = Plan::new(gpu, g).unwrap();
+    assert!(matches!(plan.write_input(gpu, a, &[0u8; 12]), Err(Error::Graph(_))));
+    assert!(matches!(plan.write_input(gpu, b, &[0u8; 16]), Err(Error::Graph(_))));
+    plan.write_input(gpu, a, bytemuck::cast_slice(&[1f32, 2., 3., 4.]))
+        .unwrap();
+    plan.run(gpu, &StepVars::default()).unwrap();
+    assert_eq!(plan.read_f32(c).unwrap(), vec![3., 6., 9., 12.]);
+    assert!(plan.read(b).is_err());
+}
+
+#[test]
+fn shape_mismatch_is_an_error_value() {
+    let mut g = Graph::new();
+    let a = g.input("a", &[4], DType::F32);
+    let b = g.input("b", &[5], DType::F32);
+    assert!(matches!(g.add(a, b), Err(Error::Shape { op: "add", .. })));
+}
+
+#[test]
+fn profile_reports_every_node_with_time_and_traffic() {
+    let gpu = gpu();
+    let (g, a, _) = chain(4096, 5);
+    let mut plan = Plan::new(gpu, g).unwrap();
+    plan.write_input(gpu, a, bytemuck::cast_slice(&vec![1f32; 4096]))
+        .unwrap();
+    let prof = plan.profile(gpu, &StepVars::default()).unwrap();
+    assert_eq!(prof.len(), 5);
+    for p in &prof {
+        assert_eq!(p.label, "add");
+        assert_eq!(p.dispatches, 1);
+        assert_eq!(p.cost.bytes_read, 8 * 4096);
+        assert!(p.micros > 0.0, "{p:?}");
+    }
+    assert_eq!(prof[0].timed_on_gpu, gpu.caps.timestamps_in_passes);
+}
+
+#[test]
+fn tensors_over_the_binding_limit_are_split_or_refused_clearly() {
+    let opts = GpuOptions {
+        max_binding_override: Some(1024),
+        ..Default::default()
+    };
+    let gpu = Gpu::new(&opts).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"));
+    // An external weight splits into row parts that each fit one binding, and round-trips exactly.
+    let data: Vec<f32> = (0..100 * 7).map(|i| i as f32).collect();
+    let t = GpuTensor::upload_f32(&gpu, "w", &[100, 7], &data).unwrap();
+    assert!(t.parts.len() >= 3, "{} parts", t.parts.len());
+    assert!(t.parts.iter().all(|p| p.bytes <= 1024));
+    assert_eq!(t.parts.iter().map(|p| p.rows).sum::<usize>(), 100);
+    assert_eq!(t.download_f32(&gpu).unwrap(), data);
+    // A single row over the limit cannot be split by rows: a clear error.
+    let err = GpuTensor::upload_f32(&gpu, "wide", &[1, 300], &[0.0; 300]).unwrap_err();
+    assert!(matches!(err, Error::BindingTooLarge { .. }), "{err}");
+    // An intermediate over the limit is refused when the plan is made, naming the tensor.
+    let mut g = Graph::new();
+    let a = g.input("a", &[300], DType::F32);
+    let b = g.input("b", &[300], DType::F32);
+    let _ = g.add(a, b);
+    let err = Plan::new(&gpu, g).err().expect("over-limit tensor accepted");
+    assert!(err.to_string().contains("over the adapter's limit"), "{err}");
+    // Binding a split tensor whole is refused too.
+    let mut g = Graph::new();
+    let w = g.external(&t);
+    let _ = g.add(w, w);
+    assert!(Plan::new(&gpu, g).is_err());
+}
+
+#[test]
+fn bad_backend_and_adapter_names_are_clear_errors() {
+    let bad = GpuOptions {
+        backend: Some("directx9".into()),
+        ..Default::default()
+    };
+    assert!(matches!(Gpu::new(&bad), Err(Error::UnknownBackend(_))));
+    let missing = GpuOptions {
+        adapter: Some("no-such-adapter-name".into()),
+        ..Default::default()
+    };
+    let err = Gpu::new(&missing).unwrap_err();
+    assert!(matches!(err, Error::AdapterNotFound { .. }), "{err}");
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn no_adapter_says_how_to_get_one() {
+    // There is no DX12 on Linux, so this backend offers no adapter at all.
+    let opts = GpuOptions {
+        backend: Some("dx12".into()),
+        ..Default::default()
+    };
+    let err = Gpu::new(&opts).unwrap_err();
+    assert!(err.to_string().contains("apt-get install mesa-vulkan-drivers"), "{err}");
+}
