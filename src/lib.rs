@@ -5,5 +5,6 @@ pub mod gpu;
 pub mod graph;
 pub mod loader;
 pub mod ops;
+pub mod sampling;
 
 pub use error::{Error, Result};
