@@ -3,21 +3,14 @@
 use std::{env, fs, path::Path};
 
 fn collect(dir: &Path, root: &Path, out: &mut Vec<String>) {
-    let mut entries: Vec<_> = fs::read_dir(dir)
-        .expect("read shaders/")
-        .flatten()
-        .collect();
+    let mut entries: Vec<_> = fs::read_dir(dir).expect("read shaders/").flatten().collect();
     entries.sort_by_key(|e| e.path());
     for e in entries {
         let p = e.path();
         if p.is_dir() {
             collect(&p, root, out);
         } else if p.extension().is_some_and(|x| x == "wgsl") {
-            let rel = p
-                .strip_prefix(root)
-                .unwrap()
-                .to_string_lossy()
-                .replace('\\', "/");
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
             out.push(rel);
         }
     }

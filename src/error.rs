@@ -39,14 +39,8 @@ pub enum Error {
     #[error("the GPU device was lost: {0}")]
     DeviceLost(String),
 
-    #[error(
-        "tensor {name} needs a binding of {bytes} bytes, over the adapter's limit of {limit} bytes"
-    )]
-    BindingTooLarge {
-        name: String,
-        bytes: u64,
-        limit: u64,
-    },
+    #[error("tensor {name} needs a binding of {bytes} bytes, over the adapter's limit of {limit} bytes")]
+    BindingTooLarge { name: String, bytes: u64, limit: u64 },
 
     #[error("shape mismatch in {op}: {message}")]
     Shape { op: &'static str, message: String },

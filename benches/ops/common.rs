@@ -38,7 +38,11 @@ pub struct Measured {
 }
 
 /// Inputs of a graph filled with small deterministic values (so that no NaN slows anything down).
-pub fn fill_inputs(gpu: &Gpu, plan: &Plan, inputs: &[(shaderlm::graph::TensorId, usize, DType)]) -> shaderlm::Result<()> {
+pub fn fill_inputs(
+    gpu: &Gpu,
+    plan: &Plan,
+    inputs: &[(shaderlm::graph::TensorId, usize, DType)],
+) -> shaderlm::Result<()> {
     for &(id, n, dtype) in inputs {
         let bytes: Vec<u8> = match dtype {
             DType::U32 => bytemuck::cast_slice(&(0..n as u32).map(|i| i % 7).collect::<Vec<u32>>()).to_vec(),
@@ -52,7 +56,9 @@ pub fn fill_inputs(gpu: &Gpu, plan: &Plan, inputs: &[(shaderlm::graph::TensorId,
 /// A device tensor of pseudo-random values in [-0.05, 0.05].
 pub fn weight(gpu: &Gpu, name: &str, shape: &[usize], dtype: DType) -> shaderlm::Result<GpuTensor> {
     let n: usize = shape.iter().product();
-    let data: Vec<f32> = (0..n).map(|i| ((i * 2654435761usize) % 1000) as f32 * 1e-4 - 0.05).collect();
+    let data: Vec<f32> = (0..n)
+        .map(|i| ((i * 2654435761usize) % 1000) as f32 * 1e-4 - 0.05)
+        .collect();
     match dtype {
         DType::F16 => GpuTensor::upload_f16(gpu, name, shape, &data),
         _ => GpuTensor::upload_f32(gpu, name, shape, &data),

@@ -7,17 +7,17 @@
 mod common;
 
 mod add;
+mod attention_decode;
+mod attention_prefill;
+mod embedding;
+mod kv_write;
 mod matmul;
+mod overhead;
 mod rms_norm;
 mod rope;
 mod silu_mul;
 mod softmax;
-mod embedding;
 mod topk;
-mod attention_prefill;
-mod attention_decode;
-mod kv_write;
-mod overhead;
 
 use common::Bench;
 
@@ -40,7 +40,8 @@ fn all() -> Vec<Bench> {
 
 fn main() {
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    let gpu = shaderlm::gpu::Gpu::new(&Default::default()).unwrap_or_else(|e| panic!("benchmarks need an adapter: {e}"));
+    let gpu =
+        shaderlm::gpu::Gpu::new(&Default::default()).unwrap_or_else(|e| panic!("benchmarks need an adapter: {e}"));
     println!("adapter: {}", gpu.describe());
     println!(
         "| {:<44} | {:>10} | {:>9} | {:>9} | {:>10} |",

@@ -6,10 +6,7 @@ use shaderlm::gpu::describe_adapters;
 pub fn run(args: &DeviceArgs) -> anyhow::Result<()> {
     let reports = describe_adapters(&args.options())?;
     if reports.is_empty() {
-        return Err(shaderlm::Error::NoAdapter {
-            detail: String::new(),
-        }
-        .into());
+        return Err(shaderlm::Error::NoAdapter { detail: String::new() }.into());
     }
     for r in &reports {
         println!("{r}");

@@ -72,13 +72,7 @@ impl Graph {
         Self::default()
     }
 
-    fn push_tensor(
-        &mut self,
-        name: &str,
-        shape: &[usize],
-        dtype: DType,
-        source: Source,
-    ) -> TensorId {
+    fn push_tensor(&mut self, name: &str, shape: &[usize], dtype: DType, source: Source) -> TensorId {
         self.tensors.push(TensorDesc {
             name: name.into(),
             shape: shape.to_vec(),
@@ -95,12 +89,7 @@ impl Graph {
 
     /// A device tensor owned outside the graph (weights, KV cache). Kernels may write to it.
     pub fn external(&mut self, t: &GpuTensor) -> TensorId {
-        self.push_tensor(
-            &t.name.clone(),
-            &t.shape.clone(),
-            t.dtype,
-            Source::External(t.clone()),
-        )
+        self.push_tensor(&t.name.clone(), &t.shape.clone(), t.dtype, Source::External(t.clone()))
     }
 
     /// Ask for this tensor to be read back after each run.
@@ -139,21 +128,13 @@ impl Graph {
         outputs: &[(&str, &[usize], DType)],
     ) -> Result<Vec<TensorId>> {
         if let Some(bad) = inputs.iter().find(|i| i.0 >= self.tensors.len()) {
-            return Err(Error::Graph(format!(
-                "{}: unknown input tensor {bad:?}",
-                kernel.name()
-            )));
+            return Err(Error::Graph(format!("{}: unknown input tensor {bad:?}", kernel.name())));
         }
         let label = format!("{}{}", self.prefix, kernel.name());
         let outs: Vec<TensorId> = outputs
             .iter()
             .map(|(name, shape, dtype)| {
-                self.push_tensor(
-                    &format!("{}{name}", self.prefix),
-                    shape,
-                    *dtype,
-                    Source::Node,
-                )
+                self.push_tensor(&format!("{}{name}", self.prefix), shape, *dtype, Source::Node)
             })
             .collect();
         self.nodes.push(Node {

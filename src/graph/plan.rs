@@ -144,9 +144,9 @@ impl Plan {
                         Bind::Tensor(s) => (s, 0),
                         Bind::Part(s, p) => (s, p),
                     };
-                    let id = *io.get(slot).ok_or_else(|| {
-                        Error::Graph(format!("{}: bad binding slot {slot}", node.label))
-                    })?;
+                    let id = *io
+                        .get(slot)
+                        .ok_or_else(|| Error::Graph(format!("{}: bad binding slot {slot}", node.label)))?;
                     let t = &tensors[id.0];
                     let (buffer, size): (&wgpu::Buffer, u64) = match (&t.source, &buffers[id.0]) {
                         (Source::External(g), _) => {
@@ -157,17 +157,15 @@ impl Plan {
                                     limit: gpu.caps.max_binding,
                                 });
                             }
-                            let p = g.parts.get(part).ok_or_else(|| {
-                                Error::Graph(format!("{}: no part {part}", t.name))
-                            })?;
+                            let p = g
+                                .parts
+                                .get(part)
+                                .ok_or_else(|| Error::Graph(format!("{}: no part {part}", t.name)))?;
                             (&p.buffer, p.bytes)
                         }
                         (_, Some(buf)) => (buf, t.bytes()),
                         (_, None) => {
-                            return Err(Error::Graph(format!(
-                                "{}: tensor {} has no buffer",
-                                node.label, t.name
-                            )))
+                            return Err(Error::Graph(format!("{}: tensor {} has no buffer", node.label, t.name)))
                         }
                     };
                     entries.push(wgpu::BindGroupEntry {
@@ -234,12 +232,7 @@ impl Plan {
             let src = match (&t.source, &buffers[id.0]) {
                 (Source::External(g), _) if g.parts.len() == 1 => g.parts[0].buffer.clone(),
                 (_, Some(b)) => b.clone(),
-                _ => {
-                    return Err(Error::Graph(format!(
-                        "cannot read back split tensor {}",
-                        t.name
-                    )))
-                }
+                _ => return Err(Error::Graph(format!("cannot read back split tensor {}", t.name))),
             };
             let bytes = t.bytes();
             readbacks.push(Readback {
@@ -316,9 +309,7 @@ impl Plan {
             return;
         }
         for (s, step) in self.steps.iter().enumerate() {
-            let p = self.nodes[step.node]
-                .kernel
-                .params(step.index as usize, vars);
+            let p = self.nodes[step.node].kernel.params(step.index as usize, vars);
             let at = s * self.stride as usize;
             self.staging[at..at + 128].copy_from_slice(bytemuck::cast_slice(&p.0));
         }
@@ -416,12 +407,8 @@ impl Plan {
             enc.resolve_query_set(&qs, 0..count, &resolve, 0);
             gpu.queue.submit([enc.finish()]);
             gpu.wait("profile")?;
-            let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&crate::gpu::tensor::read_buffer(
-                gpu,
-                &resolve,
-                0,
-                8 * count as u64,
-            )?);
+            let ticks: Vec<u64> =
+                bytemuck::pod_collect_to_vec(&crate::gpu::tensor::read_buffer(gpu, &resolve, 0, 8 * count as u64)?);
             let period = gpu.queue.get_timestamp_period() as f64;
             for (s, step) in self.steps.iter().enumerate() {
                 micros[step.node] += ticks[s + 1].saturating_sub(ticks[s]) as f64 * period / 1000.0;

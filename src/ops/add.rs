@@ -44,10 +44,7 @@ impl Graph {
     pub fn add(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
         let shape = self.shape(a).to_vec();
         if shape != self.shape(b) || self.dtype(a) != DType::F32 || self.dtype(b) != DType::F32 {
-            return Err(Error::shape(
-                "add",
-                format!("{shape:?} + {:?}", self.shape(b)),
-            ));
+            return Err(Error::shape("add", format!("{shape:?} + {:?}", self.shape(b))));
         }
         let n = shape.iter().product();
         Ok(self.add_node(Add { n }, &[a, b], &[("add", &shape, DType::F32)])?[0])

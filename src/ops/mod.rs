@@ -72,16 +72,16 @@ pub fn grid(n: usize, per: usize, max_per_dim: u32) -> [u32; 3] {
 }
 
 pub mod add;
+pub mod attention_decode;
+pub mod attention_prefill;
+pub mod embedding;
+pub mod kv_write;
 pub mod matmul;
 pub mod rms_norm;
 pub mod rope;
 pub mod silu_mul;
 pub mod softmax;
-pub mod embedding;
 pub mod topk;
-pub mod attention_prefill;
-pub mod attention_decode;
-pub mod kv_write;
 
 /// Every shader variant the ops can ask for: the naga portability test validates and translates each.
 pub fn all_variants() -> Vec<ShaderKey> {

@@ -61,10 +61,7 @@ pub enum Check {
     /// Largest |a-b| / (atol + rtol*|b|); passes when <= 1.
     RelAbs { worst: f64, at: usize },
     /// Exact equality of integers (indices, token ids); count of mismatches.
-    Exact {
-        mismatches: usize,
-        first: Option<usize>,
-    },
+    Exact { mismatches: usize, first: Option<usize> },
 }
 
 impl Check {

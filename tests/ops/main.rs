@@ -6,16 +6,16 @@
 mod common;
 
 mod add;
+mod attention_decode;
+mod attention_prefill;
+mod embedding;
+mod kv_write;
 mod matmul;
 mod rms_norm;
 mod rope;
 mod silu_mul;
 mod softmax;
-mod embedding;
 mod topk;
-mod attention_prefill;
-mod attention_decode;
-mod kv_write;
 
 use common::{gpu, Case};
 
@@ -52,12 +52,7 @@ fn ops_match_cpu_reference() {
         match (case.run)(gpu) {
             Ok(check) => {
                 let ok = check.passed();
-                println!(
-                    "{:<8} {:<44} {}",
-                    if ok { "ok" } else { "FAIL" },
-                    case.name,
-                    check
-                );
+                println!("{:<8} {:<44} {}", if ok { "ok" } else { "FAIL" }, case.name, check);
                 if !ok {
                     failures.push(format!("{}: {check}", case.name));
                 }
@@ -69,9 +64,5 @@ fn ops_match_cpu_reference() {
         }
     }
     println!("{} cases, {} failed", cases.len(), failures.len());
-    assert!(
-        failures.is_empty(),
-        "failed cases:\n{}",
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "failed cases:\n{}", failures.join("\n"));
 }
