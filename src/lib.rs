@@ -5,6 +5,8 @@ pub mod gpu;
 pub mod graph;
 pub mod loader;
 pub mod ops;
+pub mod quant;
 pub mod sampling;
+pub mod tokenizer;
 
 pub use error::{Error, Result};

@@ -1,0 +1,154 @@
+//! Chat templates: the model's own Jinja template rendered with minijinja the way transformers renders it
+//! (`trim_blocks`, `lstrip_blocks`, Python string methods, `raise_exception`), and the Hugging Face
+//! `tokenizer_config.json` / `chat_template.jinja` readers, old and new layouts alike.
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// One chat message, as OpenAI-style JSON has it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+}
+
+impl Message {
+    pub fn new(role: &str, content: &str) -> Message {
+        Message {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// Render `template` over `messages`. `bos`/`eos` are the token texts templates may print.
+pub fn render(
+    template: &str,
+    messages: &[Message],
+    add_generation_prompt: bool,
+    bos: &str,
+    eos: &str,
+) -> Result<String> {
+    let mut env = minijinja::Environment::new();
+    let syntax = minijinja::syntax::SyntaxConfig::builder()
+        .trim_blocks(true)
+        .lstrip_blocks(true)
+        .build()
+        .map_err(|e| Error::Invalid(format!("chat template syntax: {e}")))?;
+    env.set_syntax(syntax);
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_function(
+        "raise_exception",
+        |msg: String| -> std::result::Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+        },
+    );
+    env.add_function("strftime_now", |fmt: String| strftime_now(&fmt));
+    let err = |e: minijinja::Error| Error::Invalid(format!("chat template: {e:#}"));
+    env.add_template("chat", template).map_err(err)?;
+    let messages_value: Vec<minijinja::Value> = messages
+        .iter()
+        .map(|m| minijinja::context! { role => m.role.clone(), content => m.content.clone() })
+        .collect();
+    let ctx = minijinja::context! {
+        messages => messages_value,
+        add_generation_prompt => add_generation_prompt,
+        bos_token => bos,
+        eos_token => eos,
+        tools => minijinja::Value::from(()),
+    };
+    env.get_template("chat").map_err(err)?.render(ctx).map_err(err)
+}
+
+/// `strftime_now` for templates that print today's date (Llama 3.x): a small subset of strftime.
+fn strftime_now(fmt: &str) -> String {
+    let days = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() / 86400) as i64;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    let month = MONTHS[(m - 1) as usize];
+    fmt.replace("%d", &format!("{d:02}"))
+        .replace("%m", &format!("{m:02}"))
+        .replace("%Y", &y.to_string())
+        .replace("%B", month)
+        .replace("%b", &month[..3])
+}
+
+/// The parts of `tokenizer_config.json` (and `chat_template.jinja`) that generation needs.
+#[derive(Debug, Default)]
+pub struct HfTokenizerConfig {
+    pub bos_token: Option<String>,
+    pub eos_token: Option<String>,
+    pub add_bos_token: bool,
+    pub chat_template: Option<String>,
+}
+
+fn token_text(v: Option<&serde_json::Value>) -> Option<String> {
+    match v? {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Object(o) => o.get("content").and_then(|c| c.as_str()).map(str::to_string),
+        _ => None,
+    }
+}
+
+impl HfTokenizerConfig {
+    pub fn read(dir: &Path) -> Result<HfTokenizerConfig> {
+        let mut cfg = HfTokenizerConfig::default();
+        let path = dir.join("tokenizer_config.json");
+        if path.exists() {
+            let text = std::fs::read_to_string(&path).map_err(|source| Error::Io {
+                path: path.clone(),
+                source,
+            })?;
+            let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::File {
+                path: path.clone(),
+                message: format!("not valid JSON: {e}"),
+            })?;
+            cfg.bos_token = token_text(v.get("bos_token"));
+            cfg.eos_token = token_text(v.get("eos_token"));
+            cfg.add_bos_token = v.get("add_bos_token").and_then(|b| b.as_bool()).unwrap_or(false);
+            cfg.chat_template = match v.get("chat_template") {
+                Some(serde_json::Value::String(s)) => Some(s.clone()),
+                // Older layout: a list of named templates; take "default".
+                Some(serde_json::Value::Array(list)) => list
+                    .iter()
+                    .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"))
+                    .or(list.first())
+                    .and_then(|t| t.get("template"))
+                    .and_then(|t| t.as_str())
+                    .map(str::to_string),
+                _ => None,
+            };
+        }
+        let jinja = dir.join("chat_template.jinja");
+        if jinja.exists() {
+            cfg.chat_template =
+                Some(std::fs::read_to_string(&jinja).map_err(|source| Error::Io { path: jinja, source })?);
+        }
+        Ok(cfg)
+    }
+}
