@@ -144,3 +144,23 @@ fn no_adapter_says_how_to_get_one() {
     let err = Gpu::new(&opts).unwrap_err();
     assert!(err.to_string().contains("apt-get install mesa-vulkan-drivers"), "{err}");
 }
+
+#[test]
+fn a_view_keeps_its_root_alive_and_reads_the_same_memory() {
+    let gpu = gpu();
+    let mut g = Graph::new();
+    let a = g.input("a", &[6], DType::F32);
+    let o = g.input("o", &[2, 3], DType::F32);
+    let b = g.add(a, a).unwrap(); // last direct use of b is here...
+    let v = g.reshape(b, &[2, 3]).unwrap();
+    let c = g.add(o, o).unwrap(); // ...so a planner that ignored the view could hand b's buffer to c.
+    let d = g.add(v, c).unwrap();
+    g.output(d);
+    assert!(g.reshape(b, &[7]).is_err());
+    let mut plan = Plan::new(gpu, g).unwrap();
+    plan.write_input(gpu, a, bytemuck::cast_slice(&[1f32, 2., 3., 4., 5., 6.]))
+        .unwrap();
+    plan.write_input(gpu, o, bytemuck::cast_slice(&[10f32; 6])).unwrap();
+    plan.run(gpu, &StepVars::default()).unwrap();
+    assert_eq!(plan.read_f32(d).unwrap(), vec![22., 24., 26., 28., 30., 32.]);
+}

@@ -22,6 +22,8 @@ pub enum Source {
     External(GpuTensor),
     /// Produced by a node; its buffer is assigned by the plan and reused after its last use.
     Node,
+    /// Another tensor's memory under a new shape of the same size (a free reshape).
+    View(TensorId),
 }
 
 #[derive(Debug)]
@@ -90,6 +92,41 @@ impl Graph {
     /// A device tensor owned outside the graph (weights, KV cache). Kernels may write to it.
     pub fn external(&mut self, t: &GpuTensor) -> TensorId {
         self.push_tensor(&t.name.clone(), &t.shape.clone(), t.dtype, Source::External(t.clone()))
+    }
+
+    /// The same memory under another shape with the same number of bytes (no copy, no dispatch).
+    pub fn reshape(&mut self, id: TensorId, shape: &[usize]) -> Result<TensorId> {
+        let (dtype, name, bytes) = {
+            let t = self.desc(id);
+            (t.dtype, t.name.clone(), t.bytes())
+        };
+        if let Source::External(t) = &self.desc(id).source {
+            if t.parts.len() > 1 {
+                return Err(Error::shape("reshape", format!("{name} is split into parts")));
+            }
+        }
+        let view = TensorDesc {
+            name: name.clone(),
+            shape: shape.to_vec(),
+            dtype,
+            source: Source::View(self.root(id)),
+        };
+        if view.bytes() != bytes {
+            return Err(Error::shape(
+                "reshape",
+                format!("{name}: {:?} to {shape:?} changes the size", self.shape(id)),
+            ));
+        }
+        self.tensors.push(view);
+        Ok(TensorId(self.tensors.len() - 1))
+    }
+
+    /// The tensor whose memory `id` uses (itself unless it is a view).
+    pub fn root(&self, id: TensorId) -> TensorId {
+        match self.tensors[id.0].source {
+            Source::View(base) => base,
+            _ => id,
+        }
     }
 
     /// Ask for this tensor to be read back after each run.

@@ -97,14 +97,19 @@ impl Plan {
             ..
         } = graph;
         // Last node that uses each tensor; read-back tensors live to the end.
+        // Views share their root's memory, so a use of a view is a use of the root.
+        let root = |t: TensorId| match tensors[t.0].source {
+            Source::View(base) => base,
+            _ => t,
+        };
         let mut last_use = vec![0usize; tensors.len()];
         for (n, node) in nodes.iter().enumerate() {
             for t in node.inputs.iter().chain(&node.outputs) {
-                last_use[t.0] = n;
+                last_use[root(*t).0] = n;
             }
         }
         for t in &readback {
-            last_use[t.0] = usize::MAX;
+            last_use[root(*t).0] = usize::MAX;
         }
         let mut pool = Pool::default();
         let mut buffers: Vec<Option<Arc<wgpu::Buffer>>> = vec![None; tensors.len()];
@@ -147,6 +152,8 @@ impl Plan {
                     let id = *io
                         .get(slot)
                         .ok_or_else(|| Error::Graph(format!("{}: bad binding slot {slot}", node.label)))?;
+                    let bytes = tensors[id.0].bytes();
+                    let id = root(id);
                     let t = &tensors[id.0];
                     let (buffer, size): (&wgpu::Buffer, u64) = match (&t.source, &buffers[id.0]) {
                         (Source::External(g), _) => {
@@ -161,9 +168,9 @@ impl Plan {
                                 .parts
                                 .get(part)
                                 .ok_or_else(|| Error::Graph(format!("{}: no part {part}", t.name)))?;
-                            (&p.buffer, p.bytes)
+                            (&p.buffer, p.bytes.min(bytes))
                         }
-                        (_, Some(buf)) => (buf, t.bytes()),
+                        (_, Some(buf)) => (buf, bytes),
                         (_, None) => {
                             return Err(Error::Graph(format!("{}: tensor {} has no buffer", node.label, t.name)))
                         }
@@ -191,7 +198,7 @@ impl Plan {
                 });
             }
             // Release what this node was the last to use (after its outputs took their buffers).
-            for t in node.inputs.iter().chain(&node.outputs) {
+            for t in node.inputs.iter().chain(&node.outputs).map(|t| root(*t)) {
                 if last_use[t.0] == n && matches!(tensors[t.0].source, Source::Node) {
                     if let Some(b) = buffers[t.0].clone() {
                         if !pool.free.iter().any(|f| Arc::ptr_eq(f, &b)) {
@@ -228,8 +235,8 @@ impl Plan {
         });
         let mut readbacks = Vec::new();
         for id in readback {
-            let t = &tensors[id.0];
-            let src = match (&t.source, &buffers[id.0]) {
+            let t = &tensors[root(id).0];
+            let src = match (&t.source, &buffers[root(id).0]) {
                 (Source::External(g), _) if g.parts.len() == 1 => g.parts[0].buffer.clone(),
                 (_, Some(b)) => b.clone(),
                 _ => return Err(Error::Graph(format!("cannot read back split tensor {}", t.name))),
