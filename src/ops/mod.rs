@@ -79,6 +79,7 @@ pub mod kv_write;
 pub mod matmul;
 pub mod rms_norm;
 pub mod rope;
+pub mod rows;
 pub mod silu_mul;
 pub mod softmax;
 pub mod topk;
@@ -90,6 +91,7 @@ pub fn all_variants() -> Vec<ShaderKey> {
     v.extend(matmul::variants());
     v.extend(rms_norm::variants());
     v.extend(rope::variants());
+    v.extend(rows::variants());
     v.extend(silu_mul::variants());
     v.extend(softmax::variants());
     v.extend(embedding::variants());

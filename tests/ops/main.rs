@@ -13,6 +13,7 @@ mod kv_write;
 mod matmul;
 mod rms_norm;
 mod rope;
+mod rows;
 mod silu_mul;
 mod softmax;
 mod topk;
@@ -25,6 +26,7 @@ fn all_cases() -> Vec<Case> {
     v.extend(matmul::cases());
     v.extend(rms_norm::cases());
     v.extend(rope::cases());
+    v.extend(rows::cases());
     v.extend(silu_mul::cases());
     v.extend(softmax::cases());
     v.extend(embedding::cases());
