@@ -1,3 +1,5 @@
 //! Model file readers: GGUF, safetensors, Hugging Face directories.
 
 pub mod gguf;
+pub mod gguf_write;
+pub mod safetensors;

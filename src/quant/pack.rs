@@ -1,0 +1,443 @@
+//! GPU layouts of block-quantized weights (Q4_0, Q4_1, Q8_0): raw GGUF blocks of a `[N, K]` tensor are repacked once
+//! at load into the layout the adapter's kernels read, and uploaded as `u32` words split into row parts that each
+//! fit one storage binding. Weights stay quantized on the device; `matmul_q` and `embedding_q` dequantize in
+//! registers.
+//!
+//! Both layouts keep ggml's nibble order inside a 32-weight block: quant word `i` (0..4 for Q4, 0..8 for Q8) of a
+//! block is bytes `4i..4i+4` of its `qs`. For Q4 word `i` holds weights `4i..4i+4` in the low nibbles of its bytes
+//! and weights `16+4i..16+4i+4` in the high nibbles; for Q8 it holds weights `4i..4i+4` as i8.
+//!
+//! * [`Layout::Tiled`] (CPU adapters such as lavapipe; LAVAPIPE.md §4, "chunk-tiled"): rows come in tiles of
+//!   [`TILE`] = 32 (8 SIMD lanes x 4 outputs; N is padded with zero rows). Quants are `vec4<u32>` at index
+//!   `((tile * G + g) * WB + i) * 8 + lane`, component `j` = word `i` of block `g` of row `32 tile + 4 lane + j`
+//!   (G = K/32 blocks per row, WB = words per block): the 8 lanes of a chunk read 128 contiguous bytes and the next
+//!   word (then the next block) continues right after. Scales use the same tiling per block: at
+//!   `(tile * G + g) * 8 + lane` a `vec2<u32>` of the 4 rows' `d` as f16 pairs (row `4 lane + 2h` in the low half of
+//!   word `h`), or for Q4_1 a `vec4<u32>` (d01, d23, m01, m23). There is no `mins` buffer.
+//! * [`Layout::Rows`] (GPUs): quants row-major, `[N, G * WB]` words (a row's blocks in order, coalesced along K);
+//!   scales `[N, ceil(G/2)]` words of f16 pairs (block `2w` in the low half of word `w`); Q4_1 mins likewise.
+
+use super::GgmlType;
+use crate::error::{Error, Result};
+use crate::gpu::tensor::{Part, USAGE};
+use crate::gpu::{DType, Gpu, GpuTensor};
+use std::sync::Arc;
+use wgpu::util::DeviceExt;
+
+/// Weights per block, for every format here.
+pub const QK: usize = 32;
+/// Rows per tile of the tiled layout: 8 lanes of a SIMD chunk x 4 outputs per lane.
+pub const TILE: usize = 32;
+/// Lanes per tile.
+pub const LANES: usize = 8;
+/// Rows per part granule of the rows layout (the GPU kernel's rows per workgroup).
+pub const ROWS_GRANULE: usize = 4;
+
+/// Where the packed words go: chosen from the adapter type at load ([`Layout::for_caps`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Layout {
+    /// Chunk-tiled, for CPU adapters (lavapipe).
+    Tiled,
+    /// Row-major quants with separate scale (and min) arrays, for GPUs.
+    Rows,
+}
+
+impl Layout {
+    pub fn for_caps(caps: &crate::gpu::Caps) -> Layout {
+        if caps.cpu_adapter {
+            Layout::Tiled
+        } else {
+            Layout::Rows
+        }
+    }
+
+    /// Rows each part holds a whole number of.
+    pub fn granule(self) -> usize {
+        match self {
+            Layout::Tiled => TILE,
+            Layout::Rows => ROWS_GRANULE,
+        }
+    }
+}
+
+/// The block formats the kernels read, with their block geometry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Format {
+    pub ty: GgmlType,
+}
+
+impl Format {
+    /// Q4_0, Q4_1 or Q8_0; anything else is an error.
+    pub fn new(ty: GgmlType) -> Result<Format> {
+        match ty {
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => Ok(Format { ty }),
+            _ => Err(Error::Invalid(format!("{ty} weights cannot be packed for matmul_q (Q4_0, Q4_1, Q8_0 only)"))),
+        }
+    }
+    /// 8-bit quants.
+    pub fn q8(self) -> bool {
+        self.ty == GgmlType::Q8_0
+    }
+    /// A per-block minimum (Q4_1).
+    pub fn has_min(self) -> bool {
+        self.ty == GgmlType::Q4_1
+    }
+    /// Quant words per block (4 for Q4, 8 for Q8).
+    pub fn words_per_block(self) -> usize {
+        if self.q8() {
+            8
+        } else {
+            4
+        }
+    }
+    pub fn block_bytes(self) -> usize {
+        self.ty.type_size()
+    }
+    /// Byte offset of `qs` in a block.
+    fn qs_offset(self) -> usize {
+        if self.has_min() {
+            4
+        } else {
+            2
+        }
+    }
+}
+
+/// Words of each buffer for `rows` rows (a multiple of the layout's granule) of a `K = 32 g` matrix.
+fn words(format: Format, layout: Layout, rows: usize, g: usize) -> (usize, usize, usize) {
+    let q = rows * g * format.words_per_block();
+    match layout {
+        Layout::Tiled => (q, rows / 4 * g * if format.has_min() { 4 } else { 2 }, 0),
+        Layout::Rows => {
+            let s = rows * g.div_ceil(2);
+            (q, s, if format.has_min() { s } else { 0 })
+        }
+    }
+}
+
+/// Host copy of one part: words of each buffer (mins empty unless Q4_1 in the rows layout).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostPart {
+    /// First output row and row count (padded rows of the tiled layout excluded).
+    pub row0: usize,
+    pub rows: usize,
+    pub quants: Vec<u32>,
+    pub scales: Vec<u32>,
+    pub mins: Vec<u32>,
+}
+
+/// Checks that `raw` holds `n` rows of `k` weights of `format`, returns `G = k / 32`.
+pub fn check_raw(format: Format, n: usize, k: usize, raw: &[u8]) -> Result<usize> {
+    if n == 0 || k == 0 || k % QK != 0 {
+        return Err(Error::shape(
+            "pack",
+            format!("{} weights [{n}, {k}]: N must be positive and K a positive multiple of 32", format.ty),
+        ));
+    }
+    let want = (n as u128) * (k / QK) as u128 * format.block_bytes() as u128;
+    if raw.len() as u128 != want {
+        return Err(Error::shape(
+            "pack",
+            format!("{} weights [{n}, {k}] need {want} bytes, got {}", format.ty, raw.len()),
+        ));
+    }
+    if n * k > u32::MAX as usize {
+        return Err(Error::shape("pack", format!("[{n}, {k}] has over 2^32 weights")));
+    }
+    Ok(k / QK)
+}
+
+/// Rows per part: the most whole granules whose largest buffer fits `max_binding` bytes.
+pub fn rows_per_part(format: Format, layout: Layout, n: usize, k: usize, max_binding: u64) -> Result<usize> {
+    let gr = layout.granule();
+    let (q, s, m) = words(format, layout, gr, k / QK);
+    let granule_bytes = 4 * q.max(s).max(m) as u64;
+    if granule_bytes > max_binding {
+        return Err(Error::BindingTooLarge {
+            name: format!("{} weights with K = {k}", format.ty),
+            bytes: granule_bytes,
+            limit: max_binding,
+        });
+    }
+    let granules = (max_binding / granule_bytes) as usize;
+    Ok((granules * gr).min(n.next_multiple_of(gr)))
+}
+
+/// Little-endian u32 at `b[at..at + 4]`.
+fn word(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// f16 bits at `b[at..at + 2]`.
+fn half(b: &[u8], at: usize) -> u32 {
+    u16::from_le_bytes([b[at], b[at + 1]]) as u32
+}
+
+/// Repack rows `row0..row0 + rows` of the raw `[n, k]` tensor (rows past `n` are zero padding).
+fn pack_part(format: Format, layout: Layout, n: usize, k: usize, raw: &[u8], row0: usize, rows: usize) -> HostPart {
+    let g = k / QK;
+    let (bb, wb, qs) = (format.block_bytes(), format.words_per_block(), format.qs_offset());
+    let padded = rows.next_multiple_of(layout.granule());
+    let (qw, sw, mw) = words(format, layout, padded, g);
+    let mut part = HostPart {
+        row0,
+        rows,
+        quants: vec![0; qw],
+        scales: vec![0; sw],
+        mins: vec![0; mw],
+    };
+    let block = |r: usize, b: usize| -> Option<&[u8]> {
+        let row = row0 + r;
+        (r < rows && row < n).then(|| &raw[(row * g + b) * bb..(row * g + b + 1) * bb])
+    };
+    match layout {
+        Layout::Tiled => {
+            let per_s = if format.has_min() { 4 } else { 2 };
+            for tile in 0..padded / TILE {
+                for b in 0..g {
+                    for lane in 0..LANES {
+                        for j in 0..4 {
+                            let Some(blk) = block(tile * TILE + 4 * lane + j, b) else { continue };
+                            for i in 0..wb {
+                                part.quants[(((tile * g + b) * wb + i) * LANES + lane) * 4 + j] =
+                                    word(blk, qs + 4 * i);
+                            }
+                            let s = ((tile * g + b) * LANES + lane) * per_s;
+                            let shift = 16 * (j % 2);
+                            part.scales[s + j / 2] |= half(blk, 0) << shift;
+                            if format.has_min() {
+                                part.scales[s + 2 + j / 2] |= half(blk, 2) << shift;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Layout::Rows => {
+            let sw = g.div_ceil(2);
+            for r in 0..rows {
+                for b in 0..g {
+                    let Some(blk) = block(r, b) else { continue };
+                    for i in 0..wb {
+                        part.quants[(r * g + b) * wb + i] = word(blk, qs + 4 * i);
+                    }
+                    let shift = 16 * (b % 2);
+                    part.scales[r * sw + b / 2] |= half(blk, 0) << shift;
+                    if format.has_min() {
+                        part.mins[r * sw + b / 2] |= half(blk, 2) << shift;
+                    }
+                }
+            }
+        }
+    }
+    part
+}
+
+/// Repack a raw GGUF `[n, k]` tensor of `ty` into `layout`, split into parts of at most `max_binding` bytes each.
+pub fn pack(ty: GgmlType, layout: Layout, n: usize, k: usize, raw: &[u8], max_binding: u64) -> Result<Vec<HostPart>> {
+    let format = Format::new(ty)?;
+    check_raw(format, n, k, raw)?;
+    let per = rows_per_part(format, layout, n, k, max_binding)?;
+    Ok((0..n)
+        .step_by(per)
+        .map(|row0| pack_part(format, layout, n, k, raw, row0, per.min(n - row0)))
+        .collect())
+}
+
+/// Inverse of [`pack`]: the raw GGUF bytes of the `[n, k]` tensor the parts were packed from (for tests and tools).
+pub fn unpack(ty: GgmlType, layout: Layout, n: usize, k: usize, parts: &[HostPart]) -> Result<Vec<u8>> {
+    let format = Format::new(ty)?;
+    let g = k / QK;
+    let (bb, wb, qs) = (format.block_bytes(), format.words_per_block(), format.qs_offset());
+    let mut raw = vec![0u8; n * g * bb];
+    for p in parts {
+        let padded = p.rows.next_multiple_of(layout.granule());
+        let (qw, sw, mw) = words(format, layout, padded, g);
+        if p.quants.len() != qw || p.scales.len() != sw || p.mins.len() != mw || p.row0 + p.rows > n {
+            return Err(Error::Invalid(format!("packed part at row {} does not match [{n}, {k}]", p.row0)));
+        }
+        for r in 0..p.rows {
+            for b in 0..g {
+                let at = ((p.row0 + r) * g + b) * bb;
+                let blk = &mut raw[at..at + bb];
+                let (d, m, q): (u32, u32, Vec<u32>) = match layout {
+                    Layout::Tiled => {
+                        let (tile, lane, j) = (r / TILE, r % TILE / 4, r % 4);
+                        let per_s = if format.has_min() { 4 } else { 2 };
+                        let s = ((tile * g + b) * LANES + lane) * per_s;
+                        let shift = 16 * (j % 2);
+                        let m = if format.has_min() { p.scales[s + 2 + j / 2] >> shift } else { 0 };
+                        let q = (0..wb)
+                            .map(|i| p.quants[(((tile * g + b) * wb + i) * LANES + lane) * 4 + j])
+                            .collect();
+                        (p.scales[s + j / 2] >> shift, m, q)
+                    }
+                    Layout::Rows => {
+                        let (w, shift) = (r * g.div_ceil(2) + b / 2, 16 * (b % 2));
+                        let m = if format.has_min() { p.mins[w] >> shift } else { 0 };
+                        (p.scales[w] >> shift, m, (0..wb).map(|i| p.quants[(r * g + b) * wb + i]).collect())
+                    }
+                };
+                blk[0..2].copy_from_slice(&(d as u16).to_le_bytes());
+                if format.has_min() {
+                    blk[2..4].copy_from_slice(&(m as u16).to_le_bytes());
+                }
+                for (i, w) in q.iter().enumerate() {
+                    blk[qs + 4 * i..qs + 4 * i + 4].copy_from_slice(&w.to_le_bytes());
+                }
+            }
+        }
+    }
+    Ok(raw)
+}
+
+/// A quantized `[n, k]` weight resident on the device in one of the layouts.
+///
+/// Each buffer is a flat `u32` tensor split into the same parts; a part's `row0` / `rows` count output rows (rows of
+/// W), not elements of the flat tensor. Kernels issue one dispatch per part.
+#[derive(Clone, Debug)]
+pub struct PackedWeight {
+    pub name: String,
+    pub format: Format,
+    pub layout: Layout,
+    /// Output rows (N) and reduction length (K, a multiple of 32).
+    pub n: usize,
+    pub k: usize,
+    /// Quant words (see the module doc for the two layouts).
+    pub quants: GpuTensor,
+    /// f16 pairs of per-block scales (and mins, in the tiled layout of Q4_1).
+    pub scales: GpuTensor,
+    /// f16 pairs of per-block minimums: Q4_1 in the rows layout only.
+    pub mins: Option<GpuTensor>,
+}
+
+fn upload_words(gpu: &Gpu, name: &str, parts: &[(usize, usize, &[u32])]) -> GpuTensor {
+    let mut out = Vec::new();
+    let mut total = 0;
+    for &(row0, rows, w) in parts {
+        let bytes: &[u8] = bytemuck::cast_slice(w);
+        let buffer = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(name),
+            contents: if bytes.is_empty() { &[0; 4] } else { bytes },
+            usage: USAGE,
+        });
+        total += w.len();
+        out.push(Part {
+            buffer: Arc::new(buffer),
+            row0,
+            rows,
+            bytes: bytes.len().max(4) as u64,
+        });
+    }
+    GpuTensor {
+        name: name.into(),
+        shape: vec![total],
+        dtype: DType::U32,
+        parts: out,
+    }
+}
+
+impl PackedWeight {
+    /// Pack raw GGUF blocks of a `[n, k]` tensor in the layout the adapter wants, and upload them.
+    pub fn upload(gpu: &Gpu, name: &str, ty: GgmlType, n: usize, k: usize, raw: &[u8]) -> Result<PackedWeight> {
+        Self::upload_with(gpu, name, ty, Layout::for_caps(&gpu.caps), n, k, raw)
+    }
+
+    /// [`PackedWeight::upload`] in a chosen layout (tests and benches run both on one adapter).
+    pub fn upload_with(
+        gpu: &Gpu,
+        name: &str,
+        ty: GgmlType,
+        layout: Layout,
+        n: usize,
+        k: usize,
+        raw: &[u8],
+    ) -> Result<PackedWeight> {
+        let format = Format::new(ty)?;
+        let max = gpu.caps.max_binding.min(gpu.caps.max_buffer);
+        let parts = pack(ty, layout, n, k, raw, max)?;
+        let pick = |f: fn(&HostPart) -> &[u32]| parts.iter().map(|p| (p.row0, p.rows, f(p))).collect::<Vec<_>>();
+        let quants = upload_words(gpu, &format!("{name}.quants"), &pick(|p| &p.quants));
+        let scales = upload_words(gpu, &format!("{name}.scales"), &pick(|p| &p.scales));
+        let mins = (layout == Layout::Rows && format.has_min())
+            .then(|| upload_words(gpu, &format!("{name}.mins"), &pick(|p| &p.mins)));
+        gpu.check("PackedWeight::upload")?;
+        Ok(PackedWeight {
+            name: name.into(),
+            format,
+            layout,
+            n,
+            k,
+            quants,
+            scales,
+            mins,
+        })
+    }
+
+    /// (first output row, rows) of each part.
+    pub fn parts(&self) -> Vec<(usize, usize)> {
+        self.quants.parts.iter().map(|p| (p.row0, p.rows)).collect()
+    }
+
+    /// Device bytes of all buffers (the traffic of one full read).
+    pub fn bytes(&self) -> u64 {
+        [Some(&self.quants), Some(&self.scales), self.mins.as_ref()]
+            .into_iter()
+            .flatten()
+            .flat_map(|t| t.parts.iter().map(|p| p.bytes))
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(ty: GgmlType, n: usize, k: usize, seed: u32) -> Vec<u8> {
+        let x: Vec<f32> = (0..n * k)
+            .map(|i| ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) as f32 / (1 << 24) as f32 - 0.5)
+            .collect();
+        crate::quant::quantize(ty, &x).unwrap()
+    }
+
+    #[test]
+    fn pack_unpack_round_trips_every_format_layout_and_split() {
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+            for layout in [Layout::Tiled, Layout::Rows] {
+                for (n, k) in [(1, 32), (7, 64), (33, 96), (100, 32)] {
+                    let r = raw(ty, n, k, 7);
+                    for max in [1 << 30, 4096] {
+                        let parts = pack(ty, layout, n, k, &r, max).unwrap();
+                        assert_eq!(parts.iter().map(|p| p.rows).sum::<usize>(), n);
+                        for p in &parts {
+                            let (q, s, m) = (p.quants.len(), p.scales.len(), p.mins.len());
+                            assert!(4 * q.max(s).max(m) as u64 <= max, "{ty} {layout:?} {n}x{k} part over {max}");
+                        }
+                        assert_eq!(unpack(ty, layout, n, k, &parts).unwrap(), r, "{ty} {layout:?} {n}x{k} {max}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn tiled_layout_puts_a_chunk_on_contiguous_words() {
+        // Row 4*lane + j, block b, word i sits at ((tile*G + b)*WB + i)*8 + lane, component j.
+        let (n, k) = (64, 64);
+        let r = raw(GgmlType::Q4_0, n, k, 1);
+        let p = &pack(GgmlType::Q4_0, Layout::Tiled, n, k, &r, 1 << 30).unwrap()[0];
+        let (row, b, i) = (32 + 4 * 5 + 2, 1, 3);
+        let at = (row * 2 + b) * 18 + 2 + 4 * i;
+        assert_eq!(p.quants[(((2 + b) * 4 + i) * 8 + 5) * 4 + 2], word(&r, at));
+    }
+
+    #[test]
+    fn bad_shapes_and_lengths_are_errors() {
+        let r = raw(GgmlType::Q8_0, 2, 64, 0);
+        assert!(pack(GgmlType::Q8_0, Layout::Rows, 2, 48, &r, 1 << 20).is_err());
+        assert!(pack(GgmlType::Q8_0, Layout::Rows, 3, 64, &r, 1 << 20).is_err());
+        assert!(pack(GgmlType::Q8_0, Layout::Rows, 2, 64, &r[1..], 1 << 20).is_err());
+        assert!(pack(GgmlType::F16, Layout::Rows, 2, 64, &r, 1 << 20).is_err());
+        assert!(pack(GgmlType::Q8_0, Layout::Tiled, 2, 64, &r, 64).is_err());
+    }
+}
