@@ -6,9 +6,10 @@ use naga::valid::Capabilities;
 use shaderlm::gpu::{pipelines::reflect, shaders, ShaderKey};
 
 /// Capabilities a variant may use: only what its flags ask for, so fallbacks never use f16 or subgroups.
+/// `unpack2x16float` (f16 data in f32 math) is assumed everywhere: every native API and GLES 3 have it.
 fn caps_for(key: &ShaderKey) -> Capabilities {
     let on = |n: &str| key.defs.iter().any(|(k, v)| *k == n && v != "false");
-    let mut c = Capabilities::empty();
+    let mut c = Capabilities::SHADER_FLOAT16_IN_FLOAT32;
     if on("F16") {
         c |= Capabilities::SHADER_FLOAT16;
     }

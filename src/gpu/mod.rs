@@ -31,6 +31,8 @@ pub struct GpuOptions {
 #[derive(Clone, Debug)]
 pub struct Caps {
     pub f16: bool,
+    /// `unpack2x16float` and friends (f16 data in f32 math): every native API and GLES 3 have it.
+    pub f16_in_f32: bool,
     pub subgroups: bool,
     /// Subgroup size when `subgroups` (the minimum the adapter reports).
     pub subgroup_size: u32,
@@ -204,8 +206,10 @@ impl Gpu {
             max_binding = max_binding.min(o);
         }
         let subgroups = features.contains(wgpu::Features::SUBGROUP) && info.subgroup_min_size >= 4;
+        let downlevel = adapter.get_downlevel_capabilities().flags;
         let caps = Caps {
             f16: features.contains(wgpu::Features::SHADER_F16),
+            f16_in_f32: downlevel.contains(wgpu::DownlevelFlags::SHADER_F16_IN_F32),
             subgroups,
             subgroup_size: if subgroups { info.subgroup_min_size } else { 1 },
             timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),

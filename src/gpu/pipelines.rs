@@ -81,6 +81,9 @@ pub struct PipelineCache {
 /// naga capabilities matching the device.
 pub fn naga_caps(caps: &Caps) -> naga::valid::Capabilities {
     let mut c = naga::valid::Capabilities::empty();
+    if caps.f16_in_f32 {
+        c |= naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+    }
     if caps.f16 {
         c |= naga::valid::Capabilities::SHADER_FLOAT16;
     }

@@ -1,7 +1,140 @@
-//! rms_norm (placeholder: being written).
+//! RMSNorm: `y = x / sqrt(mean(x^2) + eps) * weight` over the last dim, one workgroup per row.
 
-use crate::gpu::ShaderKey;
+use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
+use crate::error::{Error, Result};
+use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{Graph, TensorId};
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct RmsNormParams {
+    rows: u32,
+    d: u32,
+    eps: f32,
+}
+
+/// Workgroup size on CPU adapters: one 8-lane SIMD chunk of llvmpipe, so the reduction needs no barrier between
+/// chunks (coroutine switches there). Measured on lavapipe (contended): 512 rows of 576, 2.3 ms at 8 lanes vs 5.4
+/// at 256 (scalar loads); 512 rows of 4096 with vec4 loads, within noise (10.9 vs 10.3 ms).
+pub const WG_CPU: u32 = 8;
+/// Workgroup size on GPUs.
+pub const WG_GPU: u32 = 256;
+
+fn key(wg: u32, subgroups: bool, vec4: bool) -> ShaderKey {
+    ShaderKey::new("rms_norm")
+        .def("WG", format!("{wg}u"))
+        .flag("VEC4", vec4)
+        .flag("SUBGROUPS", subgroups)
+}
+
+#[derive(Debug)]
+pub struct RmsNorm {
+    rows: usize,
+    d: usize,
+    eps: f32,
+    /// Forced workgroup size (else from the adapter type).
+    wg: Option<u32>,
+}
+
+impl Kernel for RmsNorm {
+    fn name(&self) -> &'static str {
+        "rms_norm"
+    }
+    fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
+        let wg = self.wg.unwrap_or(if caps.cpu_adapter { WG_CPU } else { WG_GPU });
+        vec![Dispatch {
+            shader: key(wg, caps.subgroups, self.d.is_multiple_of(4)),
+            bindings: vec![Bind::Tensor(0), Bind::Tensor(1), Bind::Tensor(2)],
+            workgroups: grid(self.rows, 1, caps.max_workgroups_per_dim),
+        }]
+    }
+    fn params(&self, _: usize, _: &StepVars) -> Params {
+        Params::of(&RmsNormParams {
+            rows: self.rows as u32,
+            d: self.d as u32,
+            eps: self.eps,
+        })
+    }
+    fn cost(&self) -> Cost {
+        let n = (self.rows * self.d) as u64;
+        Cost {
+            // Unique bytes: the second pass over a row (at most 32 KiB) reads it again from cache.
+            bytes_read: 4 * (n + self.d as u64),
+            bytes_written: 4 * n,
+            flops: 4 * n,
+        }
+    }
+}
+
+impl Graph {
+    /// RMSNorm of `x` [.., d] (f32) with `weight` [d] (f32): `x / sqrt(mean(x^2) + eps) * weight`.
+    pub fn rms_norm(&mut self, x: TensorId, weight: TensorId, eps: f32) -> Result<TensorId> {
+        self.rms_norm_impl(x, weight, eps, None)
+    }
+
+    /// [`Graph::rms_norm`] with the workgroup size forced to [`WG_CPU`] or [`WG_GPU`] whatever the adapter, so
+    /// tests and benchmarks can run both layouts.
+    pub fn rms_norm_with_workgroup(&mut self, x: TensorId, weight: TensorId, eps: f32, wg: u32) -> Result<TensorId> {
+        if wg != WG_CPU && wg != WG_GPU {
+            return Err(Error::Invalid(format!(
+                "rms_norm: workgroup size {wg}, want {WG_CPU} or {WG_GPU}"
+            )));
+        }
+        self.rms_norm_impl(x, weight, eps, Some(wg))
+    }
+
+    fn rms_norm_impl(&mut self, x: TensorId, weight: TensorId, eps: f32, wg: Option<u32>) -> Result<TensorId> {
+        let shape = self.shape(x).to_vec();
+        let d = shape.last().copied().unwrap_or(0);
+        let n: usize = shape.iter().product();
+        if d == 0
+            || n == 0
+            || self.shape(weight) != [d]
+            || self.dtype(x) != DType::F32
+            || self.dtype(weight) != DType::F32
+            || !eps.is_finite()
+            || eps < 0.0
+        {
+            return Err(Error::shape(
+                "rms_norm",
+                format!(
+                    "x {shape:?} {:?}, weight {:?} {:?}, eps {eps}: want x [.., d] f32, weight [d] f32, eps >= 0",
+                    self.dtype(x),
+                    self.shape(weight),
+                    self.dtype(weight)
+                ),
+            ));
+        }
+        let k = RmsNorm {
+            rows: n / d,
+            d,
+            eps,
+            wg,
+        };
+        Ok(self.add_node(k, &[x, weight], &[("rms_norm", &shape, DType::F32)])?[0])
+    }
+}
+
+/// CPU reference: the sum of squares in f64, then the HF order `(x * r) * weight`.
+pub fn reference(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
+    let d = weight.len();
+    let mut y = Vec::with_capacity(x.len());
+    for row in x.chunks(d) {
+        let ss: f64 = row.iter().map(|&v| v as f64 * v as f64).sum();
+        let r = 1.0 / (ss / d as f64 + eps as f64).sqrt();
+        y.extend(row.iter().zip(weight).map(|(&v, &w)| (v as f64 * r * w as f64) as f32));
+    }
+    y
+}
 
 pub fn variants() -> Vec<ShaderKey> {
-    Vec::new()
+    let mut v = Vec::new();
+    for wg in [WG_CPU, WG_GPU] {
+        for subgroups in [false, true] {
+            for vec4 in [false, true] {
+                v.push(key(wg, subgroups, vec4));
+            }
+        }
+    }
+    v
 }

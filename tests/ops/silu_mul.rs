@@ -1,7 +1,60 @@
-//! silu_mul vs CPU reference (placeholder: being written).
+//! silu_mul vs CPU (f64).
+//!
+//! Metric: rel+abs with rtol = (8 + 2 * max|gate|) ulp (|gate| capped at 88) and atol = 1e-30. Vulkan's bounds: exp
+//! is good to 3 + 2|x| ulp, division to 2.5 ulp, add and multiply to 0.5 ulp each; silu's relative error is at most
+//! exp's plus those. atol only covers outputs under ~1e-30 (gate below -64), which an adapter may flush to zero.
 
-use crate::common::Case;
+use crate::common::{rel_abs, Case, Rng};
+use shaderlm::gpu::DType;
+use shaderlm::graph::{Graph, Plan};
+use shaderlm::ops::{silu_mul, StepVars};
+
+fn case(name: String, rows: usize, f: usize, gate_scale: f32, fixed: &'static [f32]) -> Case {
+    Case::new("silu_mul", name, move |gpu| {
+        let n = rows * f;
+        let mut rng = Rng::new((n * 31 + f) as u64);
+        let mut gate = rng.vec(n, gate_scale);
+        let up = rng.vec(n, 2.0);
+        for (g, &v) in gate.iter_mut().zip(fixed) {
+            *g = v;
+        }
+        let mut g = Graph::new();
+        let tg = g.input("gate", &[rows, f], DType::F32);
+        let tu = g.input("up", &[rows, f], DType::F32);
+        let y = g.silu_mul(tg, tu)?;
+        g.output(y);
+        let mut plan = Plan::new(gpu, g)?;
+        plan.write_input(gpu, tg, bytemuck::cast_slice(&gate))?;
+        plan.write_input(gpu, tu, bytemuck::cast_slice(&up))?;
+        plan.run(gpu, &StepVars::default())?;
+        let max_gate = gate.iter().fold(0f32, |m, v| m.max(v.abs())).min(88.0) as f64;
+        let rtol = (8.0 + 2.0 * max_gate) * f64::from(f32::EPSILON) / 2.0;
+        Ok(rel_abs(
+            &plan.read_f32(y)?,
+            &silu_mul::reference(&gate, &up),
+            rtol,
+            1e-30,
+        ))
+    })
+}
 
 pub fn cases() -> Vec<Case> {
-    Vec::new()
+    let mut v = Vec::new();
+    for f in [1usize, 7, 64, 576, 1000, 4096] {
+        for rows in [1usize, 3, 17] {
+            v.push(case(format!("rows{rows}_f{f}"), rows, f, 8.0, &[]));
+        }
+    }
+    // Gates where exp(-gate) overflows (silu = -0, not NaN), underflows (silu = gate), and zero; in the scalar
+    // (n = 11) and the vec4 (n = 12) variants.
+    static EXTREME: [f32; 12] = [
+        -1e30, -1000.0, -100.0, -88.5, -87.0, -20.0, 0.0, -0.0, 20.0, 100.0, 1e30, -3e38,
+    ];
+    v.push(case("extreme_gates".into(), 1, 11, 8.0, &EXTREME));
+    v.push(case("extreme_gates_vec4".into(), 1, 12, 8.0, &EXTREME));
+    // Gates in [-64, 64]: exp's error grows with |x|.
+    v.push(case("wide_gates".into(), 3, 1001, 64.0, &[]));
+    // Past 65535 workgroups of 256 (the grid folds into y): odd n, so the scalar variant, one unit per element.
+    v.push(case("folded_grid".into(), 1, 65_537 * 256 + 1, 8.0, &[]));
+    v
 }

@@ -1,0 +1,82 @@
+// rope: rotary position embedding (Su et al. 2021, "RoFormer"). Token t of the step sits at position pos + t; pair j
+// of each head (j < rot_dim / 2) is rotated by the angle a = ((pos + t) * freq_scale) * inv_freq_j, with
+// inv_freq_j = theta^(-2j / rot_dim) / factors[j] (factors: llama3 / longrope per-frequency divisors):
+//   y0 = attn_factor * (x0 cos a - x1 sin a),  y1 = attn_factor * (x0 sin a + x1 cos a).
+// Pairs: style 0 rotate-half (NeoX, HF Llama) (j, j + rot_dim/2); style 1 interleaved (GPT-J, GGML) (2j, 2j + 1).
+// Dims from rot_dim to head_dim pass through unchanged.
+// Bindings: 0 x [n_tokens, n_heads, head_dim] f32 | (FACTORS) factors [rot_dim / 2] f32
+//           | last: y [n_tokens, n_heads, head_dim] f32 (written)
+// Params: see Params. Grid: n_tokens * (rot_dim / 2 + head_dim - rot_dim) invocations in workgroups of 64 (folded
+// into y past the per-dimension limit); each handles one pair (or one pass-through dim) across all heads, so cos
+// and sin are computed once per (token, pair).
+// Precision: the angle is formed in f32 as in HF, then reduced to [-pi, pi] exactly (Cody-Waite with 2*pi split
+// into an 8-bit head and a tail) before cos/sin, whose accuracy GPUs only promise in [-pi, pi].
+
+struct Params {
+    n_tokens: u32,
+    n_heads: u32,
+    head_dim: u32,
+    rot_dim: u32,
+    pos: u32,          // position of token 0 (StepVars.pos)
+    style: u32,        // 0 rotate-half, 1 interleaved
+    log2_theta: f32,
+    freq_scale: f32,
+    attn_factor: f32,
+}
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;        // [n_tokens, n_heads, head_dim]
+#if FACTORS
+@group(0) @binding(1) var<storage, read> factors: array<f32>;  // [rot_dim / 2]
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;  // [n_tokens, n_heads, head_dim]
+#else
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;  // [n_tokens, n_heads, head_dim]
+#endif
+@group(1) @binding(0) var<uniform> p: Params;
+
+const INV_TAU: f32 = 0.15915494309189535;
+const TAU_HI: f32 = 6.28125;                 // 201 / 32: k * TAU_HI is exact for k < 2^16
+const TAU_LO: f32 = 0.0019353071795864769;   // 2 pi - TAU_HI
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let half = p.rot_dim / 2u;
+    let per_token = half + (p.head_dim - p.rot_dim);
+    let idx = gid.x + gid.y * nwg.x * 64u;
+    if (idx >= p.n_tokens * per_token) {
+        return;
+    }
+    let t = idx / per_token;
+    let k = idx % per_token;
+    let row = t * p.n_heads * p.head_dim;
+    if (k >= half) {
+        let d = p.rot_dim + (k - half);
+        for (var h = 0u; h < p.n_heads; h++) {
+            let at = row + h * p.head_dim + d;
+            y[at] = x[at];
+        }
+        return;
+    }
+    let j = k;
+    var inv_freq = exp2(-(f32(2u * j) / f32(p.rot_dim)) * p.log2_theta);
+#if FACTORS
+    inv_freq = inv_freq / factors[j];
+#endif
+    let a = (f32(p.pos + t) * p.freq_scale) * inv_freq;
+    let turns = round(a * INV_TAU);
+    let r = (a - turns * TAU_HI) - turns * TAU_LO;
+    let c = cos(r) * p.attn_factor;
+    let s = sin(r) * p.attn_factor;
+    var i0 = j;
+    var i1 = j + half;
+    if (p.style == 1u) {
+        i0 = 2u * j;
+        i1 = 2u * j + 1u;
+    }
+    for (var h = 0u; h < p.n_heads; h++) {
+        let b = row + h * p.head_dim;
+        let x0 = x[b + i0];
+        let x1 = x[b + i1];
+        y[b + i0] = x0 * c - x1 * s;
+        y[b + i1] = x0 * s + x1 * c;
+    }
+}

@@ -1,0 +1,29 @@
+// silu_mul: y = silu(gate) * up = gate / (1 + exp(-gate)) * up, elementwise over n f32 values (the SwiGLU
+// activation of Llama-style FFNs; Shazeer 2020, "GLU Variants Improve Transformer").
+// Bindings (VEC4, when n % 4 == 0: the same data as n / 4 vec4 units):
+//   0 gate [n] f32 | 1 up [n] f32 | 2 y [n] f32 (written)
+// Params: units (n, or n / 4 with VEC4). Grid: ceil(units / 256) workgroups of 256 (folded into y past the
+// per-dimension limit), one unit per invocation.
+// gate below about -88: exp(-gate) overflows to +inf and silu(gate) is -0, as in IEEE (no NaN).
+
+struct Params { units: u32 }
+
+#if VEC4
+alias V = vec4<f32>;
+#else
+alias V = f32;
+#endif
+
+@group(0) @binding(0) var<storage, read> gate: array<V>;     // [n] as units
+@group(0) @binding(1) var<storage, read> up: array<V>;       // [n] as units
+@group(0) @binding(2) var<storage, read_write> y: array<V>;  // [n] as units
+@group(1) @binding(0) var<uniform> p: Params;
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 256u;
+    if (i < p.units) {
+        let g = gate[i];
+        y[i] = g / (1.0 + exp(-g)) * up[i];
+    }
+}
