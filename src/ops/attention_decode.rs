@@ -1,7 +1,173 @@
-//! attention_decode (placeholder: being written).
+//! Causal GQA attention for a few query tokens (decode, speculative verification), split along the keys across
+//! workgroups (flash-decoding), then combined.
+//!
+//! KV cache layout (see `kv_write`): K and V caches are f32 `[n_kv_heads, max_ctx, head_dim]`, each head's
+//! positions contiguous. Query `i` sits at position `vars.pos + i` and attends to keys `0 ..= pos + i`; the keys
+//! present are `kv_len = pos + n_q`, re-read from the params each run, so one plan serves every decode step.
+//! The number of splits is fixed when the graph is built (from `max_ctx`): each split covers `ceil(kv_len /
+//! splits)` keys, and the splits past `kv_len` are empty and harmless. Dispatch 1 writes each split's unnormalized
+//! output with its running max and sum (the node's extra outputs `attn_partial_o` and `attn_partial_ml`);
+//! dispatch 2 combines them.
 
-use crate::gpu::ShaderKey;
+use super::attention_prefill::{AttnShape, HEAD_DIMS};
+use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
+use crate::error::{Error, Result};
+use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{Graph, TensorId};
+
+/// Most query tokens per call (a longer chunk belongs to `attention_prefill`).
+pub const MAX_TOKENS: usize = 8;
+/// Most splits per kv head, and the fewest keys a split covers at full context.
+pub const MAX_SPLITS: usize = 32;
+pub const MIN_SPLIT_KEYS: usize = 256;
+/// Rows (query token x head of a GQA group) per workgroup of dispatch 1; more rows take more workgroups along z.
+const ROWS: usize = 16;
+
+/// Splits for a cache of `max_ctx` positions: each covers at least `MIN_SPLIT_KEYS` keys at full context.
+pub fn splits_for(max_ctx: usize) -> usize {
+    (max_ctx / MIN_SPLIT_KEYS).clamp(1, MAX_SPLITS)
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct SplitParams {
+    n_q: u32,
+    n_heads: u32,
+    n_kv: u32,
+    group: u32,
+    max_ctx: u32,
+    pos: u32,
+    splits: u32,
+    scale: f32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct CombineParams {
+    n_rows: u32,
+    splits: u32,
+}
+
+#[derive(Debug)]
+pub struct AttentionDecode {
+    shape: AttnShape,
+    splits: usize,
+    scale: f32,
+}
+
+fn split_key(head_dim: usize) -> ShaderKey {
+    ShaderKey::new("attention_decode").def("HD", head_dim).def("ROWS", ROWS)
+}
+
+fn combine_key(head_dim: usize) -> ShaderKey {
+    ShaderKey::new("attention_decode")
+        .def("HD", head_dim)
+        .flag("COMBINE", true)
+}
+
+impl Kernel for AttentionDecode {
+    fn name(&self) -> &'static str {
+        "attention_decode"
+    }
+    /// Node tensors: 0 q, 1 k_cache, 2 v_cache, 3 out, 4 partial_o, 5 partial_ml.
+    fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
+        let s = &self.shape;
+        let row_blocks = (s.n_tokens * s.group()).div_ceil(ROWS);
+        vec![
+            Dispatch {
+                shader: split_key(s.head_dim),
+                bindings: [0, 1, 2, 4, 5].map(Bind::Tensor).to_vec(),
+                workgroups: [self.splits as u32, s.n_kv as u32, row_blocks as u32],
+            },
+            Dispatch {
+                shader: combine_key(s.head_dim),
+                bindings: [4, 5, 3].map(Bind::Tensor).to_vec(),
+                workgroups: grid(s.n_tokens * s.n_heads * s.head_dim / 4, 64, caps.max_workgroups_per_dim),
+            },
+        ]
+    }
+    fn params(&self, i: usize, vars: &StepVars) -> Params {
+        let s = &self.shape;
+        if i == 0 {
+            Params::of(&SplitParams {
+                n_q: s.n_tokens as u32,
+                n_heads: s.n_heads as u32,
+                n_kv: s.n_kv as u32,
+                group: s.group() as u32,
+                max_ctx: s.max_ctx as u32,
+                pos: vars.pos,
+                splits: self.splits as u32,
+                scale: self.scale,
+            })
+        } else {
+            Params::of(&CombineParams {
+                n_rows: (s.n_tokens * s.n_heads) as u32,
+                splits: self.splits as u32,
+            })
+        }
+    }
+    /// Assumes a full cache (`kv_len = max_ctx`; cost has no step variables). Flops: QK^T and PV over the pairs
+    /// the causal mask keeps. Bytes read: K and V of every key once per block of `ROWS` rows, q, and the partials
+    /// (by the combine); written: partials and output.
+    fn cost(&self) -> Cost {
+        let s = &self.shape;
+        let row_blocks = (s.n_tokens * s.group()).div_ceil(ROWS) as u64;
+        let kv = 2 * 4 * (s.n_kv * s.max_ctx * s.head_dim) as u64 * row_blocks;
+        let act = 4 * (s.n_tokens * s.n_heads * s.head_dim) as u64;
+        let partials = 4 * (s.n_tokens * s.n_heads * self.splits * (s.head_dim + 2)) as u64;
+        Cost {
+            bytes_read: kv + act + partials,
+            bytes_written: partials + act,
+            flops: 4 * s.pairs_at_full_context() * (s.n_heads * s.head_dim) as u64,
+        }
+    }
+}
+
+impl Graph {
+    /// Causal attention of `q` `[n_q, n_heads, head_dim]` (f32, `n_q <= MAX_TOKENS`, positions `vars.pos ..`)
+    /// against the caches `[n_kv_heads, max_ctx, head_dim]`, scores scaled by `scale`. Returns `[n_q, n_heads,
+    /// head_dim]` f32. The caches must already hold this step's keys and values (`kv_write` before this node).
+    pub fn attention_decode(
+        &mut self,
+        q: TensorId,
+        k_cache: TensorId,
+        v_cache: TensorId,
+        scale: f32,
+    ) -> Result<TensorId> {
+        let shape = AttnShape::check(self, "attention_decode", q, k_cache, v_cache)?;
+        if shape.n_tokens > MAX_TOKENS {
+            return Err(Error::shape(
+                "attention_decode",
+                format!(
+                    "{} query tokens, at most {MAX_TOKENS} (use attention_prefill)",
+                    shape.n_tokens
+                ),
+            ));
+        }
+        if !scale.is_finite() {
+            return Err(Error::shape("attention_decode", format!("scale {scale} is not finite")));
+        }
+        let splits = splits_for(shape.max_ctx);
+        let (n, h, d) = (shape.n_tokens, shape.n_heads, shape.head_dim);
+        let kernel = AttentionDecode { shape, splits, scale };
+        let outs = self.add_node(
+            kernel,
+            &[q, k_cache, v_cache],
+            &[
+                ("attn_out", &[n, h, d], DType::F32),
+                ("attn_partial_o", &[n, h, splits, d], DType::F32),
+                ("attn_partial_ml", &[n, h, splits, 2], DType::F32),
+            ],
+        )?;
+        Ok(outs[0])
+    }
+}
+
+/// CPU reference: the same causal attention as `attention_prefill::reference` (f64, two-pass softmax).
+pub fn reference(q: &[f32], k_cache: &[f32], v_cache: &[f32], s: AttnShape, pos: usize, scale: f32) -> Vec<f32> {
+    super::attention_prefill::reference(q, k_cache, v_cache, s, pos, scale)
+}
 
 pub fn variants() -> Vec<ShaderKey> {
-    Vec::new()
+    HEAD_DIMS.iter().flat_map(|&d| [split_key(d), combine_key(d)]).collect()
 }

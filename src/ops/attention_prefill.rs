@@ -1,7 +1,231 @@
-//! attention_prefill (placeholder: being written).
+//! Causal GQA attention of a chunk of queries against the KV cache: tiled, flash-style (online softmax).
+//!
+//! KV cache layout (see `kv_write`): K and V caches are f32 `[n_kv_heads, max_ctx, head_dim]`, each head's
+//! positions contiguous. Query `i` of the chunk sits at absolute position `vars.pos + i` and attends to cache
+//! positions `0 ..= pos + i`, so a chunk after earlier chunks sees the whole prefix. Query head `h` reads kv head
+//! `h / (n_heads / n_kv_heads)`. One workgroup serves 64 (token, head) rows of one GQA group and stages K/V tiles of
+//! `BK` keys in workgroup memory, shared by all its rows: for a decode-sized chunk `attention_decode` is the op.
 
-use crate::gpu::ShaderKey;
+use super::{Bind, Cost, Dispatch, Kernel, Params, StepVars};
+use crate::error::{Error, Result};
+use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{Graph, TensorId};
+
+/// Head dims with a shader variant (the private accumulators have constant size).
+pub const HEAD_DIMS: [usize; 5] = [32, 64, 80, 96, 128];
+
+/// Rows (query token x head of a GQA group) per workgroup.
+const ROWS_PER_WG: usize = 64;
+
+/// Keys per tile: K and V tiles take 2 * BK * head_dim * 4 bytes, kept within WebGPU's guaranteed 16 KiB.
+fn tile_keys(head_dim: usize) -> usize {
+    if head_dim <= 64 {
+        32
+    } else {
+        16
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct PrefillParams {
+    n_tokens: u32,
+    n_heads: u32,
+    n_kv: u32,
+    group: u32,
+    max_ctx: u32,
+    pos: u32,
+    scale: f32,
+}
+
+/// Shapes of an attention node, checked once for both attention ops.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnShape {
+    pub n_tokens: usize,
+    pub n_heads: usize,
+    pub n_kv: usize,
+    pub head_dim: usize,
+    pub max_ctx: usize,
+}
+
+impl AttnShape {
+    pub fn group(&self) -> usize {
+        self.n_heads / self.n_kv
+    }
+
+    /// Check `q` `[n_tokens, n_heads, head_dim]` and both caches `[n_kv, max_ctx, head_dim]` (all f32).
+    pub fn check(g: &Graph, op: &'static str, q: TensorId, k: TensorId, v: TensorId) -> Result<AttnShape> {
+        let (qs, kcs, vcs) = (g.shape(q), g.shape(k), g.shape(v));
+        let f32s = [q, k, v].iter().all(|&t| g.dtype(t) == DType::F32);
+        let bad = |why: &str| {
+            Err(Error::shape(
+                op,
+                format!("q {qs:?}, k_cache {kcs:?}, v_cache {vcs:?}: {why}"),
+            ))
+        };
+        if qs.len() != 3 || kcs.len() != 3 || kcs != vcs || !f32s {
+            return bad("expected f32 q [n_tokens, n_heads, head_dim] and caches [n_kv, max_ctx, head_dim]");
+        }
+        let s = AttnShape {
+            n_tokens: qs[0],
+            n_heads: qs[1],
+            n_kv: kcs[0],
+            head_dim: qs[2],
+            max_ctx: kcs[1],
+        };
+        if kcs[2] != s.head_dim {
+            return bad("q and cache head_dim differ");
+        }
+        if !HEAD_DIMS.contains(&s.head_dim) {
+            return bad(&format!("head_dim must be one of {HEAD_DIMS:?}"));
+        }
+        if s.n_kv == 0 || s.n_heads == 0 || !s.n_heads.is_multiple_of(s.n_kv) {
+            return bad("n_heads must be a nonzero multiple of n_kv_heads");
+        }
+        if s.n_tokens == 0 || s.n_tokens > s.max_ctx {
+            return bad("need 1 <= n_tokens <= max_ctx");
+        }
+        Ok(s)
+    }
+
+    /// Query-key pairs the causal mask keeps when the chunk ends at `max_ctx` (the cost models' assumption).
+    pub fn pairs_at_full_context(&self) -> u64 {
+        let (n, pos) = (self.n_tokens as u64, (self.max_ctx - self.n_tokens) as u64);
+        n * pos + n * (n + 1) / 2
+    }
+}
+
+#[derive(Debug)]
+pub struct AttentionPrefill {
+    shape: AttnShape,
+    scale: f32,
+}
+
+impl AttentionPrefill {
+    fn key(&self) -> ShaderKey {
+        key(self.shape.head_dim)
+    }
+    fn workgroups(&self) -> [u32; 3] {
+        let rows = self.shape.n_tokens * self.shape.group();
+        [rows.div_ceil(ROWS_PER_WG) as u32, self.shape.n_kv as u32, 1]
+    }
+}
+
+fn key(head_dim: usize) -> ShaderKey {
+    ShaderKey::new("attention_prefill")
+        .def("HD", head_dim)
+        .def("BK", tile_keys(head_dim))
+}
+
+impl Kernel for AttentionPrefill {
+    fn name(&self) -> &'static str {
+        "attention_prefill"
+    }
+    fn dispatches(&self, _: &Caps) -> Vec<Dispatch> {
+        vec![Dispatch {
+            shader: self.key(),
+            bindings: (0..4).map(Bind::Tensor).collect(),
+            workgroups: self.workgroups(),
+        }]
+    }
+    fn params(&self, _: usize, vars: &StepVars) -> Params {
+        let s = &self.shape;
+        Params::of(&PrefillParams {
+            n_tokens: s.n_tokens as u32,
+            n_heads: s.n_heads as u32,
+            n_kv: s.n_kv as u32,
+            group: s.group() as u32,
+            max_ctx: s.max_ctx as u32,
+            pos: vars.pos,
+            scale: self.scale,
+        })
+    }
+    /// Assumes the chunk ends at `max_ctx` (cost has no step variables). Flops: QK^T and PV over the pairs the
+    /// causal mask keeps. Bytes read: the K/V tiles each workgroup loads (a workgroup loads every key its last row
+    /// sees) plus q; written: the output.
+    fn cost(&self) -> Cost {
+        let s = &self.shape;
+        let pos = s.max_ctx - s.n_tokens;
+        let rows = s.n_tokens * s.group();
+        let kv_keys: u64 = (0..rows.div_ceil(ROWS_PER_WG))
+            .map(|w| {
+                let last = ((w + 1) * ROWS_PER_WG).min(rows) - 1;
+                (pos + last / s.group() + 1) as u64
+            })
+            .sum();
+        let act = 4 * (s.n_tokens * s.n_heads * s.head_dim) as u64;
+        Cost {
+            bytes_read: 2 * 4 * kv_keys * (s.n_kv * s.head_dim) as u64 + act,
+            bytes_written: act,
+            flops: 4 * s.pairs_at_full_context() * (s.n_heads * s.head_dim) as u64,
+        }
+    }
+}
+
+impl Graph {
+    /// Causal attention of `q` `[n_tokens, n_heads, head_dim]` (f32, positions `vars.pos ..`) against the caches
+    /// `[n_kv_heads, max_ctx, head_dim]`, scores scaled by `scale`. Returns `[n_tokens, n_heads, head_dim]` f32.
+    /// The caches must already hold this chunk's keys and values (`kv_write` before this node).
+    pub fn attention_prefill(
+        &mut self,
+        q: TensorId,
+        k_cache: TensorId,
+        v_cache: TensorId,
+        scale: f32,
+    ) -> Result<TensorId> {
+        let shape = AttnShape::check(self, "attention_prefill", q, k_cache, v_cache)?;
+        if !scale.is_finite() {
+            return Err(Error::shape(
+                "attention_prefill",
+                format!("scale {scale} is not finite"),
+            ));
+        }
+        let rows = shape.n_tokens * shape.group();
+        if rows.div_ceil(ROWS_PER_WG) > u16::MAX as usize {
+            return Err(Error::shape(
+                "attention_prefill",
+                format!("{rows} rows exceed one dispatch"),
+            ));
+        }
+        let out_shape = [shape.n_tokens, shape.n_heads, shape.head_dim];
+        let kernel = AttentionPrefill { shape, scale };
+        Ok(self.add_node(kernel, &[q, k_cache, v_cache], &[("attn_out", &out_shape, DType::F32)])?[0])
+    }
+}
+
+/// CPU reference in f64 with a two-pass softmax: `q` `[n_tokens, n_heads, head_dim]` at positions `pos ..`,
+/// caches `[n_kv, max_ctx, head_dim]`; query `i` attends to keys `0 ..= pos + i`. Returns `[n_tokens, n_heads,
+/// head_dim]`.
+pub fn reference(q: &[f32], k_cache: &[f32], v_cache: &[f32], s: AttnShape, pos: usize, scale: f32) -> Vec<f32> {
+    let (hd, ctx) = (s.head_dim, s.max_ctx);
+    let mut out = vec![0f32; s.n_tokens * s.n_heads * hd];
+    let mut scores = vec![0f64; ctx];
+    let mut acc = vec![0f64; hd];
+    for t in 0..s.n_tokens {
+        let n_keys = (pos + t + 1).min(ctx);
+        for h in 0..s.n_heads {
+            let kvh = h / s.group();
+            let qr = &q[(t * s.n_heads + h) * hd..][..hd];
+            for (j, sc) in scores[..n_keys].iter_mut().enumerate() {
+                let kr = &k_cache[(kvh * ctx + j) * hd..][..hd];
+                *sc = qr.iter().zip(kr).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() * scale as f64;
+            }
+            let max = scores[..n_keys].iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let mut sum = 0f64;
+            acc.iter_mut().for_each(|a| *a = 0.0);
+            for (j, &sc) in scores[..n_keys].iter().enumerate() {
+                let p = (sc - max).exp();
+                sum += p;
+                let vr = &v_cache[(kvh * ctx + j) * hd..][..hd];
+                acc.iter_mut().zip(vr).for_each(|(a, &v)| *a += p * v as f64);
+            }
+            let o = &mut out[(t * s.n_heads + h) * hd..][..hd];
+            o.iter_mut().zip(&acc).for_each(|(o, a)| *o = (a / sum) as f32);
+        }
+    }
+    out
+}
 
 pub fn variants() -> Vec<ShaderKey> {
-    Vec::new()
+    HEAD_DIMS.iter().map(|&d| key(d)).collect()
 }

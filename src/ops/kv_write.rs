@@ -1,7 +1,116 @@
-//! kv_write (placeholder: being written).
+//! KV-cache append: copy a step's keys (or values) into one layer's cache at positions `pos .. pos + n_tokens`.
+//!
+//! Cache layout (shared with `attention_prefill` and `attention_decode`): per layer one K cache and one V cache,
+//! each an external f32 tensor `[n_kv_heads, max_ctx, head_dim]`, each head's positions contiguous. The position
+//! comes from `StepVars::pos` at run time, so the same plan serves every decode step.
 
-use crate::gpu::ShaderKey;
+use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
+use crate::error::{Error, Result};
+use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{Graph, TensorId};
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct KvWriteParams {
+    n_tokens: u32,
+    n_kv: u32,
+    head_dim: u32,
+    max_ctx: u32,
+    pos: u32,
+}
+
+#[derive(Debug)]
+pub struct KvWrite {
+    n_tokens: usize,
+    n_kv: usize,
+    head_dim: usize,
+    max_ctx: usize,
+}
+
+impl Kernel for KvWrite {
+    fn name(&self) -> &'static str {
+        "kv_write"
+    }
+    fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
+        vec![Dispatch {
+            shader: ShaderKey::new("kv_write"),
+            bindings: vec![Bind::Tensor(0), Bind::Tensor(1)],
+            workgroups: grid(
+                self.n_tokens * self.n_kv * self.head_dim,
+                256,
+                caps.max_workgroups_per_dim,
+            ),
+        }]
+    }
+    fn params(&self, _: usize, vars: &StepVars) -> Params {
+        Params::of(&KvWriteParams {
+            n_tokens: self.n_tokens as u32,
+            n_kv: self.n_kv as u32,
+            head_dim: self.head_dim as u32,
+            max_ctx: self.max_ctx as u32,
+            pos: vars.pos,
+        })
+    }
+    fn cost(&self) -> Cost {
+        let bytes = 4 * (self.n_tokens * self.n_kv * self.head_dim) as u64;
+        Cost {
+            bytes_read: bytes,
+            bytes_written: bytes,
+            flops: 0,
+        }
+    }
+}
+
+impl Graph {
+    /// Write `k` `[n_tokens, n_kv_heads, head_dim]` into `cache` `[n_kv_heads, max_ctx, head_dim]` at positions
+    /// `vars.pos + i` (both f32). Tokens that would land at or past `max_ctx` are dropped by the kernel.
+    pub fn kv_write(&mut self, k: TensorId, cache: TensorId) -> Result<()> {
+        let (ks, cs) = (self.shape(k).to_vec(), self.shape(cache).to_vec());
+        let ok = ks.len() == 3
+            && cs.len() == 3
+            && ks[1] == cs[0]
+            && ks[2] == cs[2]
+            && ks[0] >= 1
+            && ks[0] <= cs[1]
+            && self.dtype(k) == DType::F32
+            && self.dtype(cache) == DType::F32;
+        if !ok {
+            return Err(Error::shape(
+                "kv_write",
+                format!(
+                    "k {ks:?} {:?} into cache {cs:?} {:?}: expected f32 [n_tokens, n_kv, head_dim] into f32 \
+                     [n_kv, max_ctx, head_dim] with n_tokens <= max_ctx",
+                    self.dtype(k),
+                    self.dtype(cache)
+                ),
+            ));
+        }
+        let kernel = KvWrite {
+            n_tokens: ks[0],
+            n_kv: ks[1],
+            head_dim: ks[2],
+            max_ctx: cs[1],
+        };
+        self.add_effect(kernel, &[k, cache])
+    }
+}
+
+/// CPU reference: `cache` `[n_kv, max_ctx, head_dim]` after writing `k` `[n_tokens, n_kv, head_dim]` at `pos`
+/// (tokens past `max_ctx` dropped, as the kernel does).
+pub fn reference(k: &[f32], cache: &mut [f32], n_kv: usize, max_ctx: usize, head_dim: usize, pos: usize) {
+    let n_tokens = k.len() / (n_kv * head_dim).max(1);
+    for t in 0..n_tokens {
+        if pos + t >= max_ctx {
+            break;
+        }
+        for h in 0..n_kv {
+            let src = (t * n_kv + h) * head_dim;
+            let dst = (h * max_ctx + pos + t) * head_dim;
+            cache[dst..dst + head_dim].copy_from_slice(&k[src..src + head_dim]);
+        }
+    }
+}
 
 pub fn variants() -> Vec<ShaderKey> {
-    Vec::new()
+    vec![ShaderKey::new("kv_write")]
 }

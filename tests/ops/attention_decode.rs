@@ -1,7 +1,178 @@
-//! attention_decode vs CPU reference (placeholder: being written).
+//! attention_decode vs the f64 CPU reference: GQA ratios, head dims, KV lengths up to 4097, several query tokens,
+//! empty splits, splits that some rows see none of, and one plan reused across decode steps.
+//!
+//! Metric: NMSE with the bound of attention_prefill (`NMSE_MAX`, reason there): the splits only regroup the same
+//! f32 sums, and the combine adds one exp2 and a sum over at most 32 splits. Caches hold NaN past kv_len, so a read
+//! past the current length fails the case.
 
-use crate::common::Case;
+use crate::attention_prefill::{caches, AMP, NMSE_MAX};
+use crate::common::{nmse, Case, Check, Rng};
+use shaderlm::gpu::{DType, Gpu, GpuTensor};
+use shaderlm::graph::{Graph, Plan};
+use shaderlm::ops::attention_decode::{self, splits_for};
+use shaderlm::ops::attention_prefill::AttnShape;
+use shaderlm::ops::{kv_write, StepVars};
+
+fn run(gpu: &Gpu, s: AttnShape, kv_len: usize, amp: f32, seed: u64) -> shaderlm::Result<Check> {
+    let mut rng = Rng::new(seed);
+    let scale = 1.0 / (s.head_dim as f32).sqrt();
+    let pos = kv_len - s.n_tokens;
+    let q = rng.vec(s.n_tokens * s.n_heads * s.head_dim, amp);
+    let (kc, vc) = caches(&mut rng, s, kv_len, amp);
+    let cache_shape = [s.n_kv, s.max_ctx, s.head_dim];
+    let kt = GpuTensor::upload_f32(gpu, "k_cache", &cache_shape, &kc)?;
+    let vt = GpuTensor::upload_f32(gpu, "v_cache", &cache_shape, &vc)?;
+    let mut g = Graph::new();
+    let tq = g.input("q", &[s.n_tokens, s.n_heads, s.head_dim], DType::F32);
+    let (tk, tv) = (g.external(&kt), g.external(&vt));
+    let o = g.attention_decode(tq, tk, tv, scale)?;
+    g.output(o);
+    let mut plan = Plan::new(gpu, g)?;
+    plan.write_input(gpu, tq, bytemuck::cast_slice(&q))?;
+    plan.run(gpu, &StepVars { pos: pos as u32 })?;
+    let want = attention_decode::reference(&q, &kc, &vc, s, pos, scale);
+    Ok(nmse(&plan.read_f32(o)?, &want, NMSE_MAX))
+}
+
+/// kv_write + attention_decode in one plan, run at each of `positions` with a new token each time (as decode does):
+/// the params are re-read every run. Reports the worst step.
+fn steps(gpu: &Gpu, s: AttnShape, positions: &[usize], seed: u64) -> shaderlm::Result<Check> {
+    let mut rng = Rng::new(seed);
+    let scale = 1.0 / (s.head_dim as f32).sqrt();
+    let (n, hd) = (s.n_tokens, s.head_dim);
+    let cache_shape = [s.n_kv, s.max_ctx, hd];
+    // Prefix positions never written by this test hold random keys, as an earlier prefill would have left.
+    let (mut kc, mut vc) = caches(&mut rng, s, s.max_ctx, AMP);
+    let kt = GpuTensor::upload_f32(gpu, "k_cache", &cache_shape, &kc)?;
+    let vt = GpuTensor::upload_f32(gpu, "v_cache", &cache_shape, &vc)?;
+    let mut g = Graph::new();
+    let tq = g.input("q", &[n, s.n_heads, hd], DType::F32);
+    let tk_new = g.input("k", &[n, s.n_kv, hd], DType::F32);
+    let tv_new = g.input("v", &[n, s.n_kv, hd], DType::F32);
+    let (tk, tv) = (g.external(&kt), g.external(&vt));
+    g.kv_write(tk_new, tk)?;
+    g.kv_write(tv_new, tv)?;
+    let o = g.attention_decode(tq, tk, tv, scale)?;
+    g.output(o);
+    let mut plan = Plan::new(gpu, g)?;
+    let mut worst = Check::Nmse {
+        value: 0.0,
+        max: NMSE_MAX,
+    };
+    for &pos in positions {
+        let q = rng.vec(n * s.n_heads * hd, AMP);
+        let k = rng.vec(n * s.n_kv * hd, AMP);
+        let v = rng.vec(n * s.n_kv * hd, 1.0);
+        plan.write_input(gpu, tq, bytemuck::cast_slice(&q))?;
+        plan.write_input(gpu, tk_new, bytemuck::cast_slice(&k))?;
+        plan.write_input(gpu, tv_new, bytemuck::cast_slice(&v))?;
+        plan.run(gpu, &StepVars { pos: pos as u32 })?;
+        kv_write::reference(&k, &mut kc, s.n_kv, s.max_ctx, hd, pos);
+        kv_write::reference(&v, &mut vc, s.n_kv, s.max_ctx, hd, pos);
+        let check = nmse(
+            &plan.read_f32(o)?,
+            &attention_decode::reference(&q, &kc, &vc, s, pos, scale),
+            NMSE_MAX,
+        );
+        if let (Check::Nmse { value, .. }, Check::Nmse { value: w, .. }) = (&check, &worst) {
+            if value.is_nan() || value > w {
+                worst = check;
+            }
+        }
+    }
+    Ok(worst)
+}
+
+/// (name, n_q, n_heads, n_kv, head_dim, kv_len, max_ctx, amp)
+type Extra = (&'static str, usize, usize, usize, usize, usize, usize, f32);
 
 pub fn cases() -> Vec<Case> {
-    Vec::new()
+    let mut v = Vec::new();
+    let mut seed = 3000u64;
+    let heads = [(1usize, 1usize), (3, 1), (9, 3), (4, 1), (8, 1), (14, 2)];
+    // (kv_len, max_ctx): max_ctx fixes the split count (splits_for): 1 key among 8 splits (7 empty); 2 keys, one
+    // split; 255 keys in 4 splits of 64; 1000 keys filling 3 splits of 334 (a short last one); 4097 keys in 16 splits.
+    let lens = [(1usize, 2048usize), (2, 300), (255, 1024), (1000, 1000), (4097, 4200)];
+    for (n_heads, n_kv) in heads {
+        for head_dim in [64usize, 128] {
+            for (kv_len, max_ctx) in lens {
+                seed += 1;
+                let s = AttnShape {
+                    n_tokens: 1,
+                    n_heads,
+                    n_kv,
+                    head_dim,
+                    max_ctx,
+                };
+                let name = format!(
+                    "h{n_heads}_kv{n_kv}_d{head_dim}_len{kv_len}_splits{}",
+                    splits_for(max_ctx)
+                );
+                v.push(Case::new("attention_decode", name, move |gpu| {
+                    run(gpu, s, kv_len, AMP, seed)
+                }));
+            }
+        }
+    }
+    let extra: [Extra; 11] = [
+        // 32 splits of 2 keys: splits 17..31 are empty.
+        ("some_splits_empty", 1, 9, 3, 64, 33, 8192, AMP),
+        ("one_key_32_splits", 1, 4, 1, 128, 1, 8192, AMP),
+        // Speculative verification: several queries, causal inside the step.
+        ("spec_4_tokens", 4, 9, 3, 64, 300, 512, AMP),
+        // 8 tokens x group 8 = 64 rows: 4 row blocks along z.
+        ("spec_8_tokens_gqa8", 8, 8, 1, 128, 1000, 2048, AMP),
+        ("spec_8_tokens_14_2", 8, 14, 2, 64, 4097, 4200, AMP),
+        // 20 splits of 2 keys for 8 queries: the last splits hold keys only the last queries see, so the other
+        // rows' partials there are empty (m = NEG, l = 0).
+        ("spec_rows_with_empty_splits", 8, 4, 1, 64, 40, 8192, AMP),
+        ("spec_whole_cache", 8, 3, 1, 64, 8, 8, AMP),
+        ("head_dim_32", 1, 8, 2, 32, 700, 1024, AMP),
+        ("head_dim_80", 2, 6, 2, 80, 333, 512, AMP),
+        ("head_dim_96", 1, 12, 4, 96, 2500, 4096, AMP),
+        ("large_scores", 1, 4, 1, 64, 1000, 2048, 8.0),
+    ];
+    for (name, n_tokens, n_heads, n_kv, head_dim, kv_len, max_ctx, amp) in extra {
+        seed += 1;
+        let s = AttnShape {
+            n_tokens,
+            n_heads,
+            n_kv,
+            head_dim,
+            max_ctx,
+        };
+        v.push(Case::new("attention_decode", name, move |gpu| {
+            run(gpu, s, kv_len, amp, seed)
+        }));
+    }
+    // One plan, successive decode steps (positions 0..20, then a jump past a split boundary).
+    let positions: Vec<usize> = (0..20).chain([300, 301, 511]).collect();
+    seed += 1;
+    let s = AttnShape {
+        n_tokens: 1,
+        n_heads: 9,
+        n_kv: 3,
+        head_dim: 64,
+        max_ctx: 512,
+    };
+    let p2 = positions.clone();
+    v.push(Case::new(
+        "attention_decode",
+        "decode_steps_reuse_plan_h9_kv3_d64",
+        move |gpu| steps(gpu, s, &p2, seed),
+    ));
+    seed += 1;
+    let s = AttnShape {
+        n_tokens: 3,
+        n_heads: 8,
+        n_kv: 2,
+        head_dim: 128,
+        max_ctx: 1024,
+    };
+    v.push(Case::new(
+        "attention_decode",
+        "spec_steps_reuse_plan_t3_h8_kv2_d128",
+        move |gpu| steps(gpu, s, &[0, 3, 6, 500, 1021], seed),
+    ));
+    v
 }

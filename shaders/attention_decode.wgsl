@@ -1,0 +1,207 @@
+// attention_decode: causal GQA attention for a few query tokens (1 in decode, up to 8 for speculative
+// verification) against one layer's KV cache, split across workgroups along the keys (flash-decoding).
+// Source: Dao, Haziza, Massa, Sizov, "Flash-Decoding for long-context inference" (2023): each split computes a
+// partial output with its own running max and sum; a second dispatch combines the splits.
+//
+// Cache layout: [n_kv, max_ctx, HD] f32, each head's positions contiguous (see kv_write). Query i sits at position
+// pos + i and sees keys 0 ..= pos + i; kv_len = pos + n_q. Split s covers keys [s * c, min((s + 1) * c, kv_len))
+// with c = ceil(kv_len / splits): splits past kv_len are empty and write m = NEG, l = 0, o = 0, which the combine
+// weighs by exp2(NEG - M) = 0. Scores are in the log2 domain (q pre-scaled by scale * log2(e)).
+//
+// Dispatch 1 (default): bindings 0 q [n_q, n_heads, HD] | 1 k_cache [n_kv, max_ctx, HD] | 2 v_cache [n_kv, max_ctx, HD]
+//   | 3 part_o [n_q, n_heads, splits, HD] (written: unnormalized sum p * v) | 4 part_ml [n_q, n_heads, splits, 2]
+//   (written: running max m and sum l). Grid (splits, n_kv, ceil(n_q * group / ROWS)), workgroups of 64.
+//   Workgroup (s, h, z) serves split s of kv head h for up to ROWS rows r = token * group + g (query head
+//   h * group + g), so every row of a GQA group shares each key and value read. Per tile of TK = 64 keys:
+//   (1) invocation t computes the scores of key t for every row (its K row streamed once, q rows in workgroup
+//   memory); (2) invocation r < rows updates row r's running max and sum and turns scores into weights;
+//   (3) invocation (rsub, c) accumulates p * V for column c (a vec4 of HD) of rows rsub, rsub + NSUB, ...:
+//   consecutive invocations read consecutive vec4s of one V row, each load serving several rows.
+// Dispatch 2 (COMBINE): bindings 0 part_o | 1 part_ml | 2 out [n_q, n_heads, HD] (written).
+//   Grid ceil(n_q * n_heads * HD / 4 / 64) workgroups of 64 (folded into y), one invocation per output vec4.
+
+const HD4: u32 = HD / 4;
+const WG: u32 = 64u;
+const NEG: f32 = -1.0e30;
+
+#if COMBINE
+struct Params {
+    n_rows: u32,   // n_q * n_heads
+    splits: u32,
+}
+
+@group(0) @binding(0) var<storage, read> part_o: array<vec4<f32>>;   // [n_q, n_heads, splits, HD]
+@group(0) @binding(1) var<storage, read> part_ml: array<vec2<f32>>;  // [n_q, n_heads, splits, 2]
+@group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>; // [n_q, n_heads, HD]
+@group(1) @binding(0) var<uniform> p: Params;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * WG;
+    if (i >= p.n_rows * HD4) {
+        return;
+    }
+    let row = i / HD4;
+    let c = i % HD4;
+    let base = row * p.splits;
+    var mx = NEG;
+    for (var s = 0u; s < p.splits; s++) {
+        mx = max(mx, part_ml[base + s].x);
+    }
+    var num = vec4<f32>(0.0);
+    var den = 0.0;
+    for (var s = 0u; s < p.splits; s++) {
+        let ml = part_ml[base + s];
+        let w = exp2(ml.x - mx);
+        den += w * ml.y;
+        num += w * part_o[(base + s) * HD4 + c];
+    }
+    out[i] = num / den;
+}
+#else
+const LOG2E: f32 = 1.4426950408889634;
+const TK: u32 = 64u;                    // keys per tile (one per invocation in step 1)
+const NSUB: u32 = WG / HD4;             // row subsets in step 3 (HD4 invocations each)
+const OWNR: u32 = (ROWS + NSUB - 1u) / NSUB;  // rows per invocation in step 3
+
+struct Params {
+    n_q: u32,
+    n_heads: u32,
+    n_kv: u32,
+    group: u32,
+    max_ctx: u32,
+    pos: u32,
+    splits: u32,
+    scale: f32,
+}
+
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;             // [n_q, n_heads, HD]
+@group(0) @binding(1) var<storage, read> kc: array<vec4<f32>>;            // [n_kv, max_ctx, HD]
+@group(0) @binding(2) var<storage, read> vc: array<vec4<f32>>;            // [n_kv, max_ctx, HD]
+@group(0) @binding(3) var<storage, read_write> part_o: array<vec4<f32>>;  // [n_q, n_heads, splits, HD]
+@group(0) @binding(4) var<storage, read_write> part_ml: array<vec2<f32>>; // [n_q, n_heads, splits, 2]
+@group(1) @binding(0) var<uniform> p: Params;
+
+var<workgroup> qs: array<vec4<f32>, ROWS * HD4>;  // [ROWS, HD] pre-scaled queries of the workgroup's rows
+var<workgroup> sc: array<f32, ROWS * TK>;         // [ROWS, TK] scores, then weights, of the current tile
+var<workgroup> alpha: array<f32, ROWS>;           // [ROWS] rescale of each row's accumulator for this tile
+
+// Query token and query head of workgroup row r.
+fn row_token(r: u32) -> u32 {
+    return r / p.group;
+}
+fn row_head(kvh: u32, r: u32) -> u32 {
+    return kvh * p.group + r % p.group;
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let split = wg.x;
+    let kvh = wg.y;
+    let r0 = wg.z * ROWS;
+    let nr = min(ROWS, p.n_q * p.group - r0);
+    let kv_len = min(p.pos + p.n_q, p.max_ctx);
+    let chunk = (kv_len + p.splits - 1u) / p.splits;
+    let k_begin = min(split * chunk, kv_len);
+    let k_end = min(k_begin + chunk, kv_len);
+    let cbase = kvh * p.max_ctx * HD4;
+
+    let qscale = p.scale * LOG2E;
+    for (var i = lid; i < nr * HD4; i += WG) {
+        let r = r0 + i / HD4;
+        qs[i] = q[(row_token(r) * p.n_heads + row_head(kvh, r)) * HD4 + i % HD4] * qscale;
+    }
+    // Row statistics, held by invocation lid for row lid (lid < nr).
+    var m = NEG;
+    var l = 0.0;
+    let my_end = min(p.pos + row_token(r0 + min(lid, nr - 1u)) + 1u, k_end);  // keys < my_end visible to row lid
+    // Step 3 layout: invocation lid owns column c (a vec4 of HD) of rows rsub, rsub + NSUB, ... (rsub < NSUB).
+    let c = lid % HD4;
+    let rsub = lid / HD4;
+    var acc: array<vec4<f32>, OWNR>;
+    for (var k = 0u; k < OWNR; k++) {
+        acc[k] = vec4<f32>(0.0);
+    }
+
+    for (var t0 = k_begin; t0 < k_end; t0 += TK) {
+        let n = min(TK, k_end - t0);
+        workgroupBarrier();  // qs written (first tile); weights of the previous tile consumed
+        // (1) scores of key t0 + lid for every row.
+        if (lid < n) {
+            var kr: array<vec4<f32>, HD4>;
+            let kb = cbase + (t0 + lid) * HD4;
+            for (var d = 0u; d < HD4; d++) {
+                kr[d] = kc[kb + d];
+            }
+            for (var r = 0u; r < nr; r++) {
+                var dt = vec4<f32>(0.0);
+                for (var d = 0u; d < HD4; d++) {
+                    dt += qs[r * HD4 + d] * kr[d];
+                }
+                sc[r * TK + lid] = dt.x + dt.y + dt.z + dt.w;
+            }
+        }
+        workgroupBarrier();
+        // (2) online softmax of row lid over this tile; masked keys get weight 0.
+        if (lid < nr) {
+            let vis = select(0u, min(n, my_end - t0), my_end > t0);
+            var tmax = NEG;
+            for (var j = 0u; j < vis; j++) {
+                tmax = max(tmax, sc[lid * TK + j]);
+            }
+            let m_new = max(m, tmax);
+            let a = exp2(m - m_new);
+            var sum = 0.0;
+            // Weights of keys past the tile's end are 0 too: step 3 reads them in groups of 4.
+            for (var j = 0u; j < TK; j++) {
+                let pj = select(0.0, exp2(sc[lid * TK + j] - m_new), j < vis);
+                sc[lid * TK + j] = pj;
+                sum += pj;
+            }
+            l = l * a + sum;
+            m = m_new;
+            alpha[lid] = a;
+        }
+        workgroupBarrier();
+        // (3) acc(row, c) = acc * alpha + sum_j p_j * V[j][c] for this invocation's column c and rows rsub + k * NSUB:
+        // one load of V[j][c] serves all its rows; keys go 4 per iteration.
+        if (rsub < NSUB) {
+            for (var k = 0u; k < OWNR; k++) {
+                acc[k] *= alpha[min(rsub + k * NSUB, ROWS - 1u)];
+            }
+            let vb = cbase + t0 * HD4 + c;
+            for (var j = 0u; j < n; j += 4u) {
+                // Keys past the tile's end may be NaN (never written) or past the buffer: their weight is 0 and
+                // select drops whatever was loaded.
+                let z = vec4<f32>(0.0);
+                let v0 = vc[vb + j * HD4];
+                let v1 = select(z, vc[vb + (j + 1u) * HD4], j + 1u < n);
+                let v2 = select(z, vc[vb + (j + 2u) * HD4], j + 2u < n);
+                let v3 = select(z, vc[vb + (j + 3u) * HD4], j + 3u < n);
+                for (var k = 0u; k < OWNR; k++) {
+                    let r = rsub + k * NSUB;
+                    if (r < nr) {
+                        let pb = r * TK + j;
+                        acc[k] += sc[pb] * v0 + sc[pb + 1u] * v1 + sc[pb + 2u] * v2 + sc[pb + 3u] * v3;
+                    }
+                }
+            }
+        }
+    }
+    if (rsub < NSUB) {
+        for (var k = 0u; k < OWNR; k++) {
+            let r = rsub + k * NSUB;
+            if (r < nr) {
+                let gr = r0 + r;
+                let slot = (row_token(gr) * p.n_heads + row_head(kvh, gr)) * p.splits + split;
+                part_o[slot * HD4 + c] = acc[k];
+            }
+        }
+    }
+    if (lid < nr) {
+        let gr = r0 + lid;
+        let slot = (row_token(gr) * p.n_heads + row_head(kvh, gr)) * p.splits + split;
+        part_ml[slot] = vec2<f32>(m, l);
+    }
+}
+#endif

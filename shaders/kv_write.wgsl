@@ -1,0 +1,38 @@
+// kv_write: append a step's keys (or values) to one layer's KV cache at absolute positions pos .. pos+n_tokens.
+// Cache layout: [n_kv_heads, max_ctx, head_dim] f32, each head's positions contiguous (attention_prefill and
+// attention_decode stream one head's keys as one contiguous region).
+// Bindings: 0 k [n_tokens, n_kv_heads, head_dim] f32 | 1 cache [n_kv_heads, max_ctx, head_dim] f32 (written)
+// Params: n_tokens, n_kv, head_dim, max_ctx, pos (re-read every run: one plan serves every decode step).
+// Grid: ceil(n_tokens * n_kv * head_dim / 256) workgroups of 256 (folded into y past the per-dimension limit);
+// one invocation per element, consecutive invocations write consecutive elements of one head's row.
+// Tokens whose position would be >= max_ctx are dropped (the host guarantees pos + n_tokens <= max_ctx; the
+// guard keeps a bad step from overwriting the next head's positions).
+
+struct Params {
+    n_tokens: u32,
+    n_kv: u32,
+    head_dim: u32,
+    max_ctx: u32,
+    pos: u32,
+}
+
+@group(0) @binding(0) var<storage, read> k: array<f32>;            // [n_tokens, n_kv, head_dim]
+@group(0) @binding(1) var<storage, read_write> cache: array<f32>;  // [n_kv, max_ctx, head_dim]
+@group(1) @binding(0) var<uniform> p: Params;
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 256u;
+    let row = p.n_kv * p.head_dim;
+    if (i >= p.n_tokens * row) {
+        return;
+    }
+    let t = i / row;
+    let h = (i % row) / p.head_dim;
+    let d = i % p.head_dim;
+    let at = p.pos + t;
+    if (at >= p.max_ctx) {
+        return;
+    }
+    cache[(h * p.max_ctx + at) * p.head_dim + d] = k[i];
+}
