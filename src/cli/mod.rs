@@ -1,6 +1,11 @@
 //! Subcommands and the device options they share.
 
+mod bench;
+mod chat;
+mod common;
 mod devices;
+mod generate;
+mod info;
 
 use clap::{Args, Parser, Subcommand};
 use shaderlm::gpu::GpuOptions;
@@ -48,12 +53,27 @@ impl DeviceArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Chat with a model (the default model when no --model is given).
+    Chat(chat::ChatArgs),
+    /// Generate one completion from a prompt, messages or token ids.
+    Generate(generate::GenerateArgs),
+    /// Prompt-processing and generation throughput, like llama-bench.
+    Bench(bench::BenchArgs),
+    /// Describe a model file: architecture, sizes, quantization, tokenizer, metadata.
+    Info {
+        /// A GGUF file or a Hugging Face model directory.
+        model: std::path::PathBuf,
+    },
     /// List every adapter with its features and key limits; `*` marks the one shaderlm would use.
     Devices,
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {
+    match &cli.command {
+        Command::Chat(a) => chat::run(a, &cli.device),
+        Command::Generate(a) => generate::run(a, &cli.device),
+        Command::Bench(a) => bench::run(a, &cli.device),
+        Command::Info { model } => info::run(model),
         Command::Devices => devices::run(&cli.device),
     }
 }

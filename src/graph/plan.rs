@@ -375,6 +375,15 @@ impl Plan {
             .ok_or_else(|| Error::Graph(format!("tensor {id:?} was not marked as an output")))
     }
 
+    /// Copy a read-back tensor into `out` (reusing its allocation: the decode loop allocates nothing).
+    pub fn read_into<T: bytemuck::Pod>(&self, id: TensorId, out: &mut Vec<T>) -> Result<()> {
+        let bytes = self.read(id)?;
+        let size = std::mem::size_of::<T>();
+        out.clear();
+        out.extend(bytes.chunks_exact(size).map(bytemuck::pod_read_unaligned::<T>));
+        Ok(())
+    }
+
     pub fn read_f32(&self, id: TensorId) -> Result<Vec<f32>> {
         Ok(bytemuck::pod_collect_to_vec(self.read(id)?))
     }

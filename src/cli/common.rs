@@ -1,0 +1,114 @@
+//! Options shared by the model subcommands: which model, how much context, sampling; loading with a progress bar.
+
+use super::DeviceArgs;
+use anyhow::Context;
+use clap::Args;
+use shaderlm::gpu::Gpu;
+use shaderlm::model::load::{open, LoadedModel};
+use shaderlm::sampling::SamplingParams;
+use std::path::PathBuf;
+
+/// Where `chat` and friends look when no `--model` is given.
+pub const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// A GGUF file or a Hugging Face model directory [default: models/SmolLM2-135M-Instruct.Q4_1.gguf].
+    #[arg(long, short = 'm', env = "SHADERLM_MODEL")]
+    pub model: Option<PathBuf>,
+    /// KV-cache positions (at most the model's trained context).
+    #[arg(long, default_value_t = 4096)]
+    pub ctx: usize,
+    /// Tokens per prefill step.
+    #[arg(long, default_value_t = 128)]
+    pub chunk: usize,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long = "temp", default_value_t = 0.8)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    #[arg(long = "repeat-penalty", default_value_t = 1.0)]
+    pub repetition_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    /// Tokens the penalties look back over.
+    #[arg(long = "repeat-last-n", default_value_t = 64)]
+    pub penalty_last_n: usize,
+    /// Random seed (default: from the clock). The same seed, prompt and model give the same output.
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+impl SamplingArgs {
+    pub fn params(&self) -> anyhow::Result<SamplingParams> {
+        anyhow::ensure!(
+            self.temperature.is_finite() && self.temperature >= 0.0,
+            "--temp must be >= 0"
+        );
+        anyhow::ensure!((0.0..=1.0).contains(&self.top_p), "--top-p must be in [0, 1]");
+        anyhow::ensure!((0.0..=1.0).contains(&self.min_p), "--min-p must be in [0, 1]");
+        anyhow::ensure!(self.repetition_penalty > 0.0, "--repeat-penalty must be > 0");
+        let seed = self.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        });
+        Ok(SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repetition_penalty: self.repetition_penalty,
+            frequency_penalty: self.frequency_penalty,
+            presence_penalty: self.presence_penalty,
+            penalty_last_n: self.penalty_last_n,
+            seed,
+        })
+    }
+}
+
+impl ModelArgs {
+    pub fn path(&self) -> anyhow::Result<PathBuf> {
+        match &self.model {
+            Some(p) => Ok(p.clone()),
+            None => {
+                let p = PathBuf::from(DEFAULT_MODEL);
+                anyhow::ensure!(
+                    p.exists(),
+                    "the default model is not at {DEFAULT_MODEL}: fetch it with `bash models/fetch.sh` \
+                     (from the repository root), or pass --model PATH"
+                );
+                Ok(p)
+            }
+        }
+    }
+
+    /// Open the device and load the model, with a progress bar on stderr.
+    pub fn load(&self, device: &DeviceArgs) -> anyhow::Result<(Gpu, LoadedModel)> {
+        let path = self.path()?;
+        let gpu = Gpu::new(&device.options())?;
+        let bar = indicatif::ProgressBar::new(1);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("loading {msg} [{bar:30}] {pos}/{len} layers")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar.set_message(path.display().to_string());
+        let loaded = open(&gpu, &path, self.ctx, |i, n| {
+            bar.set_length(n as u64);
+            bar.set_position(i as u64);
+        })
+        .with_context(|| format!("loading {}", path.display()))?;
+        bar.finish_and_clear();
+        Ok((gpu, loaded))
+    }
+}

@@ -1,0 +1,153 @@
+//! `shaderlm generate`: one completion from a prompt, messages, or raw token ids; streaming text or one JSON object.
+
+use super::common::{ModelArgs, SamplingArgs};
+use super::DeviceArgs;
+use anyhow::{bail, Context};
+use clap::Args;
+use shaderlm::generate::{generate, GenOptions, Generator};
+use shaderlm::model::StepOutputs;
+use shaderlm::sampling::Sampler;
+use shaderlm::tokenizer::chat::{render, Message};
+use shaderlm::tokenizer::Tokenizer;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// The prompt (read from stdin when no prompt, messages or ids are given).
+    #[arg(long, short = 'p')]
+    pub prompt: Option<String>,
+    /// An OpenAI-style JSON list of {"role", "content"} messages, rendered with the model's chat template.
+    #[arg(long, conflicts_with_all = ["prompt", "prompt_ids"])]
+    pub messages: Option<PathBuf>,
+    /// Raw prompt token ids, comma-separated.
+    #[arg(long, value_delimiter = ',', conflicts_with = "prompt")]
+    pub prompt_ids: Option<Vec<u32>>,
+    /// Apply the model's chat template: the prompt becomes a user message.
+    #[arg(long)]
+    pub chat: bool,
+    /// A system message (with --chat or --messages).
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Most tokens to generate.
+    #[arg(long, short = 'n', default_value_t = 128)]
+    pub max_tokens: usize,
+    /// Stop when the text contains this (repeatable).
+    #[arg(long)]
+    pub stop: Vec<String>,
+    /// Keep going past end-of-sequence tokens.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Print one JSON object: prompt_ids, generated_ids, text, and the top-10 raw logits of each step.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Render `messages` with the model's template (or fail clearly when it has none).
+pub fn chat_prompt(tok: &Tokenizer, messages: &[Message]) -> anyhow::Result<String> {
+    let template = tok
+        .chat_template
+        .as_deref()
+        .context("the model has no chat template (tokenizer.chat_template); use a plain --prompt")?;
+    let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or_default();
+    Ok(render(template, messages, true, &text(tok.bos), &text(tok.eos))?)
+}
+
+/// Token ids of a rendered prompt: BOS only when the vocabulary asks for it and the template did not print it.
+pub fn encode_prompt(tok: &Tokenizer, text: &str) -> anyhow::Result<Vec<u32>> {
+    let bos_text = tok.bos.and_then(|b| tok.token_text(b)).unwrap_or_default();
+    let add_bos = bos_text.is_empty() || !text.starts_with(&bos_text);
+    Ok(tok.encode(text, add_bos)?)
+}
+
+pub fn run(args: &GenerateArgs, device: &DeviceArgs) -> anyhow::Result<()> {
+    let params = args.sampling.params()?;
+    let (gpu, loaded) = args.model.load(device)?;
+    let tok = &loaded.tokenizer;
+    let prompt_ids = if let Some(ids) = &args.prompt_ids {
+        ids.clone()
+    } else {
+        let mut messages = Vec::new();
+        if let Some(s) = &args.system {
+            messages.push(Message::new("system", s));
+        }
+        if let Some(path) = &args.messages {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let list: Vec<Message> = serde_json::from_str(&text)
+                .with_context(|| format!("{}: expected a JSON list of {{\"role\", \"content\"}}", path.display()))?;
+            messages.extend(list);
+            encode_prompt(tok, &chat_prompt(tok, &messages)?)?
+        } else {
+            let prompt = match &args.prompt {
+                Some(p) => p.clone(),
+                None => {
+                    let mut s = String::new();
+                    std::io::stdin()
+                        .read_to_string(&mut s)
+                        .context("reading the prompt from stdin")?;
+                    s
+                }
+            };
+            if args.chat {
+                messages.push(Message::new("user", &prompt));
+                encode_prompt(tok, &chat_prompt(tok, &messages)?)?
+            } else {
+                tok.encode(&prompt, true)?
+            }
+        }
+    };
+    if prompt_ids.is_empty() {
+        bail!("the prompt is empty");
+    }
+    let outputs = StepOutputs {
+        logits: params.needs_logits(),
+        argmax: !params.needs_logits(),
+        topk: if args.json { 10 } else { 0 },
+    };
+    let mut gen = Generator::new(&gpu, &loaded.model, outputs);
+    gen.chunk = args.model.chunk;
+    let mut sampler = Sampler::new(params);
+    let opts = GenOptions {
+        max_tokens: args.max_tokens,
+        stop_strings: args.stop.clone(),
+        stop_at_eos: !args.ignore_eos,
+    };
+    let stdout = std::io::stdout();
+    let out = generate(&mut gen, tok, &mut sampler, &prompt_ids, &opts, |piece| {
+        if !args.json {
+            let mut o = stdout.lock();
+            let _ = o.write_all(piece.as_bytes());
+            let _ = o.flush();
+        }
+        true
+    })?;
+    if args.json {
+        let topk: Vec<_> = out
+            .topk
+            .iter()
+            .map(|(ids, logits)| serde_json::json!({"ids": ids, "logits": logits}))
+            .collect();
+        let obj = serde_json::json!({
+            "prompt_ids": out.prompt_ids,
+            "generated_ids": out.generated,
+            "text": out.text,
+            "topk": topk,
+        });
+        println!("{obj}");
+    } else {
+        println!();
+    }
+    eprintln!(
+        "[{} prompt tokens at {:.1} tok/s, {} generated at {:.1} tok/s, stopped by {}]",
+        out.prompt_ids.len(),
+        out.prefill_tok_s(),
+        out.generated.len(),
+        out.decode_tok_s(),
+        out.stopped_by
+    );
+    Ok(())
+}

@@ -1,0 +1,257 @@
+//! Generation: prefill in chunks, decode one token per submission, sampling, stop rules, streaming, timings.
+//! The decode plan is built once and reused; the per-token loop allocates nothing on the host.
+
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::model::{Llama, Step, StepOutputs};
+use crate::ops::StepVars;
+use crate::sampling::Sampler;
+use crate::tokenizer::{StreamDecoder, Tokenizer};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// What the last fed token produced.
+#[derive(Default)]
+pub struct StepResult {
+    /// Raw logits `[vocab]` (when asked for).
+    pub logits: Vec<f32>,
+    /// Argmax of the logits (when asked for).
+    pub argmax: Option<u32>,
+    /// Top-k ids and logits, best first (when asked for).
+    pub topk_ids: Vec<u32>,
+    pub topk_logits: Vec<f32>,
+}
+
+/// A model plus its KV-cache state: which tokens the cache holds.
+pub struct Generator<'a> {
+    gpu: &'a Gpu,
+    model: &'a Llama,
+    outputs: StepOutputs,
+    decode: Option<Step>,
+    prefill: HashMap<usize, Step>,
+    /// Tokens whose K/V are in the cache, in order.
+    pub tokens: Vec<u32>,
+    /// Tokens per prefill step.
+    pub chunk: usize,
+    pub result: StepResult,
+}
+
+impl<'a> Generator<'a> {
+    pub fn new(gpu: &'a Gpu, model: &'a Llama, outputs: StepOutputs) -> Generator<'a> {
+        Generator {
+            gpu,
+            model,
+            outputs,
+            decode: None,
+            prefill: HashMap::new(),
+            tokens: Vec::new(),
+            chunk: 128,
+            result: StepResult::default(),
+        }
+    }
+
+    pub fn max_ctx(&self) -> usize {
+        self.model.max_ctx
+    }
+
+    /// Forget the cache from position `n` on (keep a shared prefix of a conversation).
+    pub fn truncate(&mut self, n: usize) {
+        self.tokens.truncate(n);
+    }
+
+    /// Build the plans now so that the first token pays no pipeline compile.
+    pub fn warm_up(&mut self) -> Result<()> {
+        self.plan(1)?;
+        Ok(())
+    }
+
+    fn plan(&mut self, n: usize) -> Result<&mut Step> {
+        if n == 1 {
+            if self.decode.is_none() {
+                self.decode = Some(self.model.step(self.gpu, 1, self.outputs)?);
+            }
+            return Ok(self.decode.as_mut().expect("just built"));
+        }
+        if !self.prefill.contains_key(&n) {
+            if self.prefill.len() >= 8 {
+                self.prefill.clear();
+            }
+            let step = self.model.step(self.gpu, n, self.outputs)?;
+            self.prefill.insert(n, step);
+        }
+        Ok(self.prefill.get_mut(&n).expect("just inserted"))
+    }
+
+    /// Run the model over `ids` (appended after the cached tokens); `self.result` then holds the last token's outputs.
+    pub fn feed(&mut self, ids: &[u32]) -> Result<()> {
+        if ids.is_empty() {
+            return Err(Error::Invalid("nothing to feed: the prompt is empty".into()));
+        }
+        let vocab = self.model.cfg.vocab as u32;
+        if let Some(bad) = ids.iter().find(|&&t| t >= vocab) {
+            return Err(Error::Invalid(format!(
+                "token id {bad} is outside the vocabulary of {vocab}"
+            )));
+        }
+        if self.tokens.len() + ids.len() > self.model.max_ctx {
+            return Err(Error::Invalid(format!(
+                "{} tokens do not fit the context of {} (already {} in the cache); use a larger --ctx or a shorter prompt",
+                ids.len(),
+                self.model.max_ctx,
+                self.tokens.len()
+            )));
+        }
+        let gpu = self.gpu;
+        let chunk = self.chunk.max(1);
+        let mut rest = ids;
+        while !rest.is_empty() {
+            let n = rest.len().min(chunk);
+            let pos = self.tokens.len() as u32;
+            let step = self.plan(n)?;
+            step.plan.write_input(gpu, step.ids, bytemuck::cast_slice(&rest[..n]))?;
+            step.plan.run(gpu, &StepVars { pos })?;
+            self.tokens.extend_from_slice(&rest[..n]);
+            rest = &rest[n..];
+            if rest.is_empty() {
+                let step = if n == 1 {
+                    self.decode.as_ref()
+                } else {
+                    self.prefill.get(&n)
+                }
+                .expect("planned");
+                let r = &mut self.result;
+                if let Some(id) = step.logits {
+                    step.plan.read_into(id, &mut r.logits)?;
+                }
+                r.argmax = match step.argmax {
+                    Some(id) => Some(step.plan.read(id)?.get(..4).map_or(0, bytemuck::pod_read_unaligned)),
+                    None => None,
+                };
+                if let Some((ids, vals)) = step.topk {
+                    step.plan.read_into(ids, &mut r.topk_ids)?;
+                    step.plan.read_into(vals, &mut r.topk_logits)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Options of one generation.
+#[derive(Clone, Debug)]
+pub struct GenOptions {
+    pub max_tokens: usize,
+    pub stop_strings: Vec<String>,
+    /// Stop at EOS / end-of-turn tokens.
+    pub stop_at_eos: bool,
+}
+
+/// What one generation produced, with timings.
+#[derive(Clone, Debug, Default)]
+pub struct GenOutput {
+    pub prompt_ids: Vec<u32>,
+    pub generated: Vec<u32>,
+    pub text: String,
+    /// Top-k of the logits that chose each generated token (when the generator reads them).
+    pub topk: Vec<(Vec<u32>, Vec<f32>)>,
+    pub prefill_time: Duration,
+    pub decode_time: Duration,
+    pub stopped_by: String,
+}
+
+impl GenOutput {
+    pub fn prefill_tok_s(&self) -> f64 {
+        self.prompt_ids.len() as f64 / self.prefill_time.as_secs_f64().max(1e-9)
+    }
+    pub fn decode_tok_s(&self) -> f64 {
+        self.generated.len().saturating_sub(1) as f64 / self.decode_time.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Prefill `prompt` (after whatever the cache holds) and generate; `on_text` gets each complete piece of text and
+/// may return false to stop (Ctrl-C).
+pub fn generate(
+    gen: &mut Generator<'_>,
+    tok: &Tokenizer,
+    sampler: &mut Sampler,
+    prompt: &[u32],
+    opts: &GenOptions,
+    mut on_text: impl FnMut(&str) -> bool,
+) -> Result<GenOutput> {
+    let mut out = GenOutput {
+        prompt_ids: prompt.to_vec(),
+        ..Default::default()
+    };
+    let t0 = Instant::now();
+    gen.feed(prompt)?;
+    out.prefill_time = t0.elapsed();
+    let t1 = Instant::now();
+    let mut stream = StreamDecoder::new();
+    let mut history: Vec<u32> = gen.tokens.clone();
+    out.stopped_by = "max tokens".into();
+    for i in 0..opts.max_tokens {
+        if !gen.result.topk_ids.is_empty() {
+            out.topk
+                .push((gen.result.topk_ids.clone(), gen.result.topk_logits.clone()));
+        }
+        let next = match gen.result.argmax {
+            Some(a) if !sampler.params.needs_logits() => a,
+            _ if gen.result.logits.is_empty() => {
+                return Err(Error::Invalid(
+                    "sampling needs logits but the step does not read them".into(),
+                ))
+            }
+            _ => sampler.sample(&mut gen.result.logits, &history),
+        };
+        out.generated.push(next);
+        history.push(next);
+        if opts.stop_at_eos && tok.is_stop(next) {
+            out.stopped_by = "end of turn".into();
+            break;
+        }
+        if let Some(piece) = stream.step(tok, next)? {
+            out.text.push_str(&piece);
+            if let Some(s) = opts.stop_strings.iter().find(|s| out.text.contains(s.as_str())) {
+                let cut = out.text.find(s.as_str()).unwrap_or(out.text.len());
+                out.text.truncate(cut);
+                out.stopped_by = format!("stop string {s:?}");
+                break;
+            }
+            if !on_text(&piece) {
+                out.stopped_by = "interrupted".into();
+                break;
+            }
+        }
+        if i + 1 == opts.max_tokens {
+            break;
+        }
+        if gen.tokens.len() >= gen.max_ctx() {
+            out.stopped_by = "context full".into();
+            break;
+        }
+        gen.feed(&[next])?;
+    }
+    if out.stopped_by == "max tokens" || out.stopped_by == "context full" {
+        let rest = stream.flush(tok)?;
+        on_text(&rest);
+        out.text.push_str(&rest);
+    }
+    out.decode_time = t1.elapsed();
+    Ok(out)
+}
+
+impl Generator<'_> {
+    /// Profile one decode step at the current position (per node: dispatches, traffic, GPU time).
+    pub fn profile_decode(&mut self) -> Result<Vec<crate::graph::NodeProfile>> {
+        let pos = self.tokens.len() as u32;
+        let gpu = self.gpu;
+        let step = self.plan(1)?;
+        step.plan.write_input(gpu, step.ids, bytemuck::cast_slice(&[0u32]))?;
+        step.plan.profile(gpu, &StepVars { pos })
+    }
+
+    /// Dispatches of one decode step.
+    pub fn decode_dispatches(&mut self) -> Result<usize> {
+        Ok(self.plan(1)?.plan.dispatch_count())
+    }
+}

@@ -1,0 +1,337 @@
+//! The Llama family (Llama, SmolLM2, Mistral, Qwen2 with q/k/v biases, Qwen3 with q/k norms), one implementation
+//! over any weight format: loading, the KV cache, and the graph of one forward step.
+
+use super::config::{Arch, LlamaConfig};
+use super::weights::{load_vector, Linear, WeightSource};
+use crate::error::{Error, Result};
+use crate::gpu::{DType, Gpu, GpuTensor};
+use crate::graph::{Graph, Plan, TensorId};
+use crate::ops::rope::RopeConfig;
+
+/// Tensor names of one file convention.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Names {
+    /// llama.cpp's: `blk.0.attn_q.weight`.
+    Gguf,
+    /// transformers': `model.layers.0.self_attn.q_proj.weight`.
+    Hf,
+}
+
+/// Weights of one layer.
+#[derive(Clone, Copy)]
+enum W {
+    AttnNorm,
+    Q,
+    K,
+    V,
+    O,
+    QBias,
+    KBias,
+    VBias,
+    QNorm,
+    KNorm,
+    FfnNorm,
+    Gate,
+    Up,
+    Down,
+}
+
+impl Names {
+    fn layer(self, i: usize, w: W) -> String {
+        let (g, h) = match w {
+            W::AttnNorm => ("attn_norm.weight", "input_layernorm.weight"),
+            W::Q => ("attn_q.weight", "self_attn.q_proj.weight"),
+            W::K => ("attn_k.weight", "self_attn.k_proj.weight"),
+            W::V => ("attn_v.weight", "self_attn.v_proj.weight"),
+            W::O => ("attn_output.weight", "self_attn.o_proj.weight"),
+            W::QBias => ("attn_q.bias", "self_attn.q_proj.bias"),
+            W::KBias => ("attn_k.bias", "self_attn.k_proj.bias"),
+            W::VBias => ("attn_v.bias", "self_attn.v_proj.bias"),
+            W::QNorm => ("attn_q_norm.weight", "self_attn.q_norm.weight"),
+            W::KNorm => ("attn_k_norm.weight", "self_attn.k_norm.weight"),
+            W::FfnNorm => ("ffn_norm.weight", "post_attention_layernorm.weight"),
+            W::Gate => ("ffn_gate.weight", "mlp.gate_proj.weight"),
+            W::Up => ("ffn_up.weight", "mlp.up_proj.weight"),
+            W::Down => ("ffn_down.weight", "mlp.down_proj.weight"),
+        };
+        match self {
+            Names::Gguf => format!("blk.{i}.{g}"),
+            Names::Hf => format!("model.layers.{i}.{h}"),
+        }
+    }
+    fn embed(self) -> &'static str {
+        match self {
+            Names::Gguf => "token_embd.weight",
+            Names::Hf => "model.embed_tokens.weight",
+        }
+    }
+    fn norm(self) -> &'static str {
+        match self {
+            Names::Gguf => "output_norm.weight",
+            Names::Hf => "model.norm.weight",
+        }
+    }
+    fn head(self) -> &'static str {
+        match self {
+            Names::Gguf => "output.weight",
+            Names::Hf => "lm_head.weight",
+        }
+    }
+}
+
+struct Layer {
+    attn_norm: GpuTensor, // [hidden]
+    q: Linear,            // [n_heads * head_dim, hidden]
+    k: Linear,            // [n_kv * head_dim, hidden]
+    v: Linear,            // [n_kv * head_dim, hidden]
+    o: Linear,            // [hidden, n_heads * head_dim]
+    q_bias: Option<GpuTensor>,
+    k_bias: Option<GpuTensor>,
+    v_bias: Option<GpuTensor>,
+    q_norm: Option<GpuTensor>, // [head_dim]
+    k_norm: Option<GpuTensor>, // [head_dim]
+    ffn_norm: GpuTensor,       // [hidden]
+    gate: Linear,              // [ffn, hidden]
+    up: Linear,                // [ffn, hidden]
+    down: Linear,              // [hidden, ffn]
+    k_cache: GpuTensor,        // [n_kv, max_ctx, head_dim] f32
+    v_cache: GpuTensor,        // [n_kv, max_ctx, head_dim] f32
+}
+
+/// A loaded model with its KV cache.
+pub struct Llama {
+    pub cfg: LlamaConfig,
+    /// Positions the KV cache holds.
+    pub max_ctx: usize,
+    embed: Linear,        // [vocab, hidden]
+    head: Option<Linear>, // [vocab, hidden]; None when tied to `embed`
+    norm: GpuTensor,      // [hidden]
+    layers: Vec<Layer>,
+}
+
+/// What a step graph returns.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StepOutputs {
+    /// Read back the last token's logits `[vocab]`.
+    pub logits: bool,
+    /// Read back the argmax of the last token's logits (greedy decoding without a logits read-back).
+    pub argmax: bool,
+    /// Read back the top-k ids and logits of the last token (0 = none).
+    pub topk: usize,
+}
+
+/// A planned forward step over `n_tokens` tokens.
+pub struct Step {
+    pub plan: Plan,
+    pub n_tokens: usize,
+    pub ids: TensorId,
+    pub logits: Option<TensorId>,
+    pub argmax: Option<TensorId>,
+    pub topk: Option<(TensorId, TensorId)>,
+}
+
+impl Llama {
+    /// Load every weight to the device and allocate a KV cache of `max_ctx` positions.
+    pub fn load(
+        gpu: &Gpu,
+        src: &dyn WeightSource,
+        cfg: LlamaConfig,
+        names: Names,
+        max_ctx: usize,
+        mut progress: impl FnMut(usize, usize),
+    ) -> Result<Llama> {
+        if max_ctx == 0 {
+            return Err(Error::Invalid("the context length must be positive".into()));
+        }
+        let c = &cfg;
+        let q_dim = c.n_heads * c.head_dim;
+        let kv_dim = c.n_kv_heads * c.head_dim;
+        let linear = |name: String, n: usize, k: usize| -> Result<Linear> {
+            let t = src.require(&name)?;
+            if t.shape != [n, k] {
+                return Err(Error::shape(
+                    "load",
+                    format!("{name}: {:?}, expected [{n}, {k}]", t.shape),
+                ));
+            }
+            Linear::load(gpu, &t)
+        };
+        let vector = |name: String, len: usize| load_vector(gpu, &src.require(&name)?, len);
+        let optional = |name: String, len: usize| -> Result<Option<GpuTensor>> {
+            src.tensor(&name)?.map(|t| load_vector(gpu, &t, len)).transpose()
+        };
+        let embed = linear(names.embed().into(), c.vocab, c.hidden)?;
+        let head = if c.tie_embeddings {
+            None
+        } else {
+            Some(linear(names.head().into(), c.vocab, c.hidden)?)
+        };
+        let mut layers = Vec::with_capacity(c.n_layers);
+        for i in 0..c.n_layers {
+            progress(i, c.n_layers);
+            let n = |w| names.layer(i, w);
+            let cache = |what: &str| {
+                GpuTensor::zeros(
+                    gpu,
+                    &format!("blk.{i}.{what}_cache"),
+                    &[c.n_kv_heads, max_ctx, c.head_dim],
+                    DType::F32,
+                )
+            };
+            let with_bias = c.qkv_bias || c.arch == Arch::Qwen2;
+            layers.push(Layer {
+                attn_norm: vector(n(W::AttnNorm), c.hidden)?,
+                q: linear(n(W::Q), q_dim, c.hidden)?,
+                k: linear(n(W::K), kv_dim, c.hidden)?,
+                v: linear(n(W::V), kv_dim, c.hidden)?,
+                o: linear(n(W::O), c.hidden, q_dim)?,
+                q_bias: if with_bias { optional(n(W::QBias), q_dim)? } else { None },
+                k_bias: if with_bias {
+                    optional(n(W::KBias), kv_dim)?
+                } else {
+                    None
+                },
+                v_bias: if with_bias {
+                    optional(n(W::VBias), kv_dim)?
+                } else {
+                    None
+                },
+                q_norm: if c.qk_norm {
+                    Some(vector(n(W::QNorm), c.head_dim)?)
+                } else {
+                    None
+                },
+                k_norm: if c.qk_norm {
+                    Some(vector(n(W::KNorm), c.head_dim)?)
+                } else {
+                    None
+                },
+                ffn_norm: vector(n(W::FfnNorm), c.hidden)?,
+                gate: linear(n(W::Gate), c.ffn, c.hidden)?,
+                up: linear(n(W::Up), c.ffn, c.hidden)?,
+                down: linear(n(W::Down), c.hidden, c.ffn)?,
+                k_cache: cache("k")?,
+                v_cache: cache("v")?,
+            });
+        }
+        progress(c.n_layers, c.n_layers);
+        let norm = vector(names.norm().into(), c.hidden)?;
+        gpu.check("load")?;
+        Ok(Llama {
+            cfg,
+            max_ctx,
+            embed,
+            head,
+            norm,
+            layers,
+        })
+    }
+
+    /// Bytes of weights one decode step reads (every matrix once; the embedding gathers one row).
+    pub fn weight_bytes_per_token(&self) -> u64 {
+        let head = self.head.as_ref().unwrap_or(&self.embed).bytes();
+        let layers: u64 = self
+            .layers
+            .iter()
+            .map(|l| {
+                [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down]
+                    .iter()
+                    .map(|w| w.bytes())
+                    .sum::<u64>()
+            })
+            .sum();
+        head + layers
+    }
+
+    fn rope(&self) -> RopeConfig {
+        let c = &self.cfg;
+        let mut r = RopeConfig::new(c.rope_style, c.rope_theta, c.rope_dim);
+        r.freq_scale = c.rope_freq_scale;
+        r
+    }
+
+    /// Record one forward step over `n_tokens` new tokens at positions `vars.pos ..`, writing their K/V into the
+    /// cache; the outputs are those of the last token.
+    pub fn step(&self, gpu: &Gpu, n_tokens: usize, out: StepOutputs) -> Result<Step> {
+        let c = &self.cfg;
+        if n_tokens == 0 || n_tokens > self.max_ctx {
+            return Err(Error::Invalid(format!(
+                "a step of {n_tokens} tokens (context {})",
+                self.max_ctx
+            )));
+        }
+        let mut g = Graph::new();
+        let ids = g.input("ids", &[n_tokens], DType::U32);
+        let mut h = self.embed.gather(&mut g, ids)?; // [n, hidden]
+        let scale = 1.0 / (c.head_dim as f32).sqrt();
+        for (i, l) in self.layers.iter().enumerate() {
+            g.set_prefix(&format!("blk.{i}."));
+            let w = g.external(&l.attn_norm);
+            let x = g.rms_norm(h, w, c.rms_eps)?;
+            let q = l.q.forward(&mut g, x, l.q_bias.as_ref())?; // [n, n_heads * head_dim]
+            let k = l.k.forward(&mut g, x, l.k_bias.as_ref())?; // [n, n_kv * head_dim]
+            let v = l.v.forward(&mut g, x, l.v_bias.as_ref())?;
+            let mut q = g.reshape(q, &[n_tokens, c.n_heads, c.head_dim])?;
+            let mut k = g.reshape(k, &[n_tokens, c.n_kv_heads, c.head_dim])?;
+            let v = g.reshape(v, &[n_tokens, c.n_kv_heads, c.head_dim])?;
+            if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
+                let (qn, kn) = (g.external(qn), g.external(kn));
+                q = g.rms_norm(q, qn, c.rms_eps)?;
+                k = g.rms_norm(k, kn, c.rms_eps)?;
+            }
+            let q = g.rope(q, self.rope())?;
+            let k = g.rope(k, self.rope())?;
+            let (kc, vc) = (g.external(&l.k_cache), g.external(&l.v_cache));
+            g.kv_write(k, kc)?;
+            g.kv_write(v, vc)?;
+            let a = if n_tokens <= crate::ops::attention_decode::MAX_TOKENS {
+                g.attention_decode(q, kc, vc, scale)?
+            } else {
+                g.attention_prefill(q, kc, vc, scale)?
+            };
+            let a = g.reshape(a, &[n_tokens, c.n_heads * c.head_dim])?;
+            let o = l.o.forward(&mut g, a, None)?;
+            h = g.add(h, o)?;
+            let w = g.external(&l.ffn_norm);
+            let x = g.rms_norm(h, w, c.rms_eps)?;
+            let gate = l.gate.forward(&mut g, x, None)?;
+            let up = l.up.forward(&mut g, x, None)?;
+            let m = g.silu_mul(gate, up)?;
+            let d = l.down.forward(&mut g, m, None)?;
+            h = g.add(h, d)?;
+        }
+        g.set_prefix("");
+        let last = if n_tokens > 1 { g.rows(h, n_tokens - 1, 1)? } else { h };
+        let w = g.external(&self.norm);
+        let x = g.rms_norm(last, w, c.rms_eps)?;
+        let logits = self.head.as_ref().unwrap_or(&self.embed).forward(&mut g, x, None)?; // [1, vocab]
+        let mut step_logits = None;
+        if out.logits {
+            g.output(logits);
+            step_logits = Some(logits);
+        }
+        let argmax = if out.argmax {
+            let a = g.argmax(logits)?;
+            g.output(a);
+            Some(a)
+        } else {
+            None
+        };
+        let topk = if out.topk > 0 {
+            let (ti, tv) = g.topk(logits, out.topk)?;
+            g.output(ti);
+            g.output(tv);
+            Some((ti, tv))
+        } else {
+            None
+        };
+        Ok(Step {
+            plan: Plan::new(gpu, g)?,
+            n_tokens,
+            ids,
+            logits: step_logits,
+            argmax,
+            topk,
+        })
+    }
+}

@@ -1,0 +1,200 @@
+//! Opening a model from a path: a GGUF file, or a Hugging Face directory (config.json, safetensors,
+//! tokenizer.json); with its tokenizer, and a summary for `shaderlm info`.
+
+use super::config::LlamaConfig;
+use super::llama::{Llama, Names};
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::loader::gguf::GgufFile;
+use crate::loader::safetensors::SafetensorsModel;
+use crate::tokenizer::{Tokenizer, VocabSpec};
+use std::path::{Path, PathBuf};
+
+/// A model ready to run, with the tokenizer that goes with it.
+pub struct LoadedModel {
+    pub model: Llama,
+    pub tokenizer: Tokenizer,
+    pub path: PathBuf,
+    /// e.g. "GGUF Q4_1" or "safetensors F16".
+    pub format: String,
+}
+
+/// Build the tokenizer a GGUF file describes in its `tokenizer.ggml.*` metadata.
+pub fn tokenizer_from_gguf(f: &GgufFile) -> Result<Tokenizer> {
+    if f.metadata("tokenizer.ggml.tokens").is_none() {
+        return Err(Error::File {
+            path: f.path().into(),
+            message: "no tokenizer: the file has no tokenizer.ggml.tokens".into(),
+        });
+    }
+    let strings = |k: &str| -> Result<Vec<String>> {
+        Ok(match f.metadata(k) {
+            Some(_) => f.get_str_array(k)?.into_iter().map(str::to_string).collect(),
+            None => Vec::new(),
+        })
+    };
+    let tokens = strings("tokenizer.ggml.tokens")?;
+    let token_types = match f.metadata("tokenizer.ggml.token_type") {
+        Some(_) => f.get_i32_array("tokenizer.ggml.token_type")?,
+        None => vec![crate::tokenizer::TOKEN_NORMAL; tokens.len()],
+    };
+    let scores = match f.metadata("tokenizer.ggml.scores") {
+        Some(_) => f.get_f32_array("tokenizer.ggml.scores")?,
+        None => Vec::new(),
+    };
+    let model = f.get_str("tokenizer.ggml.model")?.to_string();
+    let spec = VocabSpec {
+        pre: f
+            .get_opt::<&str>("tokenizer.ggml.pre")?
+            .unwrap_or("default")
+            .to_string(),
+        merges: strings("tokenizer.ggml.merges")?,
+        bos: f.get_opt::<u32>("tokenizer.ggml.bos_token_id")?,
+        eos: f.get_opt::<u32>("tokenizer.ggml.eos_token_id")?,
+        // llama.cpp's default: SentencePiece vocabularies add BOS, byte-level BPE ones do not.
+        add_bos: f
+            .get_opt::<bool>("tokenizer.ggml.add_bos_token")?
+            .unwrap_or(model == "llama"),
+        chat_template: f.get_opt::<&str>("tokenizer.chat_template")?.map(str::to_string),
+        model,
+        tokens,
+        token_types,
+        scores,
+    };
+    let mut tok = Tokenizer::from_vocab(&spec).map_err(|e| Error::File {
+        path: f.path().into(),
+        message: e.to_string(),
+    })?;
+    if let Some(eot) = f.get_opt::<u32>("tokenizer.ggml.eot_token_id")? {
+        if !tok.end_of_turn.contains(&eot) && Some(eot) != tok.eos && (eot as usize) < tok.vocab_size {
+            tok.end_of_turn.push(eot);
+        }
+    }
+    Ok(tok)
+}
+
+fn is_gguf(path: &Path) -> bool {
+    path.is_file()
+}
+
+/// Open the model at `path` and upload it; `max_ctx` positions of KV cache (clamped to the trained context).
+pub fn open(gpu: &Gpu, path: &Path, max_ctx: usize, progress: impl FnMut(usize, usize)) -> Result<LoadedModel> {
+    if !path.exists() {
+        return Err(Error::File {
+            path: path.into(),
+            message: "no such file or directory".into(),
+        });
+    }
+    if is_gguf(path) {
+        let f = GgufFile::open(path)?;
+        let cfg = LlamaConfig::from_gguf(&f)?;
+        let tokenizer = tokenizer_from_gguf(&f)?;
+        let ctx = max_ctx.min(cfg.context);
+        let format = format!("GGUF {}", weight_types(&f));
+        let model = Llama::load(gpu, &f, cfg, Names::Gguf, ctx, progress)?;
+        Ok(LoadedModel {
+            model,
+            tokenizer,
+            path: path.into(),
+            format,
+        })
+    } else {
+        let cfg = LlamaConfig::from_hf(&path.join("config.json"))?;
+        let tokenizer = Tokenizer::from_hf_dir(path)?;
+        let st = SafetensorsModel::open(path)?;
+        let ctx = max_ctx.min(cfg.context);
+        let model = Llama::load(gpu, &st, cfg, Names::Hf, ctx, progress)?;
+        Ok(LoadedModel {
+            model,
+            tokenizer,
+            path: path.into(),
+            format: "safetensors".into(),
+        })
+    }
+}
+
+/// The distinct tensor types of the matrices in a GGUF file, most common first.
+fn weight_types(f: &GgufFile) -> String {
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for t in f.tensors().iter().filter(|t| t.dims.len() == 2) {
+        let name = t.ggml_type.to_string();
+        match counts.iter_mut().find(|c| c.0 == name) {
+            Some(c) => c.1 += 1,
+            None => counts.push((name, 1)),
+        }
+    }
+    counts.sort_by(|a, b| b.1.cmp(&a.1));
+    counts.iter().map(|c| c.0.clone()).collect::<Vec<_>>().join("+")
+}
+
+/// A human-readable summary of a model file: architecture, sizes, quantization, tokenizer, template, metadata.
+pub fn describe(path: &Path) -> Result<String> {
+    use std::fmt::Write;
+    let mut s = String::new();
+    if is_gguf(path) {
+        let f = GgufFile::open(path)?;
+        let cfg = LlamaConfig::from_gguf(&f);
+        let _ = writeln!(
+            s,
+            "file: {} (GGUF v{}, {} tensors)",
+            path.display(),
+            f.version(),
+            f.tensors().len()
+        );
+        let _ = writeln!(s, "architecture: {}", f.architecture().unwrap_or("?"));
+        match &cfg {
+            Ok(c) => {
+                let _ = writeln!(s, "config: {c:?}");
+                let _ = writeln!(s, "parameters: {:.1} M", c.n_params() as f64 / 1e6);
+            }
+            Err(e) => {
+                let _ = writeln!(s, "config: not runnable here: {e}");
+            }
+        }
+        let bytes: usize = f.tensors().iter().map(|t| t.n_bytes).sum();
+        let _ = writeln!(
+            s,
+            "weights: {} ({:.1} MiB)",
+            weight_types(&f),
+            bytes as f64 / (1 << 20) as f64
+        );
+        match tokenizer_from_gguf(&f) {
+            Ok(t) => {
+                let _ = writeln!(
+                    s,
+                    "tokenizer: {} tokens, bos {:?}, eos {:?}, end of turn {:?}, add bos {}",
+                    t.vocab_size, t.bos, t.eos, t.end_of_turn, t.add_bos
+                );
+            }
+            Err(e) => {
+                let _ = writeln!(s, "tokenizer: {e}");
+            }
+        }
+        let _ = writeln!(s, "metadata:");
+        for (k, v) in f.metadata_entries() {
+            let text = v.to_string();
+            let short: String = text.chars().take(100).collect();
+            let more = if text.chars().count() > 100 { " ..." } else { "" };
+            let _ = writeln!(s, "  {k} = {short}{more}");
+        }
+    } else {
+        let cfg = LlamaConfig::from_hf(&path.join("config.json"))?;
+        let _ = writeln!(s, "directory: {} (Hugging Face)", path.display());
+        let _ = writeln!(s, "config: {cfg:?}");
+        let _ = writeln!(s, "parameters: {:.1} M", cfg.n_params() as f64 / 1e6);
+        let st = SafetensorsModel::open(path)?;
+        let _ = writeln!(s, "tensors: {}", st.names().count());
+        let tok = Tokenizer::from_hf_dir(path)?;
+        let _ = writeln!(
+            s,
+            "tokenizer: {} tokens, bos {:?}, eos {:?}",
+            tok.vocab_size, tok.bos, tok.eos
+        );
+        let _ = writeln!(
+            s,
+            "chat template: {}",
+            if tok.chat_template.is_some() { "yes" } else { "no" }
+        );
+    }
+    Ok(s)
+}

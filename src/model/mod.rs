@@ -1,0 +1,10 @@
+//! Models: hyper-parameters, weights from any format, and one implementation per architecture family.
+
+pub mod config;
+pub mod llama;
+pub mod load;
+pub mod reference;
+pub mod weights;
+
+pub use config::{Arch, LlamaConfig};
+pub use llama::{Llama, Names, Step, StepOutputs};

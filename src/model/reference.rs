@@ -1,0 +1,155 @@
+//! A plain CPU forward of the Llama family in f32, written straight from the architecture's definition, to check
+//! the GPU graph on small models (`cargo test`) and to debug a layer at a time.
+
+use super::config::LlamaConfig;
+use super::llama::Names;
+use super::weights::WeightSource;
+use crate::error::Result;
+use crate::ops::rope::RopeStyle;
+
+fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
+    let ms = x.iter().map(|v| (v * v) as f64).sum::<f64>() / x.len() as f64;
+    let r = 1.0 / (ms + eps as f64).sqrt();
+    x.iter().zip(w).map(|(v, g)| (*v as f64 * r) as f32 * g).collect()
+}
+
+/// `w [n, k] · x [k]`.
+fn matvec(w: &[f32], x: &[f32], n: usize) -> Vec<f32> {
+    let k = x.len();
+    (0..n)
+        .map(|r| {
+            w[r * k..(r + 1) * k]
+                .iter()
+                .zip(x)
+                .map(|(a, b)| (*a as f64) * (*b as f64))
+                .sum::<f64>() as f32
+        })
+        .collect()
+}
+
+fn rope(v: &mut [f32], pos: usize, cfg: &LlamaConfig) {
+    let rot = cfg.rope_dim;
+    for j in 0..rot / 2 {
+        let inv = (cfg.rope_theta as f64).powf(-2.0 * j as f64 / rot as f64);
+        let angle = pos as f64 * cfg.rope_freq_scale as f64 * inv;
+        let (s, c) = angle.sin_cos();
+        let (a, b) = match cfg.rope_style {
+            RopeStyle::RotateHalf => (j, j + rot / 2),
+            RopeStyle::Interleaved => (2 * j, 2 * j + 1),
+        };
+        let (x0, x1) = (v[a] as f64, v[b] as f64);
+        v[a] = (x0 * c - x1 * s) as f32;
+        v[b] = (x0 * s + x1 * c) as f32;
+    }
+}
+
+/// Logits `[vocab]` at every position of `ids` (one causal pass).
+pub fn logits(src: &dyn WeightSource, cfg: &LlamaConfig, names: Names, ids: &[u32]) -> Result<Vec<Vec<f32>>> {
+    let c = cfg;
+    let get = |name: &str| -> Result<Vec<f32>> { src.require(name)?.to_f32() };
+    let l = |i: usize, hf: &str, gg: &str| match names {
+        Names::Hf => format!("model.layers.{i}.{hf}"),
+        Names::Gguf => format!("blk.{i}.{gg}"),
+    };
+    let pick = |hf: &str, gg: &str| {
+        if names == Names::Hf {
+            hf.to_string()
+        } else {
+            gg.to_string()
+        }
+    };
+    let embed = get(&pick("model.embed_tokens.weight", "token_embd.weight"))?;
+    let n = ids.len();
+    let mut h: Vec<Vec<f32>> = ids
+        .iter()
+        .map(|&t| embed[t as usize * c.hidden..(t as usize + 1) * c.hidden].to_vec())
+        .collect();
+    let (hd, nh, nkv) = (c.head_dim, c.n_heads, c.n_kv_heads);
+    let opt = |name: String| -> Result<Option<Vec<f32>>> { src.tensor(&name)?.map(|t| t.to_f32()).transpose() };
+    for i in 0..c.n_layers {
+        let wq = get(&l(i, "self_attn.q_proj.weight", "attn_q.weight"))?;
+        let wk = get(&l(i, "self_attn.k_proj.weight", "attn_k.weight"))?;
+        let wv = get(&l(i, "self_attn.v_proj.weight", "attn_v.weight"))?;
+        let wo = get(&l(i, "self_attn.o_proj.weight", "attn_output.weight"))?;
+        let bq = opt(l(i, "self_attn.q_proj.bias", "attn_q.bias"))?;
+        let bk = opt(l(i, "self_attn.k_proj.bias", "attn_k.bias"))?;
+        let bv = opt(l(i, "self_attn.v_proj.bias", "attn_v.bias"))?;
+        let qn = opt(l(i, "self_attn.q_norm.weight", "attn_q_norm.weight"))?;
+        let kn = opt(l(i, "self_attn.k_norm.weight", "attn_k_norm.weight"))?;
+        let an = get(&l(i, "input_layernorm.weight", "attn_norm.weight"))?;
+        let fnw = get(&l(i, "post_attention_layernorm.weight", "ffn_norm.weight"))?;
+        let wg = get(&l(i, "mlp.gate_proj.weight", "ffn_gate.weight"))?;
+        let wu = get(&l(i, "mlp.up_proj.weight", "ffn_up.weight"))?;
+        let wd = get(&l(i, "mlp.down_proj.weight", "ffn_down.weight"))?;
+        let add = |v: &mut Vec<f32>, b: &Option<Vec<f32>>| {
+            if let Some(b) = b {
+                v.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+            }
+        };
+        let (mut qs, mut ks, mut vs) = (Vec::new(), Vec::new(), Vec::new());
+        for (p, hp) in h.iter().enumerate() {
+            let x = rms_norm(hp, &an, c.rms_eps);
+            let (mut q, mut k, mut v) = (
+                matvec(&wq, &x, nh * hd),
+                matvec(&wk, &x, nkv * hd),
+                matvec(&wv, &x, nkv * hd),
+            );
+            add(&mut q, &bq);
+            add(&mut k, &bk);
+            add(&mut v, &bv);
+            for hh in 0..nh {
+                let head = &mut q[hh * hd..(hh + 1) * hd];
+                if let Some(w) = &qn {
+                    head.copy_from_slice(&rms_norm(head, w, c.rms_eps));
+                }
+                rope(head, p, c);
+            }
+            for hh in 0..nkv {
+                let head = &mut k[hh * hd..(hh + 1) * hd];
+                if let Some(w) = &kn {
+                    head.copy_from_slice(&rms_norm(head, w, c.rms_eps));
+                }
+                rope(head, p, c);
+            }
+            qs.push(q);
+            ks.push(k);
+            vs.push(v);
+        }
+        let scale = 1.0 / (hd as f64).sqrt();
+        for p in 0..n {
+            let mut att = vec![0f32; nh * hd];
+            for hh in 0..nh {
+                let kvh = hh / (nh / nkv);
+                let q = &qs[p][hh * hd..(hh + 1) * hd];
+                let scores: Vec<f64> = (0..=p)
+                    .map(|j| {
+                        let k = &ks[j][kvh * hd..(kvh + 1) * hd];
+                        q.iter().zip(k).map(|(a, b)| (*a as f64) * (*b as f64)).sum::<f64>() * scale
+                    })
+                    .collect();
+                let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+                let sum: f64 = e.iter().sum();
+                for d in 0..hd {
+                    let v: f64 = (0..=p).map(|j| e[j] * vs[j][kvh * hd + d] as f64).sum();
+                    att[hh * hd + d] = (v / sum) as f32;
+                }
+            }
+            let o = matvec(&wo, &att, c.hidden);
+            h[p].iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+            let x = rms_norm(&h[p], &fnw, c.rms_eps);
+            let (g, u) = (matvec(&wg, &x, c.ffn), matvec(&wu, &x, c.ffn));
+            let m: Vec<f32> = g.iter().zip(&u).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
+            let d = matvec(&wd, &m, c.hidden);
+            h[p].iter_mut().zip(&d).for_each(|(a, b)| *a += b);
+        }
+    }
+    let norm = get(&pick("model.norm.weight", "output_norm.weight"))?;
+    let head = match opt(pick("lm_head.weight", "output.weight"))? {
+        Some(w) if !c.tie_embeddings => w,
+        _ => embed,
+    };
+    Ok(h.iter()
+        .map(|hp| matvec(&head, &rms_norm(hp, &norm, c.rms_eps), c.vocab))
+        .collect())
+}

@@ -1,0 +1,251 @@
+//! The command line end to end on tiny generated models: greedy output equals the CPU reference, and bad input
+//! (truncated or corrupt files, unknown architectures, missing tokenizer, over-long or empty prompts) gives a clear
+//! error that names the problem, a non-zero exit, and no panic.
+
+mod common;
+
+use common::tiny::{write_gguf, write_gguf_chat, write_hf, Tiny};
+use shaderlm::loader::gguf::{GgufFile, Value};
+use shaderlm::loader::gguf_write::GgufWriter;
+use shaderlm::model::{reference, LlamaConfig, Names};
+use shaderlm::quant::GgmlType;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn shaderlm(args: &[&str], cwd: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_shaderlm"))
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("SHADERLM_MODEL")
+        .output()
+        .expect("run shaderlm")
+}
+
+/// The command failed cleanly: non-zero exit, no panic, and stderr mentions every `needle`.
+fn fails_with(out: &Output, needles: &[&str]) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "expected failure, got success; stderr: {err}");
+    assert!(!err.contains("panicked"), "panic: {err}");
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks {n:?}: {err}");
+    }
+}
+
+#[test]
+fn greedy_generate_json_matches_the_cpu_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_gguf_chat(&path, 7, GgmlType::F32);
+    let p = path.to_str().unwrap();
+    let out = shaderlm(
+        &[
+            "generate",
+            "-m",
+            p,
+            "--prompt",
+            "hello world",
+            "-n",
+            "6",
+            "--temp",
+            "0",
+            "--json",
+            "--ignore-eos",
+        ],
+        dir.path(),
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let prompt: Vec<u32> = serde_json::from_value(v["prompt_ids"].clone()).unwrap();
+    let generated: Vec<u32> = serde_json::from_value(v["generated_ids"].clone()).unwrap();
+    assert_eq!(generated.len(), 6);
+    let topk = v["topk"].as_array().unwrap();
+    assert_eq!(topk.len(), 6);
+    // Greedy: each generated id is the first of its step's top-10.
+    for (j, t) in topk.iter().enumerate() {
+        assert_eq!(t["ids"].as_array().unwrap().len(), 10);
+        assert_eq!(t["ids"][0].as_u64().unwrap() as u32, generated[j]);
+    }
+    // The CPU reference forward, fed its own greedy choices, picks the same tokens.
+    let f = GgufFile::open(&path).unwrap();
+    let cfg = LlamaConfig::from_gguf(&f).unwrap();
+    let mut seq = prompt.clone();
+    for &g in &generated {
+        let logits = reference::logits(&f, &cfg, Names::Gguf, &seq).unwrap();
+        let want = shaderlm::sampling::argmax(logits.last().unwrap());
+        assert_eq!(g, want, "after {} tokens", seq.len());
+        seq.push(g);
+    }
+}
+
+#[test]
+fn chat_template_prompt_and_prompt_ids_are_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_gguf_chat(&path, 8, GgmlType::F32);
+    let p = path.to_str().unwrap();
+    let out = shaderlm(
+        &[
+            "generate", "-m", p, "--chat", "--system", "be brief", "--prompt", "hi", "-n", "3", "--temp", "0", "--json",
+        ],
+        dir.path(),
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<u32> = serde_json::from_value(v["prompt_ids"].clone()).unwrap();
+    let start = 256 + 6 + 1; // <|im_start|> in the tiny vocabulary
+    assert_eq!(ids[0], start, "the template's first special token is one id");
+    assert_eq!(
+        ids.iter().filter(|&&i| i == start).count(),
+        3,
+        "system, user, assistant turns: {ids:?}"
+    );
+    let out = shaderlm(
+        &[
+            "generate",
+            "-m",
+            p,
+            "--prompt-ids",
+            "5,6,7",
+            "-n",
+            "2",
+            "--temp",
+            "0.7",
+            "--seed",
+            "3",
+            "--json",
+        ],
+        dir.path(),
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let again = shaderlm(
+        &[
+            "generate",
+            "-m",
+            p,
+            "--prompt-ids",
+            "5,6,7",
+            "-n",
+            "2",
+            "--temp",
+            "0.7",
+            "--seed",
+            "3",
+            "--json",
+        ],
+        dir.path(),
+    );
+    assert_eq!(out.stdout, again.stdout, "a seed reproduces a sampled run");
+}
+
+#[test]
+fn truncated_and_corrupt_model_files_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_gguf_chat(&path, 9, GgmlType::F32);
+    let bytes = std::fs::read(&path).unwrap();
+    for (name, data) in [
+        ("truncated.gguf", bytes[..bytes.len() * 2 / 3].to_vec()),
+        ("header-only.gguf", bytes[..20].to_vec()),
+        ("garbage.gguf", vec![0x5a; 4096]),
+    ] {
+        let p = dir.path().join(name);
+        std::fs::write(&p, data).unwrap();
+        let out = shaderlm(
+            &["generate", "-m", p.to_str().unwrap(), "--prompt", "hi", "-n", "1"],
+            dir.path(),
+        );
+        fails_with(&out, &[name]);
+        let out = shaderlm(&["info", p.to_str().unwrap()], dir.path());
+        fails_with(&out, &[name]);
+    }
+    // A Hugging Face directory whose safetensors file is garbage.
+    let hf = dir.path().join("hf");
+    std::fs::create_dir(&hf).unwrap();
+    write_hf(&hf, &Tiny::llama(), 1, false);
+    std::fs::write(hf.join("tokenizer.json"), "{}").unwrap();
+    std::fs::write(
+        hf.join("model.safetensors"),
+        b"\x08\x00\x00\x00\x00\x00\x00\x00{garbage",
+    )
+    .unwrap();
+    let out = shaderlm(
+        &["generate", "-m", hf.to_str().unwrap(), "--prompt", "hi", "-n", "1"],
+        dir.path(),
+    );
+    fails_with(&out, &["tokenizer.json"]);
+}
+
+#[test]
+fn unknown_architecture_and_missing_tokenizer_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_gguf(&path, &Tiny::llama(), 1, GgmlType::F32);
+    // No tokenizer metadata in this one.
+    let out = shaderlm(
+        &["generate", "-m", path.to_str().unwrap(), "--prompt", "hi", "-n", "1"],
+        dir.path(),
+    );
+    fails_with(&out, &["tokenizer"]);
+    // The same file claiming an architecture this build does not run.
+    let f = GgufFile::open(&path).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in f.metadata_entries() {
+        let k = k.replace("llama.", "mamba9.");
+        w.add_metadata(k, v.clone()).unwrap();
+    }
+    w.add_metadata("general.architecture", Value::String("mamba9".into()))
+        .unwrap();
+    for info in f.tensors() {
+        w.add_tensor_bytes(
+            info.name.clone(),
+            &info.shape(),
+            info.ggml_type,
+            f.tensor_data(info).unwrap().to_vec(),
+        )
+        .unwrap();
+    }
+    let odd = dir.path().join("odd.gguf");
+    w.write(&odd).unwrap();
+    let out = shaderlm(
+        &["generate", "-m", odd.to_str().unwrap(), "--prompt", "hi", "-n", "1"],
+        dir.path(),
+    );
+    fails_with(&out, &["unknown architecture", "mamba9"]);
+    // A Hugging Face directory without tokenizer.json.
+    let hf = dir.path().join("hf");
+    std::fs::create_dir(&hf).unwrap();
+    write_hf(&hf, &Tiny::llama(), 1, false);
+    let out = shaderlm(
+        &["generate", "-m", hf.to_str().unwrap(), "--prompt", "hi", "-n", "1"],
+        dir.path(),
+    );
+    fails_with(&out, &["tokenizer.json"]);
+}
+
+#[test]
+fn prompts_past_the_context_or_empty_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_gguf_chat(&path, 10, GgmlType::F32);
+    let p = path.to_str().unwrap();
+    let long = "word ".repeat(100);
+    let out = shaderlm(
+        &["generate", "-m", p, "--ctx", "16", "--prompt", &long, "-n", "1"],
+        dir.path(),
+    );
+    fails_with(&out, &["context"]);
+    let out = shaderlm(&["generate", "-m", p, "--prompt", "", "-n", "1"], dir.path());
+    fails_with(&out, &["prompt is empty"]);
+    let out = shaderlm(
+        &["generate", "-m", p, "--prompt-ids", "5,999999", "-n", "1"],
+        dir.path(),
+    );
+    fails_with(&out, &["outside the vocabulary"]);
+}
+
+#[test]
+fn chat_without_a_model_says_how_to_fetch_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = shaderlm(&["chat"], dir.path());
+    fails_with(&out, &["models/fetch.sh"]);
+}

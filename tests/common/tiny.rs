@@ -1,0 +1,346 @@
+//! Tiny Llama-family checkpoints with random weights, written in the real on-disk layouts (Hugging Face
+//! safetensors + config.json, and GGUF as llama.cpp writes it), for end-to-end tests against the CPU reference.
+
+#![allow(dead_code)]
+
+use shaderlm::loader::gguf::Value;
+use shaderlm::loader::gguf_write::GgufWriter;
+use shaderlm::quant::GgmlType;
+use std::collections::HashMap;
+use std::path::Path;
+
+pub struct Tiny {
+    pub arch: &'static str, // "llama", "qwen2", "qwen3"
+    pub layers: usize,
+    pub hidden: usize,
+    pub ffn: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub vocab: usize,
+    pub tied: bool,
+}
+
+impl Tiny {
+    pub fn llama() -> Tiny {
+        Tiny {
+            arch: "llama",
+            layers: 2,
+            hidden: 64,
+            ffn: 96,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 32,
+            vocab: 101,
+            tied: true,
+        }
+    }
+}
+
+/// SplitMix64 values in [-scale, scale).
+pub fn random(seed: u64, n: usize, scale: f32) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_add(0x9E3779B97F4A7C15);
+            let mut z = s;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
+            z ^= z >> 31;
+            ((z >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+/// (HF name, GGUF name, shape, values) of every weight.
+pub fn weights(t: &Tiny, seed: u64) -> Vec<(String, String, Vec<usize>, Vec<f32>)> {
+    let mut out = Vec::new();
+    let mut n = 0u64;
+    let mut add = |hf: String, gg: String, shape: Vec<usize>, scale: f32, offset: f32| {
+        n += 1;
+        let len = shape.iter().product();
+        let v = random(seed * 1000 + n, len, scale)
+            .into_iter()
+            .map(|x| x + offset)
+            .collect();
+        out.push((hf, gg, shape, v));
+    };
+    let (q, kv) = (t.heads * t.head_dim, t.kv_heads * t.head_dim);
+    add(
+        "model.embed_tokens.weight".into(),
+        "token_embd.weight".into(),
+        vec![t.vocab, t.hidden],
+        1.0,
+        0.0,
+    );
+    for i in 0..t.layers {
+        let hf = |s: &str| format!("model.layers.{i}.{s}");
+        let gg = |s: &str| format!("blk.{i}.{s}");
+        let w = 1.0 / (t.hidden as f32).sqrt();
+        add(
+            hf("input_layernorm.weight"),
+            gg("attn_norm.weight"),
+            vec![t.hidden],
+            0.2,
+            1.0,
+        );
+        add(
+            hf("self_attn.q_proj.weight"),
+            gg("attn_q.weight"),
+            vec![q, t.hidden],
+            2.0 * w,
+            0.0,
+        );
+        add(
+            hf("self_attn.k_proj.weight"),
+            gg("attn_k.weight"),
+            vec![kv, t.hidden],
+            2.0 * w,
+            0.0,
+        );
+        add(
+            hf("self_attn.v_proj.weight"),
+            gg("attn_v.weight"),
+            vec![kv, t.hidden],
+            w,
+            0.0,
+        );
+        add(
+            hf("self_attn.o_proj.weight"),
+            gg("attn_output.weight"),
+            vec![t.hidden, q],
+            w,
+            0.0,
+        );
+        if t.arch == "qwen2" {
+            add(hf("self_attn.q_proj.bias"), gg("attn_q.bias"), vec![q], 0.5, 0.0);
+            add(hf("self_attn.k_proj.bias"), gg("attn_k.bias"), vec![kv], 0.5, 0.0);
+            add(hf("self_attn.v_proj.bias"), gg("attn_v.bias"), vec![kv], 0.5, 0.0);
+        }
+        if t.arch == "qwen3" {
+            add(
+                hf("self_attn.q_norm.weight"),
+                gg("attn_q_norm.weight"),
+                vec![t.head_dim],
+                0.2,
+                1.0,
+            );
+            add(
+                hf("self_attn.k_norm.weight"),
+                gg("attn_k_norm.weight"),
+                vec![t.head_dim],
+                0.2,
+                1.0,
+            );
+        }
+        add(
+            hf("post_attention_layernorm.weight"),
+            gg("ffn_norm.weight"),
+            vec![t.hidden],
+            0.2,
+            1.0,
+        );
+        add(
+            hf("mlp.gate_proj.weight"),
+            gg("ffn_gate.weight"),
+            vec![t.ffn, t.hidden],
+            w,
+            0.0,
+        );
+        add(
+            hf("mlp.up_proj.weight"),
+            gg("ffn_up.weight"),
+            vec![t.ffn, t.hidden],
+            w,
+            0.0,
+        );
+        add(
+            hf("mlp.down_proj.weight"),
+            gg("ffn_down.weight"),
+            vec![t.hidden, t.ffn],
+            1.0 / (t.ffn as f32).sqrt(),
+            0.0,
+        );
+    }
+    add(
+        "model.norm.weight".into(),
+        "output_norm.weight".into(),
+        vec![t.hidden],
+        0.2,
+        1.0,
+    );
+    if !t.tied {
+        add(
+            "lm_head.weight".into(),
+            "output.weight".into(),
+            vec![t.vocab, t.hidden],
+            1.0 / (t.hidden as f32).sqrt(),
+            0.0,
+        );
+    }
+    out
+}
+
+/// `config.json` + `model.safetensors` (f32, or f16 when `half`) as transformers saves them.
+pub fn write_hf(dir: &Path, t: &Tiny, seed: u64, half: bool) {
+    let arch = match t.arch {
+        "qwen2" => "Qwen2ForCausalLM",
+        "qwen3" => "Qwen3ForCausalLM",
+        _ => "LlamaForCausalLM",
+    };
+    let config = serde_json::json!({
+        "architectures": [arch],
+        "model_type": t.arch,
+        "hidden_size": t.hidden,
+        "intermediate_size": t.ffn,
+        "num_hidden_layers": t.layers,
+        "num_attention_heads": t.heads,
+        "num_key_value_heads": t.kv_heads,
+        "head_dim": t.head_dim,
+        "vocab_size": t.vocab,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 256,
+        "tie_word_embeddings": t.tied,
+        "torch_dtype": if half { "float16" } else { "float32" },
+    });
+    std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&config).unwrap()).unwrap();
+    let ws = weights(t, seed);
+    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = ws
+        .into_iter()
+        .map(|(hf, _, shape, v)| {
+            let b = if half {
+                v.iter().flat_map(|x| half::f16::from_f32(*x).to_le_bytes()).collect()
+            } else {
+                v.iter().flat_map(|x| x.to_le_bytes()).collect()
+            };
+            (hf, shape, b)
+        })
+        .collect();
+    let dtype = if half {
+        safetensors::Dtype::F16
+    } else {
+        safetensors::Dtype::F32
+    };
+    let views: Vec<(String, safetensors::tensor::TensorView)> = bytes
+        .iter()
+        .map(|(n, s, b)| {
+            (
+                n.clone(),
+                safetensors::tensor::TensorView::new(dtype, s.clone(), b).unwrap(),
+            )
+        })
+        .collect();
+    let meta: HashMap<String, String> = [("format".to_string(), "pt".to_string())].into();
+    safetensors::serialize_to_file(views, Some(meta), &dir.join("model.safetensors")).unwrap();
+}
+
+/// A GGUF file as llama.cpp's converter writes a Llama-family model, with matrices in `ty`.
+pub fn write_gguf(path: &Path, t: &Tiny, seed: u64, ty: GgmlType) {
+    let mut w = GgufWriter::new();
+    let a = t.arch;
+    let k = |s: &str| format!("{a}.{s}");
+    w.add_metadata("general.architecture", Value::String(a.into())).unwrap();
+    w.add_metadata("general.name", Value::String("tiny random".into()))
+        .unwrap();
+    w.add_metadata(k("block_count"), Value::U32(t.layers as u32)).unwrap();
+    w.add_metadata(k("context_length"), Value::U32(256)).unwrap();
+    w.add_metadata(k("embedding_length"), Value::U32(t.hidden as u32))
+        .unwrap();
+    w.add_metadata(k("feed_forward_length"), Value::U32(t.ffn as u32))
+        .unwrap();
+    w.add_metadata(k("attention.head_count"), Value::U32(t.heads as u32))
+        .unwrap();
+    w.add_metadata(k("attention.head_count_kv"), Value::U32(t.kv_heads as u32))
+        .unwrap();
+    w.add_metadata(k("attention.key_length"), Value::U32(t.head_dim as u32))
+        .unwrap();
+    w.add_metadata(k("attention.layer_norm_rms_epsilon"), Value::F32(1e-5))
+        .unwrap();
+    w.add_metadata(k("rope.freq_base"), Value::F32(10000.0)).unwrap();
+    w.add_metadata(k("rope.dimension_count"), Value::U32(t.head_dim as u32))
+        .unwrap();
+    for (_, gg, shape, v) in weights(t, seed) {
+        let ty = if shape.len() == 2 { ty } else { GgmlType::F32 };
+        w.add_tensor(gg, &shape, ty, &v).unwrap();
+    }
+    w.write(path).unwrap();
+}
+
+/// GPT-2's byte-to-character table: printable bytes map to themselves, the rest to U+0100 upwards.
+pub fn byte_char(b: u8) -> char {
+    let printable = |b: u8| (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
+    if printable(b) {
+        return b as char;
+    }
+    let n = (0..b).filter(|&x| !printable(x)).count() as u32;
+    char::from_u32(256 + n).unwrap()
+}
+
+pub const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+/// A byte-level vocabulary (256 byte tokens, a few merges, ChatML specials): (tokens, types, merges).
+pub fn byte_vocab() -> (Vec<String>, Vec<i32>, Vec<String>) {
+    let enc = |s: &str| s.bytes().map(byte_char).collect::<String>();
+    let mut tokens: Vec<String> = (0..=255u8).map(|b| byte_char(b).to_string()).collect();
+    let mut types = vec![1i32; 256];
+    let mut merges = Vec::new();
+    for (a, b) in [
+        ("h", "e"),
+        ("l", "l"),
+        ("he", "ll"),
+        ("hell", "o"),
+        (" ", "w"),
+        ("o", "r"),
+    ] {
+        merges.push(format!("{} {}", enc(a), enc(b)));
+        tokens.push(enc(&format!("{a}{b}")));
+        types.push(1);
+    }
+    for s in ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] {
+        tokens.push(s.into());
+        types.push(3);
+    }
+    (tokens, types, merges)
+}
+
+/// A tiny Llama GGUF with a real byte-level tokenizer and a ChatML template in its metadata.
+pub fn write_gguf_chat(path: &Path, seed: u64, ty: GgmlType) -> Tiny {
+    let (tokens, types, merges) = byte_vocab();
+    let mut t = Tiny::llama();
+    t.vocab = tokens.len();
+    write_gguf(path, &t, seed, ty);
+    let f = shaderlm::loader::gguf::GgufFile::open(path).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in f.metadata_entries() {
+        w.add_metadata(k, v.clone()).unwrap();
+    }
+    w.add_metadata("tokenizer.ggml.model", Value::String("gpt2".into()))
+        .unwrap();
+    w.add_metadata("tokenizer.ggml.pre", Value::String("smollm".into()))
+        .unwrap();
+    w.add_str_array("tokenizer.ggml.tokens", &tokens).unwrap();
+    let types = types.into_iter().map(Value::I32).collect();
+    w.add_metadata(
+        "tokenizer.ggml.token_type",
+        Value::Array(shaderlm::loader::gguf::ValueType::I32, types),
+    )
+    .unwrap();
+    w.add_str_array("tokenizer.ggml.merges", &merges).unwrap();
+    w.add_metadata("tokenizer.ggml.bos_token_id", Value::U32(tokens.len() as u32 - 2))
+        .unwrap();
+    w.add_metadata("tokenizer.ggml.eos_token_id", Value::U32(tokens.len() as u32 - 1))
+        .unwrap();
+    w.add_metadata("tokenizer.ggml.add_bos_token", Value::Bool(false))
+        .unwrap();
+    w.add_metadata("tokenizer.chat_template", Value::String(CHATML.into()))
+        .unwrap();
+    for info in f.tensors() {
+        let data = f.tensor_data(info).unwrap().to_vec();
+        w.add_tensor_bytes(info.name.clone(), &info.shape(), info.ggml_type, data)
+            .unwrap();
+    }
+    drop(f);
+    w.write(path).unwrap();
+    t
+}
