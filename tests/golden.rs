@@ -17,10 +17,11 @@ use std::sync::OnceLock;
 const MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 const NEAR_TIE: f32 = 0.05;
 /// Absolute logit tolerance. The reference computes in f64 on weights dequantized to f32; the engine dequantizes
-/// the same blocks in registers and accumulates in f32 (K <= 1536 terms per dot product, 30 layers), and its
-/// attention uses exp() in f32. Logits are O(20); the f32 round-off through the network measured well under
-/// 0.01 (see the note in tests output); 0.03 bounds it with margin while a wrong op moves logits by whole units.
-const LOGIT_TOL: f32 = 0.03;
+/// the same blocks in registers and accumulates in f32 (dot products of up to 1536 terms, 30 layers, exp() in f32
+/// attention). Logits are O(25) and f32 carries ~7 digits, so round-off of ~1e-4 is expected; the largest
+/// difference measured over all 8 prompts x 32 steps was 1e-4 (the 1,422-token prompt). 2e-3 leaves 20x margin,
+/// while any wrong op moves logits by whole units.
+const LOGIT_TOL: f32 = 2e-3;
 
 fn setup() -> &'static (Gpu, LoadedModel) {
     static S: OnceLock<(Gpu, LoadedModel)> = OnceLock::new();

@@ -6,6 +6,7 @@ use crate::gpu::{DType, Gpu, GpuTensor};
 use crate::graph::{Graph, TensorId};
 use crate::loader::gguf::GgufFile;
 use crate::loader::safetensors::{to_f32, SafetensorsModel, StDtype};
+use crate::quant::pack::PackedWeight;
 use crate::quant::GgmlType;
 
 /// A tensor as a file stores it.
@@ -99,6 +100,8 @@ impl WeightSource for SafetensorsModel {
 pub enum Linear {
     /// f32 or f16 rows.
     Dense(GpuTensor),
+    /// ggml blocks repacked for the adapter, dequantized inside the kernels.
+    Quant(PackedWeight),
 }
 
 impl Linear {
@@ -123,10 +126,7 @@ impl Linear {
                 &t.shape,
                 &t.to_f32()?,
             )?)),
-            HostData::Quant(ty, _) => Err(Error::Invalid(format!(
-                "{}: {ty:?} weights need the quantized matmul (not built in yet)",
-                t.name
-            ))),
+            HostData::Quant(ty, raw) => Ok(Linear::Quant(PackedWeight::upload(gpu, &t.name, *ty, n, k, raw)?)),
             _ => Err(Error::shape(
                 "linear",
                 format!("{}: data does not match {:?}", t.name, t.shape),
@@ -138,6 +138,7 @@ impl Linear {
     pub fn shape(&self) -> (usize, usize) {
         match self {
             Linear::Dense(t) => (t.shape[0], t.shape[1]),
+            Linear::Quant(w) => (w.n, w.k),
         }
     }
 
@@ -145,6 +146,7 @@ impl Linear {
     pub fn bytes(&self) -> u64 {
         match self {
             Linear::Dense(t) => t.parts.iter().map(|p| p.bytes).sum(),
+            Linear::Quant(w) => w.bytes(),
         }
     }
 
@@ -156,6 +158,7 @@ impl Linear {
                 let w = g.external(w);
                 g.matmul(x, w, bias)
             }
+            Linear::Quant(w) => g.matmul_q(x, w, bias),
         }
     }
 
@@ -166,6 +169,7 @@ impl Linear {
                 let w = g.external(w);
                 g.embedding(ids, w)
             }
+            Linear::Quant(w) => g.embedding_q(ids, w),
         }
     }
 }
