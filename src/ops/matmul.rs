@@ -1,7 +1,296 @@
-//! matmul (placeholder: being written).
+//! Dense layer `y[.., N] = x[.., K] · W[N, K]^T (+ bias[N])` (PyTorch `Linear` layout), W in f32 or f16:
+//! a GEMV for one token (CPU-adapter or GPU flavour) and a register-blocked GEMM for more; one dispatch per row part
+//! of W, so weights larger than one binding (an LM head) work.
 
-use crate::gpu::ShaderKey;
+use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
+use crate::error::{Error, Result};
+use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{Graph, TensorId};
 
+/// The kernel a matmul runs. `Auto` picks a GEMV for one row of x (the CPU-adapter flavour on software adapters
+/// such as lavapipe, the GPU flavour elsewhere) and the GEMM for more; the others force one, on any adapter.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MatmulPath {
+    #[default]
+    Auto,
+    /// Each invocation streams 4 whole rows of W; x in a uniform buffer when it fits (`matmul_gemv_cpu`).
+    GemvCpu,
+    /// A workgroup per 4 rows, lanes striding K, workgroup reduction (`matmul_gemv_gpu`).
+    GemvGpu,
+    /// Register-blocked 8 x 4 tiles, no workgroup memory (`matmul_gemm`).
+    Gemm,
+}
+
+/// Rows of W per invocation (GEMV CPU, GEMM) or per workgroup (GEMV GPU); the shaders hard-code these.
+const ROWS_PER_THREAD: usize = 4;
+const ROWS_PER_GROUP_GPU: usize = 4;
+/// Workgroup size of the CPU-adapter GEMV.
+const GEMV_CPU_WORKGROUP: usize = 16;
+/// Rows of x per GEMM invocation.
+const GEMM_BM: usize = 8;
+/// GEMM workgroup size: one 8-lane SIMD chunk on CPU adapters (see matmul_gemm.wgsl), 64 on GPUs.
+fn gemm_workgroup(caps: &Caps) -> usize {
+    if caps.cpu_adapter {
+        8
+    } else {
+        64
+    }
+}
+
+/// WebGPU's guaranteed minimum of `max_compute_workgroups_per_dimension`: the grid dims that are not folded (GEMV:
+/// rows of x; GEMM: blocks of x and of W) stay under it.
+const MAX_GROUPS: usize = 65535;
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct MatmulParams {
+    m: u32,
+    k: u32,
+    n: u32,
+    row0: u32,
+    rows: u32,
+    /// W row stride in elements of the shader's `w` array.
+    kv: u32,
+    /// x row stride in elements of the shader's `x` array.
+    xv: u32,
+    _pad: u32,
+}
+
+#[derive(Debug)]
+pub struct Matmul {
+    m: usize,
+    k: usize,
+    n: usize,
+    wdtype: DType,
+    bias: bool,
+    /// (first row, rows) of each part of W.
+    parts: Vec<(usize, usize)>,
+    path: MatmulPath,
+}
+
+impl Matmul {
+    /// Rows of W and x can be read as 16-byte vectors (4 f32 or 8 f16 per row step).
+    fn vec(&self) -> bool {
+        match self.wdtype {
+            DType::F16 => self.k.is_multiple_of(8),
+            _ => self.k.is_multiple_of(4),
+        }
+    }
+
+    fn path(&self, caps: &Caps) -> MatmulPath {
+        match self.path {
+            MatmulPath::Auto if self.m > 1 => MatmulPath::Gemm,
+            MatmulPath::Auto if caps.cpu_adapter => MatmulPath::GemvCpu,
+            MatmulPath::Auto => MatmulPath::GemvGpu,
+            p => p,
+        }
+    }
+
+    /// x goes in a uniform buffer (GEMV CPU only): all of it fits one uniform binding and rows are whole vec4s.
+    fn x_uniform(&self, caps: &Caps) -> bool {
+        self.path(caps) == MatmulPath::GemvCpu && self.vec() && (self.m * self.k * 4) as u64 <= caps.max_uniform_binding
+    }
+
+    fn key(&self, caps: &Caps) -> ShaderKey {
+        let (name, subgroups) = match self.path(caps) {
+            MatmulPath::GemvGpu => ("matmul_gemv_gpu", caps.subgroups),
+            MatmulPath::Gemm => ("matmul_gemm", false),
+            _ => ("matmul_gemv_cpu", false),
+        };
+        let mut key = variant(name, self.wdtype == DType::F16, self.vec(), self.bias);
+        if name == "matmul_gemm" {
+            key = key.def("WG", format!("{}u", gemm_workgroup(caps)));
+        }
+        key = key.flag("SUBGROUPS", subgroups);
+        if self.x_uniform(caps) {
+            key = key.flag("XU", true).def("XN", format!("{}u", self.m * self.k / 4));
+        }
+        key
+    }
+
+    /// Elements of the shader's `w` array per row, and of `x` per row.
+    fn strides(&self) -> (usize, usize) {
+        let kv = match (self.wdtype, self.vec()) {
+            (DType::F16, true) => self.k / 8,
+            (DType::F16, false) => self.k.div_ceil(2),
+            (_, true) => self.k / 4,
+            (_, false) => self.k,
+        };
+        (kv, if self.vec() { self.k / 4 } else { self.k })
+    }
+}
+
+impl Kernel for Matmul {
+    fn name(&self) -> &'static str {
+        "matmul"
+    }
+    fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
+        let shader = self.key(caps);
+        let path = self.path(caps);
+        let out = if self.bias { 3 } else { 2 };
+        self.parts
+            .iter()
+            .enumerate()
+            .map(|(i, &(_, rows))| {
+                let mut bindings = vec![Bind::Tensor(0), Bind::Part(1, i)];
+                if self.bias {
+                    bindings.push(Bind::Tensor(2));
+                }
+                bindings.push(Bind::Tensor(out));
+                let workgroups = match path {
+                    MatmulPath::Gemm => [
+                        self.m.div_ceil(GEMM_BM) as u32,
+                        rows.div_ceil(ROWS_PER_THREAD * gemm_workgroup(caps)) as u32,
+                        1,
+                    ],
+                    _ => {
+                        let per = match path {
+                            MatmulPath::GemvGpu => ROWS_PER_GROUP_GPU,
+                            _ => ROWS_PER_THREAD * GEMV_CPU_WORKGROUP,
+                        };
+                        let [x, y, _] = grid(rows, per, caps.max_workgroups_per_dim);
+                        [x, y, self.m as u32]
+                    }
+                };
+                Dispatch {
+                    shader: shader.clone(),
+                    bindings,
+                    workgroups,
+                }
+            })
+            .collect()
+    }
+    fn params(&self, i: usize, _: &StepVars) -> Params {
+        let (row0, rows) = self.parts[i];
+        let (kv, xv) = self.strides();
+        Params::of(&MatmulParams {
+            m: self.m as u32,
+            k: self.k as u32,
+            n: self.n as u32,
+            row0: row0 as u32,
+            rows: rows as u32,
+            kv: kv as u32,
+            xv: xv as u32,
+            _pad: 0,
+        })
+    }
+    /// Compulsory traffic: W once, x once, bias once, y once (the GEMM re-reads W once per 8 rows of x from cache).
+    fn cost(&self) -> Cost {
+        let w = self.wdtype.bytes(self.k) * self.n as u64;
+        let (m, k, n) = (self.m as u64, self.k as u64, self.n as u64);
+        Cost {
+            bytes_read: w + 4 * m * k + if self.bias { 4 * n } else { 0 },
+            bytes_written: 4 * m * n,
+            flops: 2 * m * n * k + if self.bias { m * n } else { 0 },
+        }
+    }
+}
+
+impl Graph {
+    /// `x[.., K] · W[N, K]^T (+ bias[N])` → `[.., N]`: x f32, W f32 or f16 (possibly split by rows), bias f32.
+    pub fn matmul(&mut self, x: TensorId, w: TensorId, bias: Option<TensorId>) -> Result<TensorId> {
+        self.matmul_with(x, w, bias, MatmulPath::Auto)
+    }
+
+    /// [`Graph::matmul`] with the kernel chosen by the caller (tests and benches cover each path this way).
+    pub fn matmul_with(
+        &mut self,
+        x: TensorId,
+        w: TensorId,
+        bias: Option<TensorId>,
+        path: MatmulPath,
+    ) -> Result<TensorId> {
+        let xs = self.shape(x).to_vec();
+        let ws = self.shape(w).to_vec();
+        let bs = bias.map(|b| self.shape(b).to_vec());
+        let bad = |why: &str| Error::shape("matmul", format!("x {xs:?} · W {ws:?}^T + bias {bs:?}: {why}"));
+        let (Some(&k), [n, wk]) = (xs.last(), ws.as_slice()) else {
+            return Err(bad("x needs a last dim, W must be [N, K]"));
+        };
+        let (n, m) = (*n, xs[..xs.len() - 1].iter().product::<usize>());
+        if *wk != k {
+            return Err(bad("K differs"));
+        }
+        if m == 0 || k == 0 || n == 0 {
+            return Err(bad("empty"));
+        }
+        if self.dtype(x) != DType::F32 || !matches!(self.dtype(w), DType::F32 | DType::F16) {
+            return Err(bad("x must be f32, W f32 or f16"));
+        }
+        if let Some(b) = bias {
+            if self.shape(b) != [n] || self.dtype(b) != DType::F32 {
+                return Err(bad("bias must be f32 [N]"));
+            }
+        }
+        // Grid dims that are not folded: GEMV rows of x (z); GEMM blocks of x (x) and of W rows (y, smallest WG).
+        let grid_ok = match path {
+            MatmulPath::Gemm | MatmulPath::Auto => {
+                m.div_ceil(GEMM_BM) <= MAX_GROUPS && n.div_ceil(ROWS_PER_THREAD * 8) <= MAX_GROUPS
+            }
+            _ => m <= MAX_GROUPS,
+        };
+        if !grid_ok || m * k > u32::MAX as usize || m * n > u32::MAX as usize {
+            return Err(bad("too large for one dispatch grid"));
+        }
+        let parts = self.desc(w).parts();
+        if parts.iter().map(|p| p.1).sum::<usize>() != n || parts.iter().any(|p| p.1 == 0) {
+            return Err(bad("W's row parts do not cover its rows"));
+        }
+        let kernel = Matmul {
+            m,
+            k,
+            n,
+            wdtype: self.dtype(w),
+            bias: bias.is_some(),
+            parts,
+            path,
+        };
+        let mut out = xs.clone();
+        *out.last_mut().expect("x has a last dim") = n;
+        let inputs: Vec<TensorId> = [x, w].into_iter().chain(bias).collect();
+        Ok(self.add_node(kernel, &inputs, &[("matmul", &out, DType::F32)])?[0])
+    }
+}
+
+/// CPU reference with f64 accumulation: `x` [m, k], `w` [n, k] (already rounded to f16 when testing f16), `bias` [n].
+pub fn reference(x: &[f32], w: &[f32], bias: Option<&[f32]>, m: usize, k: usize, n: usize) -> Vec<f32> {
+    let mut y = vec![0f32; m * n];
+    for i in 0..m {
+        let xr = &x[i * k..(i + 1) * k];
+        for j in 0..n {
+            let wr = &w[j * k..(j + 1) * k];
+            let s: f64 = xr.iter().zip(wr).map(|(a, b)| *a as f64 * *b as f64).sum();
+            y[i * n + j] = (s + bias.map_or(0.0, |b| b[j] as f64)) as f32;
+        }
+    }
+    y
+}
+
+/// Every variant: the three kernels by weight type, row alignment, bias and subgroups. `XN` (the x uniform's
+/// length in vec4s) only sizes an array; the list holds the smallest, the largest (64 KiB) and the model sizes.
 pub fn variants() -> Vec<ShaderKey> {
-    Vec::new()
+    let mut v = Vec::new();
+    for wh in [false, true] {
+        for vec in [false, true] {
+            for bias in [false, true] {
+                for wg in ["8u", "64u"] {
+                    v.push(variant("matmul_gemm", wh, vec, bias).def("WG", wg));
+                }
+                v.push(variant("matmul_gemv_gpu", wh, vec, bias));
+                v.push(variant("matmul_gemv_gpu", wh, vec, bias).flag("SUBGROUPS", true));
+                v.push(variant("matmul_gemv_cpu", wh, vec, bias));
+                if vec {
+                    for xn in [1, 144, 224, 384, 1024, 1216, 3584, 4096] {
+                        let key = variant("matmul_gemv_cpu", wh, vec, bias);
+                        v.push(key.flag("XU", true).def("XN", format!("{xn}u")));
+                    }
+                }
+            }
+        }
+    }
+    v
+}
+
+fn variant(name: &'static str, wh: bool, vec: bool, bias: bool) -> ShaderKey {
+    ShaderKey::new(name).flag("WH", wh).flag("VEC", vec).flag("BIAS", bias)
 }
