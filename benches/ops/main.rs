@@ -10,8 +10,10 @@ mod add;
 mod attention_decode;
 mod attention_prefill;
 mod embedding;
+mod embedding_q;
 mod kv_write;
 mod matmul;
+mod matmul_q;
 mod overhead;
 mod rms_norm;
 mod rope;
@@ -35,6 +37,8 @@ fn all() -> Vec<Bench> {
     v.extend(attention_prefill::benches());
     v.extend(attention_decode::benches());
     v.extend(kv_write::benches());
+    v.extend(matmul_q::benches());
+    v.extend(embedding_q::benches());
     v
 }
 

@@ -75,8 +75,10 @@ pub mod add;
 pub mod attention_decode;
 pub mod attention_prefill;
 pub mod embedding;
+pub mod embedding_q;
 pub mod kv_write;
 pub mod matmul;
+pub mod matmul_q;
 pub mod rms_norm;
 pub mod rope;
 pub mod rows;
@@ -99,5 +101,7 @@ pub fn all_variants() -> Vec<ShaderKey> {
     v.extend(attention_prefill::variants());
     v.extend(attention_decode::variants());
     v.extend(kv_write::variants());
+    v.extend(matmul_q::variants());
+    v.extend(embedding_q::variants());
     v
 }

@@ -71,7 +71,9 @@ impl Format {
     pub fn new(ty: GgmlType) -> Result<Format> {
         match ty {
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => Ok(Format { ty }),
-            _ => Err(Error::Invalid(format!("{ty} weights cannot be packed for matmul_q (Q4_0, Q4_1, Q8_0 only)"))),
+            _ => Err(Error::Invalid(format!(
+                "{ty} weights cannot be packed for matmul_q (Q4_0, Q4_1, Q8_0 only)"
+            ))),
         }
     }
     /// 8-bit quants.
@@ -128,10 +130,13 @@ pub struct HostPart {
 
 /// Checks that `raw` holds `n` rows of `k` weights of `format`, returns `G = k / 32`.
 pub fn check_raw(format: Format, n: usize, k: usize, raw: &[u8]) -> Result<usize> {
-    if n == 0 || k == 0 || k % QK != 0 {
+    if n == 0 || k == 0 || !k.is_multiple_of(QK) {
         return Err(Error::shape(
             "pack",
-            format!("{} weights [{n}, {k}]: N must be positive and K a positive multiple of 32", format.ty),
+            format!(
+                "{} weights [{n}, {k}]: N must be positive and K a positive multiple of 32",
+                format.ty
+            ),
         ));
     }
     let want = (n as u128) * (k / QK) as u128 * format.block_bytes() as u128;
@@ -197,10 +202,11 @@ fn pack_part(format: Format, layout: Layout, n: usize, k: usize, raw: &[u8], row
                 for b in 0..g {
                     for lane in 0..LANES {
                         for j in 0..4 {
-                            let Some(blk) = block(tile * TILE + 4 * lane + j, b) else { continue };
+                            let Some(blk) = block(tile * TILE + 4 * lane + j, b) else {
+                                continue;
+                            };
                             for i in 0..wb {
-                                part.quants[(((tile * g + b) * wb + i) * LANES + lane) * 4 + j] =
-                                    word(blk, qs + 4 * i);
+                                part.quants[(((tile * g + b) * wb + i) * LANES + lane) * 4 + j] = word(blk, qs + 4 * i);
                             }
                             let s = ((tile * g + b) * LANES + lane) * per_s;
                             let shift = 16 * (j % 2);
@@ -254,7 +260,10 @@ pub fn unpack(ty: GgmlType, layout: Layout, n: usize, k: usize, parts: &[HostPar
         let padded = p.rows.next_multiple_of(layout.granule());
         let (qw, sw, mw) = words(format, layout, padded, g);
         if p.quants.len() != qw || p.scales.len() != sw || p.mins.len() != mw || p.row0 + p.rows > n {
-            return Err(Error::Invalid(format!("packed part at row {} does not match [{n}, {k}]", p.row0)));
+            return Err(Error::Invalid(format!(
+                "packed part at row {} does not match [{n}, {k}]",
+                p.row0
+            )));
         }
         for r in 0..p.rows {
             for b in 0..g {
@@ -266,7 +275,11 @@ pub fn unpack(ty: GgmlType, layout: Layout, n: usize, k: usize, parts: &[HostPar
                         let per_s = if format.has_min() { 4 } else { 2 };
                         let s = ((tile * g + b) * LANES + lane) * per_s;
                         let shift = 16 * (j % 2);
-                        let m = if format.has_min() { p.scales[s + 2 + j / 2] >> shift } else { 0 };
+                        let m = if format.has_min() {
+                            p.scales[s + 2 + j / 2] >> shift
+                        } else {
+                            0
+                        };
                         let q = (0..wb)
                             .map(|i| p.quants[(((tile * g + b) * wb + i) * LANES + lane) * 4 + j])
                             .collect();
@@ -275,7 +288,11 @@ pub fn unpack(ty: GgmlType, layout: Layout, n: usize, k: usize, parts: &[HostPar
                     Layout::Rows => {
                         let (w, shift) = (r * g.div_ceil(2) + b / 2, 16 * (b % 2));
                         let m = if format.has_min() { p.mins[w] >> shift } else { 0 };
-                        (p.scales[w] >> shift, m, (0..wb).map(|i| p.quants[(r * g + b) * wb + i]).collect())
+                        (
+                            p.scales[w] >> shift,
+                            m,
+                            (0..wb).map(|i| p.quants[(r * g + b) * wb + i]).collect(),
+                        )
                     }
                 };
                 blk[0..2].copy_from_slice(&(d as u16).to_le_bytes());
@@ -411,9 +428,16 @@ mod tests {
                         assert_eq!(parts.iter().map(|p| p.rows).sum::<usize>(), n);
                         for p in &parts {
                             let (q, s, m) = (p.quants.len(), p.scales.len(), p.mins.len());
-                            assert!(4 * q.max(s).max(m) as u64 <= max, "{ty} {layout:?} {n}x{k} part over {max}");
+                            assert!(
+                                4 * q.max(s).max(m) as u64 <= max,
+                                "{ty} {layout:?} {n}x{k} part over {max}"
+                            );
                         }
-                        assert_eq!(unpack(ty, layout, n, k, &parts).unwrap(), r, "{ty} {layout:?} {n}x{k} {max}");
+                        assert_eq!(
+                            unpack(ty, layout, n, k, &parts).unwrap(),
+                            r,
+                            "{ty} {layout:?} {n}x{k} {max}"
+                        );
                     }
                 }
             }

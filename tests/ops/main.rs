@@ -9,8 +9,10 @@ mod add;
 mod attention_decode;
 mod attention_prefill;
 mod embedding;
+mod embedding_q;
 mod kv_write;
 mod matmul;
+mod matmul_q;
 mod rms_norm;
 mod rope;
 mod rows;
@@ -34,6 +36,8 @@ fn all_cases() -> Vec<Case> {
     v.extend(attention_prefill::cases());
     v.extend(attention_decode::cases());
     v.extend(kv_write::cases());
+    v.extend(matmul_q::cases());
+    v.extend(embedding_q::cases());
     v
 }
 

@@ -1,0 +1,76 @@
+//! matmul_q throughput: the GEMV (decode) at the projection shapes of the three models (N x K: SmolLM2 FFN down and
+//! up, its 49152 x 576 LM head, Qwen2.5-0.5B FFN down, a 2048 x 8192 and Llama3-8B's FFN down), for each format
+//! and both layouts; the GEMM for a 128-token chunk; and the f16 `matmul` GEMV at the same shapes as a baseline.
+//! GB/s counts the packed weight bytes (quants, scales, mins) plus x and y.
+
+use crate::common::{plan_of, Bench, MODELS};
+use crate::embedding_q::blocks;
+use shaderlm::gpu::{DType, GpuTensor};
+use shaderlm::ops::matmul::MatmulPath;
+use shaderlm::quant::pack::{Layout, PackedWeight};
+use shaderlm::quant::GgmlType;
+
+/// (N, K) of the GEMV shapes.
+fn shapes() -> Vec<(usize, usize)> {
+    let (_, h, f, ..) = MODELS[0];
+    let (_, h1, f1, ..) = MODELS[1];
+    let (_, h2, f2, ..) = MODELS[2];
+    vec![(h, f), (f, h), (MODELS[0].6, h), (h1, f1), (2048, 8192), (h2, f2)]
+}
+
+fn layout_name(l: Layout) -> &'static str {
+    match l {
+        Layout::Tiled => "tiled",
+        Layout::Rows => "rows",
+    }
+}
+
+pub fn benches() -> Vec<Bench> {
+    let mut v = Vec::new();
+    let formats = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
+    for (n, k) in shapes() {
+        for layout in [Layout::Tiled, Layout::Rows] {
+            for ty in formats {
+                let name = format!("matmul_q gemv {ty} {} {n}x{k}", layout_name(layout));
+                v.push(Bench::new(name, move |gpu| {
+                    let w = PackedWeight::upload_with(gpu, "w", ty, layout, n, k, &blocks(ty, n, k))?;
+                    plan_of(gpu, |g| {
+                        let x = g.input("x", &[1, k], DType::F32);
+                        g.matmul_q(x, &w, None)?;
+                        Ok(vec![(x, k, DType::F32)])
+                    })
+                }));
+            }
+        }
+        v.push(Bench::new(format!("matmul_q gemv f16-baseline {n}x{k}"), move |gpu| {
+            let data: Vec<f32> = (0..n * k)
+                .map(|i| ((i * 2654435761usize) % 1000) as f32 * 1e-4 - 0.05)
+                .collect();
+            let w = GpuTensor::upload_f16(gpu, "w", &[n, k], &data)?;
+            plan_of(gpu, |g| {
+                let x = g.input("x", &[1, k], DType::F32);
+                let tw = g.external(&w);
+                g.matmul_with(x, tw, None, MatmulPath::Auto)?;
+                Ok(vec![(x, k, DType::F32)])
+            })
+        }));
+    }
+    // Prefill: a 128-token chunk through SmolLM2's FFN up and Qwen's FFN down.
+    let tokens = 128;
+    for (n, k) in [(MODELS[0].2, MODELS[0].1), (MODELS[1].1, MODELS[1].2)] {
+        for layout in [Layout::Tiled, Layout::Rows] {
+            for ty in formats {
+                let name = format!("matmul_q gemm {ty} {} {tokens}x{n}x{k}", layout_name(layout));
+                v.push(Bench::new(name, move |gpu| {
+                    let w = PackedWeight::upload_with(gpu, "w", ty, layout, n, k, &blocks(ty, n, k))?;
+                    plan_of(gpu, |g| {
+                        let x = g.input("x", &[tokens, k], DType::F32);
+                        g.matmul_q(x, &w, None)?;
+                        Ok(vec![(x, tokens * k, DType::F32)])
+                    })
+                }));
+            }
+        }
+    }
+    v
+}

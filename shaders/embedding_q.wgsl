@@ -1,0 +1,118 @@
+// embedding_q: y[i, :] = dequantized row ids[i] of a block-quantized [N, K] weight (Q4_0, Q4_1, Q8_0) packed by
+// src/quant/pack.rs, for the ids that fall in one row part [row0, row0 + rows) (one dispatch per part). The same
+// packed copy serves matmul_q, so a tied token embedding and LM head share one device copy. Ids >= n (the host
+// rejects them before) give zero rows, written by the last part's dispatch; nothing reads out of bounds.
+// Each invocation dequantizes one quant word: 8 weights (Q4) or 4 (Q8) of one 32-weight block.
+// Q4_0: d * (q - 8); Q4_1: d * q + m; Q8_0: d * q.
+// Bindings: 0 ids [M] u32 | 1 wq quant words (u32; tiled or rows layout, see pack.rs) | 2 ws f16 scale pairs
+//   (tiled Q4_1: d and m) | 3 wm f16 min pairs (rows layout Q4_1 only) | then y [M, K] f32 (written).
+// Defs: TILED (else the rows layout), Q8, MIN. Grid: one workgroup of 64 per id (folded into y past the
+// per-dimension limit); the lanes stride over the row's quant words.
+
+struct Params {
+    m: u32,       // ids
+    k: u32,       // row length (a multiple of 32)
+    row0: u32,    // first row in this part
+    rows: u32,    // rows in this part
+    n: u32,       // rows in the whole weight
+    last: u32,    // 1 for the last part's dispatch: it also writes the zero rows of ids >= n
+    groups: u32,  // blocks per row, K / 32
+}
+
+@group(0) @binding(0) var<storage, read> ids: array<u32>;      // [M]
+@group(0) @binding(1) var<storage, read> wq: array<u32>;       // tiled [tiles, G, WB, 8, 4] | rows [rows, G, WB]
+@group(0) @binding(2) var<storage, read> ws: array<u32>;       // tiled [tiles, G, 8, 2 or 4] | rows [rows, ceil(G/2)]
+#if TILED
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;  // [M, K]
+#else
+#if MIN
+@group(0) @binding(3) var<storage, read> wm: array<u32>;       // rows [rows, ceil(G/2)]
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;  // [M, K]
+#else
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;  // [M, K]
+#endif
+#endif
+@group(1) @binding(0) var<uniform> p: Params;
+
+#include "lib/quant_rows.wgsl"
+
+#if Q8
+const WB = 8u;  // quant words per block
+#else
+const WB = 4u;
+#endif
+
+@compute @workgroup_size(64)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let i = wid.x + wid.y * nwg.x;
+    if (i >= p.m) {
+        return;
+    }
+    let id = ids[i];
+    let out = i * p.k;
+    let words = p.groups * WB;
+    if (id >= p.n) {
+        if (p.last == 1u) {
+            for (var c = li; c < p.k; c += 64u) {
+                y[out + c] = 0.0;
+            }
+        }
+        return;
+    }
+    if (id < p.row0 || id - p.row0 >= p.rows) {
+        return;  // another part's row
+    }
+    let r = id - p.row0;
+    for (var w = li; w < words; w += 64u) {
+        let b = w / WB;
+        let k0 = out + 32u * b + 4u * (w % WB);
+#if TILED
+        // Row r is component r % 4 of lane (r % 32) / 4 in tile r / 32.
+        let tb = (r / 32u) * p.groups + b;
+        let lane = (r % 32u) / 4u;
+        let j = r % 4u;
+        let q = wq[((tb * WB + w % WB) * 8u + lane) * 4u + j];
+#if MIN
+        let sw = (tb * 8u + lane) * 4u + j / 2u;
+        let d = half_of(ws[sw], (j & 1u) == 1u);
+        let mn = half_of(ws[sw + 2u], (j & 1u) == 1u);
+#else
+        let d = half_of(ws[(tb * 8u + lane) * 2u + j / 2u], (j & 1u) == 1u);
+#endif
+#else
+        let q = wq[r * words + w];
+        let sw = r * ((p.groups + 1u) / 2u) + b / 2u;
+        let d = half_of(ws[sw], (b & 1u) == 1u);
+#if MIN
+        let mn = half_of(wm[sw], (b & 1u) == 1u);
+#endif
+#endif
+#if Q8
+        let v = d * q8_bytes(q);
+        y[k0] = v.x;
+        y[k0 + 1u] = v.y;
+        y[k0 + 2u] = v.z;
+        y[k0 + 3u] = v.w;
+#else
+#if MIN
+        let lo = d * q4_lo(q) + mn;
+        let hi = d * q4_hi(q) + mn;
+#else
+        let lo = d * (q4_lo(q) - 8.0);
+        let hi = d * (q4_hi(q) - 8.0);
+#endif
+        y[k0] = lo.x;
+        y[k0 + 1u] = lo.y;
+        y[k0 + 2u] = lo.z;
+        y[k0 + 3u] = lo.w;
+        y[k0 + 16u] = hi.x;
+        y[k0 + 17u] = hi.y;
+        y[k0 + 18u] = hi.z;
+        y[k0 + 19u] = hi.w;
+#endif
+    }
+}

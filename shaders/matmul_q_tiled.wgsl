@@ -1,0 +1,151 @@
+// matmul_q_tiled: y[m, row0 + r] = x[m, :] . W[r, :] (+ bias[row0 + r]) for block-quantized W (Q4_0, Q4_1, Q8_0)
+// in the chunk-tiled layout (src/quant/pack.rs, Layout::Tiled; LAVAPIPE.md §4), over one row part of W.
+// The decode path for CPU adapters (lavapipe): each invocation owns 4 consecutive rows; the 8 invocations of a SIMD
+// chunk (one tile of 32 rows) stream one contiguous region, 32 k (one block) per loop step, dequantizing in
+// registers with f32 accumulation. Q4_0's offset and Q4_1's minimum are folded out of the block sum:
+//   Q4_0: d * (sum q x - 8 sum x)   Q4_1: d * sum q x + m * sum x   Q8_0: d * sum q x.
+// x is read at uniform indices (from a uniform buffer when XU); with SUBGROUPS (subgroup size >= 8) each lane
+// loads one vec4 of the block's x and the 8 vectors are broadcast, 8x fewer loads.
+// Bindings: 0 x [M, K] f32 (uniform array<vec4<f32>, XN> when XU, else storage) | 1 wq [tiles, G, WB, 8] vec4<u32>
+//   quant words | 2 ws [tiles, G, 8] vec2<u32> f16 scales (vec4<u32> d, d, m, m for MIN) | 3 bias [N] f32 (BIAS
+//   only) | 3 or 4 y [M, N] f32 (written: columns row0..row0+rows).
+// Defs: Q8 (8-bit quants, else 4-bit), MIN (Q4_1), XU + XN, SUBGROUPS, BIAS, WG (workgroup size, a multiple of 8).
+// Grid: ceil(tiles * 8 / WG) workgroups of WG (folded into y past the per-dimension limit) x 1 x M.
+
+struct Params {
+    m: u32,       // rows of x
+    k: u32,       // reduction length (a multiple of 32)
+    n: u32,       // columns of y (all parts)
+    row0: u32,    // first output column of this part
+    rows: u32,    // rows of W in this part
+    groups: u32,  // blocks per row, K / 32
+    xv: u32,      // x row stride in vec4s, K / 4
+    tiles: u32,   // tiles of 32 rows in this part
+}
+
+#if XU
+@group(0) @binding(0) var<uniform> x: array<vec4<f32>, XN>;     // [M, K/4]
+#else
+@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;   // [M, K/4]
+#endif
+@group(0) @binding(1) var<storage, read> wq: array<vec4<u32>>;  // [tiles, G, WB, 8] 4 rows' words
+#if MIN
+@group(0) @binding(2) var<storage, read> ws: array<vec4<u32>>;  // [tiles, G, 8] (d01, d23, m01, m23) f16 pairs
+#else
+@group(0) @binding(2) var<storage, read> ws: array<vec2<u32>>;  // [tiles, G, 8] (d01, d23) f16 pairs
+#endif
+#if BIAS
+@group(0) @binding(3) var<storage, read> bias: array<f32>;      // [N]
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;   // [M, N]
+#else
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;   // [M, N]
+#endif
+@group(1) @binding(0) var<uniform> p: Params;
+
+#include "lib/quant_tiled.wgsl"
+
+#if Q8
+const WB = 8u;  // quant words per block per row
+#else
+const WB = 4u;
+#endif
+
+@compute @workgroup_size(WG)
+fn main(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+#if SUBGROUPS
+    @builtin(subgroup_invocation_id) sl: u32,
+#endif
+) {
+    let c = (wg.x + wg.y * nwg.x) * WG + li;  // group of 4 rows in the part
+    // Invocations past the last tile recompute it (no early return: subgroup operations need every lane).
+    let tile = min(c / 8u, p.tiles - 1u);
+    let lane = c % 8u;
+    let wstep = WB * 8u;
+    var wi = tile * p.groups * wstep + lane;
+    var si = tile * p.groups * 8u + lane;
+    var xi = wg.z * p.xv;
+    var acc = vec4<f32>(0.0);
+    for (var g = 0u; g < p.groups; g++) {
+        // The block's 8 x vectors, pre-scaled for the quant helpers (lib/quant_tiled.wgsl), and (Q4) their sum.
+#if SUBGROUPS
+        let xr = x[xi + (sl & 7u)];
+#if Q8
+        let xl = xr * Q8_X_SCALE;
+#else
+        let xl = xr * select(Q4_XA_SCALE, Q4_XB_SCALE, (sl & 4u) != 0u);
+        let xd = dot(xr, vec4<f32>(1.0));
+        let xs = (subgroupBroadcast(xd, 0u) + subgroupBroadcast(xd, 1u)) + (subgroupBroadcast(xd, 2u) + subgroupBroadcast(xd, 3u)) + ((subgroupBroadcast(xd, 4u) + subgroupBroadcast(xd, 5u)) + (subgroupBroadcast(xd, 6u) + subgroupBroadcast(xd, 7u)));
+#endif
+        let x0 = subgroupBroadcast(xl, 0u);
+        let x1 = subgroupBroadcast(xl, 1u);
+        let x2 = subgroupBroadcast(xl, 2u);
+        let x3 = subgroupBroadcast(xl, 3u);
+        let x4 = subgroupBroadcast(xl, 4u);
+        let x5 = subgroupBroadcast(xl, 5u);
+        let x6 = subgroupBroadcast(xl, 6u);
+        let x7 = subgroupBroadcast(xl, 7u);
+#else
+        let r0 = x[xi];
+        let r1 = x[xi + 1u];
+        let r2 = x[xi + 2u];
+        let r3 = x[xi + 3u];
+        let r4 = x[xi + 4u];
+        let r5 = x[xi + 5u];
+        let r6 = x[xi + 6u];
+        let r7 = x[xi + 7u];
+#if Q8
+        let x0 = r0 * Q8_X_SCALE;
+        let x1 = r1 * Q8_X_SCALE;
+        let x2 = r2 * Q8_X_SCALE;
+        let x3 = r3 * Q8_X_SCALE;
+        let x4 = r4 * Q8_X_SCALE;
+        let x5 = r5 * Q8_X_SCALE;
+        let x6 = r6 * Q8_X_SCALE;
+        let x7 = r7 * Q8_X_SCALE;
+#else
+        let x0 = r0 * Q4_XA_SCALE;
+        let x1 = r1 * Q4_XA_SCALE;
+        let x2 = r2 * Q4_XA_SCALE;
+        let x3 = r3 * Q4_XA_SCALE;
+        let x4 = r4 * Q4_XB_SCALE;
+        let x5 = r5 * Q4_XB_SCALE;
+        let x6 = r6 * Q4_XB_SCALE;
+        let x7 = r7 * Q4_XB_SCALE;
+        let xs = dot((r0 + r1) + (r2 + r3) + ((r4 + r5) + (r6 + r7)), vec4<f32>(1.0));
+#endif
+#endif
+#if Q8
+        let s = q8_word(wq[wi], x0) + q8_word(wq[wi + 8u], x1) + q8_word(wq[wi + 16u], x2)
+            + q8_word(wq[wi + 24u], x3) + q8_word(wq[wi + 32u], x4) + q8_word(wq[wi + 40u], x5)
+            + q8_word(wq[wi + 48u], x6) + q8_word(wq[wi + 56u], x7);
+        acc += halves4(ws[si]) * s;
+#else
+        let s = q4_word(wq[wi], x0, x4) + q4_word(wq[wi + 8u], x1, x5) + q4_word(wq[wi + 16u], x2, x6)
+            + q4_word(wq[wi + 24u], x3, x7);
+#if MIN
+        let sc = ws[si];
+        acc += halves4(sc.xy) * s + halves4(sc.zw) * xs;
+#else
+        acc += halves4(ws[si]) * (s - 8.0 * xs);
+#endif
+#endif
+        wi += wstep;
+        si += 8u;
+        xi += 8u;
+    }
+    let r0 = c * 4u;
+    let yb = wg.z * p.n + p.row0;
+    for (var j = 0u; j < 4u; j++) {
+        let r = r0 + j;
+        if (r < p.rows) {
+#if BIAS
+            y[yb + r] = acc[j] + bias[p.row0 + r];
+#else
+            y[yb + r] = acc[j];
+#endif
+        }
+    }
+}

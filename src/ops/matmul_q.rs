@@ -1,0 +1,308 @@
+//! Quantized dense layer `y[.., N] = x[.., K] · W[N, K]^T (+ bias[N])`, W in Q4_0 / Q4_1 / Q8_0 packed by
+//! [`crate::quant::pack`] and dequantized in registers (W4A16 / W8A16, f32 accumulation): a GEMV for one token
+//! and a GEMM that reuses each weight load for several tokens, in the kernel family of W's layout (chunk-tiled for
+//! CPU adapters, row-major for GPUs). One dispatch per row part of W.
+
+use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
+use crate::error::{Error, Result};
+use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{Graph, TensorId};
+use crate::quant::pack::{Format, Layout, PackedWeight, QK, TILE};
+
+/// GEMV or GEMM. `Auto` picks the GEMV for one row of x and the GEMM for more; the others force one (tests).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum QPath {
+    #[default]
+    Auto,
+    /// One row of x per invocation (grid z = rows of x).
+    Gemv,
+    /// [`GEMM_TM`] rows of x per invocation.
+    Gemm,
+}
+
+/// Invocations per workgroup of the tiled kernels: one tile of 32 rows (8 lanes), so that even a 192-row matrix
+/// spreads over several workgroups (llvmpipe threads); the per-workgroup cost is small on lavapipe.
+const WG_TILED: usize = 8;
+/// Rows of x per invocation of the tiled GEMM, and per workgroup of the rows-layout GEMM.
+const TM_TILED: usize = 8;
+const TM_ROWS: usize = 4;
+/// Rows of W per workgroup of the rows-layout kernel (`NR` in the shader).
+const ROWS_PER_GROUP: usize = 4;
+/// WebGPU's guaranteed minimum of `max_compute_workgroups_per_dimension` (the grid's z).
+const MAX_GROUPS: usize = 65535;
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct MatmulQParams {
+    m: u32,
+    k: u32,
+    n: u32,
+    row0: u32,
+    rows: u32,
+    groups: u32,
+    xv: u32,
+    tiles: u32,
+}
+
+#[derive(Debug)]
+pub struct MatmulQ {
+    m: usize,
+    k: usize,
+    n: usize,
+    format: Format,
+    layout: Layout,
+    bias: bool,
+    /// (first row, rows) of each part of W.
+    parts: Vec<(usize, usize)>,
+    /// Device bytes of W (quants, scales, mins).
+    wbytes: u64,
+    path: QPath,
+}
+
+/// The subgroup broadcast of x in the tiled kernels needs 8 lanes per subgroup.
+fn subgroups8(caps: &Caps) -> bool {
+    caps.subgroups && caps.subgroup_size >= 8
+}
+
+/// A tiled-layout kernel: the GEMV (`tm` None) or the GEMM with `tm` rows of x per invocation.
+fn tiled_key(format: Format, bias: bool, xu: Option<usize>, subgroups: bool, tm: Option<usize>) -> ShaderKey {
+    let mut key = ShaderKey::new(if tm.is_some() {
+        "matmul_q_tiled_mm"
+    } else {
+        "matmul_q_tiled"
+    })
+    .flag("Q8", format.q8())
+    .flag("MIN", format.has_min())
+    .flag("BIAS", bias)
+    .flag("SUBGROUPS", subgroups)
+    .def("WG", format!("{WG_TILED}u"));
+    if let Some(tm) = tm {
+        key = key.def("TM", format!("{tm}u")).flag("TM8", tm == 8);
+    }
+    if let Some(xn) = xu {
+        key = key.flag("XU", true).def("XN", format!("{xn}u"));
+    }
+    key
+}
+
+/// A rows-layout kernel with `tm` rows of x per workgroup (1: the GEMV).
+fn rows_key(format: Format, bias: bool, subgroups: bool, tm: usize) -> ShaderKey {
+    ShaderKey::new("matmul_q_rows")
+        .flag("Q8", format.q8())
+        .flag("MIN", format.has_min())
+        .flag("BIAS", bias)
+        .flag("SUBGROUPS", subgroups)
+        .def("TM", format!("{tm}u"))
+}
+
+impl MatmulQ {
+    fn path(&self) -> QPath {
+        match self.path {
+            QPath::Auto if self.m > 1 => QPath::Gemm,
+            QPath::Auto => QPath::Gemv,
+            p => p,
+        }
+    }
+
+    /// Rows of x per invocation (tiled) or workgroup (rows).
+    fn tm(&self) -> usize {
+        match (self.path(), self.layout) {
+            (QPath::Gemm, Layout::Tiled) => TM_TILED,
+            (QPath::Gemm, Layout::Rows) => TM_ROWS,
+            _ => 1,
+        }
+    }
+
+    /// Length in vec4s of the x uniform of the tiled GEMV, when all of x fits one uniform binding.
+    fn x_uniform(&self, caps: &Caps) -> Option<usize> {
+        let fits = (self.m * self.k * 4) as u64 <= caps.max_uniform_binding;
+        (fits && self.path() == QPath::Gemv).then_some(self.m * self.k / 4)
+    }
+
+    fn key(&self, caps: &Caps) -> ShaderKey {
+        let gemm = self.path() == QPath::Gemm;
+        match self.layout {
+            Layout::Tiled => tiled_key(
+                self.format,
+                self.bias,
+                self.x_uniform(caps),
+                subgroups8(caps),
+                gemm.then_some(TM_TILED),
+            ),
+            Layout::Rows => rows_key(self.format, self.bias, caps.subgroups, self.tm()),
+        }
+    }
+}
+
+impl Kernel for MatmulQ {
+    fn name(&self) -> &'static str {
+        "matmul_q"
+    }
+    fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
+        let shader = self.key(caps);
+        let nw = if self.layout == Layout::Rows && self.format.has_min() {
+            4
+        } else {
+            3
+        };
+        self.parts
+            .iter()
+            .enumerate()
+            .map(|(i, &(_, rows))| {
+                let mut bindings = vec![Bind::Tensor(0)];
+                bindings.extend((1..nw).map(|s| Bind::Part(s, i)));
+                if self.bias {
+                    bindings.push(Bind::Tensor(nw));
+                }
+                bindings.push(Bind::Tensor(nw + usize::from(self.bias)));
+                let [x, y, _] = match self.layout {
+                    Layout::Tiled => grid(rows.div_ceil(TILE) * 8, WG_TILED, caps.max_workgroups_per_dim),
+                    Layout::Rows => grid(rows, ROWS_PER_GROUP, caps.max_workgroups_per_dim),
+                };
+                Dispatch {
+                    shader: shader.clone(),
+                    bindings,
+                    workgroups: [x, y, self.m.div_ceil(self.tm()) as u32],
+                }
+            })
+            .collect()
+    }
+    fn params(&self, i: usize, _: &StepVars) -> Params {
+        let (row0, rows) = self.parts[i];
+        Params::of(&MatmulQParams {
+            m: self.m as u32,
+            k: self.k as u32,
+            n: self.n as u32,
+            row0: row0 as u32,
+            rows: rows as u32,
+            groups: (self.k / QK) as u32,
+            xv: (self.k / 4) as u32,
+            tiles: rows.div_ceil(TILE) as u32,
+        })
+    }
+    /// Compulsory traffic: packed W once, x once, bias once, y once.
+    fn cost(&self) -> Cost {
+        let (m, k, n) = (self.m as u64, self.k as u64, self.n as u64);
+        Cost {
+            bytes_read: self.wbytes + 4 * m * k + if self.bias { 4 * n } else { 0 },
+            bytes_written: 4 * m * n,
+            flops: 2 * m * n * k + if self.bias { m * n } else { 0 },
+        }
+    }
+}
+
+impl Graph {
+    /// `x[.., K] · W[N, K]^T (+ bias[N])` → `[.., N]` f32, W quantized and packed ([`PackedWeight`]).
+    pub fn matmul_q(&mut self, x: TensorId, w: &PackedWeight, bias: Option<TensorId>) -> Result<TensorId> {
+        self.matmul_q_with(x, w, bias, QPath::Auto)
+    }
+
+    /// [`Graph::matmul_q`] with the kernel chosen by the caller (tests and benches cover each path this way).
+    pub fn matmul_q_with(
+        &mut self,
+        x: TensorId,
+        w: &PackedWeight,
+        bias: Option<TensorId>,
+        path: QPath,
+    ) -> Result<TensorId> {
+        let xs = self.shape(x).to_vec();
+        let bs = bias.map(|b| self.shape(b).to_vec());
+        let (n, k) = (w.n, w.k);
+        let bad = |why: &str| {
+            Error::shape(
+                "matmul_q",
+                format!(
+                    "x {xs:?} · {} {} [{n}, {k}]^T + bias {bs:?}: {why}",
+                    w.name, w.format.ty
+                ),
+            )
+        };
+        let Some(&xk) = xs.last() else {
+            return Err(bad("x needs a last dim"));
+        };
+        let m = xs[..xs.len() - 1].iter().product::<usize>();
+        if xk != k {
+            return Err(bad("K differs"));
+        }
+        if m == 0 || n == 0 || k == 0 || !k.is_multiple_of(QK) {
+            return Err(bad("empty, or K not a multiple of 32"));
+        }
+        if self.dtype(x) != DType::F32 {
+            return Err(bad("x must be f32"));
+        }
+        if let Some(b) = bias {
+            if self.shape(b) != [n] || self.dtype(b) != DType::F32 {
+                return Err(bad("bias must be f32 [N]"));
+            }
+        }
+        if m > MAX_GROUPS || m * k > u32::MAX as usize || m * n > u32::MAX as usize {
+            return Err(bad("too large for one dispatch grid"));
+        }
+        let parts = w.parts();
+        let tensors = [Some(&w.quants), Some(&w.scales), w.mins.as_ref()];
+        let covered = parts.iter().map(|p| p.1).sum::<usize>() == n && parts.iter().all(|p| p.1 > 0);
+        let same = tensors.iter().flatten().all(|t| t.parts.len() == parts.len());
+        if !covered || !same || (w.mins.is_some() != (w.layout == Layout::Rows && w.format.has_min())) {
+            return Err(bad("the packed buffers' row parts do not cover W's rows"));
+        }
+        let kernel = MatmulQ {
+            m,
+            k,
+            n,
+            format: w.format,
+            layout: w.layout,
+            bias: bias.is_some(),
+            parts,
+            wbytes: w.bytes(),
+            path,
+        };
+        let mut inputs = vec![x];
+        for t in tensors.into_iter().flatten() {
+            inputs.push(self.external(t));
+        }
+        inputs.extend(bias);
+        let mut out = xs.clone();
+        *out.last_mut().expect("x has a last dim") = n;
+        Ok(self.add_node(kernel, &inputs, &[("matmul_q", &out, DType::F32)])?[0])
+    }
+}
+
+/// CPU reference with f64 accumulation: `x` [m, k], `w` [n, k] the CPU dequantization of the packed weights.
+pub fn reference(x: &[f32], w: &[f32], bias: Option<&[f32]>, m: usize, k: usize, n: usize) -> Vec<f32> {
+    let mut y = vec![0f32; m * n];
+    for i in 0..m {
+        let xr = &x[i * k..(i + 1) * k];
+        for j in 0..n {
+            let wr = &w[j * k..(j + 1) * k];
+            let s: f64 = xr.iter().zip(wr).map(|(a, b)| *a as f64 * *b as f64).sum();
+            y[i * n + j] = (s + bias.map_or(0.0, |b| b[j] as f64)) as f32;
+        }
+    }
+    y
+}
+
+/// Every variant: layout x path x format x bias x subgroups; the tiled GEMV also with x in a uniform of the model
+/// sizes' lengths (`XN` only sizes an array: the smallest, the largest of 64 KiB, and K/4 of the benched models).
+pub fn variants() -> Vec<ShaderKey> {
+    let mut v = Vec::new();
+    for ty in [
+        crate::quant::GgmlType::Q4_0,
+        crate::quant::GgmlType::Q4_1,
+        crate::quant::GgmlType::Q8_0,
+    ] {
+        let format = Format::new(ty).expect("a packable format");
+        for bias in [false, true] {
+            for sg in [false, true] {
+                v.push(tiled_key(format, bias, None, sg, None));
+                v.push(tiled_key(format, bias, None, sg, Some(TM_TILED)));
+                for xn in [8, 144, 224, 384, 1024, 1216, 2048, 3584, 4096] {
+                    v.push(tiled_key(format, bias, Some(xn), sg, None));
+                }
+                for tm in [1, TM_ROWS] {
+                    v.push(rows_key(format, bias, sg, tm));
+                }
+            }
+        }
+    }
+    v
+}

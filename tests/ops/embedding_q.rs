@@ -1,0 +1,180 @@
+//! embedding_q vs the CPU dequantization (`quant::dequantize`) of the very bytes that were packed: Q4_0, Q4_1, Q8_0
+//! in both layouts, ids at 0 and N-1, repeated ids, an id >= N (a zero row), tables split into row parts, and a tied
+//! embedding / LM head reading one packed copy in one graph.
+//!
+//! Metric: Q4_0 and Q8_0 exact bits (one rounding of `d * (q - 8)` or `d * q` on both sides; the f16 constants are
+//! decoded exactly). Q4_1 `d * q + m`: the GPU compiler may fuse it into one FMA where the CPU rounds twice, so the
+//! bound is rel+abs with atol 2^-23 (at least 2 ulp of the product d * q <= 15 * 2^-4, since |d q| < 1) and rtol 0;
+//! a wrong nibble, scale or row is off by at least d >= 2^-5.
+
+use crate::common::{exact, rel_abs, Case, Check, Rng};
+use crate::matmul_q::random_blocks;
+use shaderlm::gpu::{DType, Gpu, GpuOptions};
+use shaderlm::graph::{Graph, Plan};
+use shaderlm::ops::{embedding_q, matmul_q, StepVars};
+use shaderlm::quant::pack::{Layout, PackedWeight};
+use shaderlm::quant::{dequantize, GgmlType};
+use std::sync::OnceLock;
+
+const FORMATS: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
+const LAYOUTS: [Layout; 2] = [Layout::Tiled, Layout::Rows];
+
+/// A device whose storage bindings are capped at 4 KiB.
+fn gpu_small_bindings() -> &'static Gpu {
+    static GPU: OnceLock<Gpu> = OnceLock::new();
+    GPU.get_or_init(|| {
+        let opts = GpuOptions {
+            max_binding_override: Some(4 << 10),
+            ..Default::default()
+        };
+        Gpu::new(&opts).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"))
+    })
+}
+
+fn compare(ty: GgmlType, got: &[f32], want: &[f32]) -> Check {
+    if ty == GgmlType::Q4_1 {
+        return rel_abs(got, want, 0.0, 1.0 / (1 << 23) as f64);
+    }
+    let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+    exact(&bits(got), &bits(want))
+}
+
+/// Gather `ids` from a random [n, k] weight; `min_parts` guards that the weight really split.
+fn check(
+    gpu: &Gpu,
+    ty: GgmlType,
+    layout: Layout,
+    n: usize,
+    k: usize,
+    ids: &[u32],
+    min_parts: usize,
+) -> shaderlm::Result<Check> {
+    let raw = random_blocks(ty, n, k, (n * 31 + k) as u64);
+    let w = PackedWeight::upload_with(gpu, "table", ty, layout, n, k, &raw)?;
+    if w.parts().len() < min_parts {
+        return Err(shaderlm::Error::Invalid(format!(
+            "weight split into {} parts, want {min_parts}+",
+            w.parts().len()
+        )));
+    }
+    let mut g = Graph::new();
+    let ti = g.input("ids", &[ids.len()], DType::U32);
+    let y = g.embedding_q(ti, &w)?;
+    g.output(y);
+    let mut plan = Plan::new(gpu, g)?;
+    plan.write_input(gpu, ti, bytemuck::cast_slice(ids))?;
+    plan.run(gpu, &StepVars::default())?;
+    let table = dequantize(ty, &raw)?;
+    Ok(compare(ty, &plan.read_f32(y)?, &embedding_q::reference(ids, &table, k)))
+}
+
+/// `m` ids below `n`: 0, n - 1, then random with repeats.
+fn ids(m: usize, n: usize) -> Vec<u32> {
+    let mut rng = Rng::new(m as u64 * 3 + n as u64);
+    let mut ids: Vec<u32> = (0..m).map(|_| rng.below(n as u32)).collect();
+    ids[0] = 0;
+    if m > 1 {
+        ids[1] = n as u32 - 1;
+    }
+    if m > 3 {
+        ids[3] = ids[2];
+    }
+    ids
+}
+
+fn name(ty: GgmlType, layout: Layout) -> String {
+    format!("{ty}_{}", if layout == Layout::Tiled { "tiled" } else { "rows" })
+}
+
+pub fn cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    // (n, k, m): one row of one block; a 7-row table (less than a tile) gathered 5 times; 129 rows (a tile
+    // remainder); SmolLM2's width with a tail tile (1000 rows).
+    for (n, k, m) in [(1, 32, 1), (7, 32, 5), (129, 64, 9), (1000, 576, 17)] {
+        for ty in FORMATS {
+            for layout in LAYOUTS {
+                v.push(Case::new(
+                    "embedding_q",
+                    format!("{}_n{n}_k{k}_m{m}", name(ty, layout)),
+                    move |gpu| check(gpu, ty, layout, n, k, &ids(m, n), 1),
+                ));
+            }
+        }
+    }
+    // Ids past the table (n, u32::MAX) give zero rows, beside valid ids 0 and n - 1.
+    for ty in FORMATS {
+        for layout in LAYOUTS {
+            v.push(Case::new(
+                "embedding_q",
+                format!("{}_out_of_range_ids_zero", name(ty, layout)),
+                move |gpu| check(gpu, ty, layout, 100, 64, &[99, 100, 0, u32::MAX, 99], 1),
+            ));
+        }
+    }
+    // Split tables (4 KiB bindings): ids on both sides of every part edge. Q4 [1000, 32]: 16 B of quants a row,
+    // parts of 256 rows (8 tiles), 4 parts; Q8 [300, 32]: 32 B a row, 128 rows a part, 3 parts.
+    for ty in FORMATS {
+        for layout in LAYOUTS {
+            let (n, k, per): (usize, usize, usize) = if ty == GgmlType::Q8_0 {
+                (300, 32, 128)
+            } else {
+                (1000, 32, 256)
+            };
+            let parts = n.div_ceil(per);
+            v.push(Case::new(
+                "embedding_q",
+                format!("split{parts}_{}", name(ty, layout)),
+                move |_| {
+                    let mut edge: Vec<u32> = (1..parts)
+                        .flat_map(|p| [(p * per - 1) as u32, (p * per) as u32])
+                        .collect();
+                    edge.extend([0, n as u32 - 1, n as u32, 5]);
+                    check(gpu_small_bindings(), ty, layout, n, k, &edge, parts)
+                },
+            ));
+        }
+    }
+    // A tied embedding and LM head: one packed copy feeds embedding_q, then matmul_q of the gathered rows against
+    // the same weight (logits of each token against the whole vocabulary). NMSE 1e-9 as in the matmul_q cases.
+    for ty in FORMATS {
+        for layout in LAYOUTS {
+            v.push(Case::new(
+                "embedding_q",
+                format!("tied_lm_head_{}", name(ty, layout)),
+                move |gpu| {
+                    let (n, k) = (300, 96);
+                    let raw = random_blocks(ty, n, k, 77);
+                    let w = PackedWeight::upload_with(gpu, "tok", ty, layout, n, k, &raw)?;
+                    let tok = ids(3, n);
+                    let mut g = Graph::new();
+                    let ti = g.input("ids", &[3], DType::U32);
+                    let e = g.embedding_q(ti, &w)?;
+                    let logits = g.matmul_q(e, &w, None)?;
+                    g.output(logits);
+                    let mut plan = Plan::new(gpu, g)?;
+                    plan.write_input(gpu, ti, bytemuck::cast_slice(&tok))?;
+                    plan.run(gpu, &StepVars::default())?;
+                    let table = dequantize(ty, &raw)?;
+                    let x = embedding_q::reference(&tok, &table, k);
+                    let want = matmul_q::reference(&x, &table, None, 3, k, n);
+                    Ok(crate::common::nmse(&plan.read_f32(logits)?, &want, 1e-9))
+                },
+            ));
+        }
+    }
+    // Bad ids (not u32, not 1-D) are errors, not nodes.
+    v.push(Case::new("embedding_q", "bad_ids_are_errors", |gpu| {
+        let raw = random_blocks(GgmlType::Q8_0, 4, 32, 1);
+        let w = PackedWeight::upload(gpu, "t", GgmlType::Q8_0, 4, 32, &raw)?;
+        let mut g = Graph::new();
+        let f = g.input("ids", &[3], DType::F32);
+        let two_d = g.input("ids", &[3, 1], DType::U32);
+        let errors = [
+            g.embedding_q(f, &w).is_err(),
+            g.embedding_q(two_d, &w).is_err(),
+            g.node_count() == 0,
+        ];
+        Ok(exact(&errors, &[true; 3]))
+    }));
+    v
+}

@@ -1,0 +1,323 @@
+//! matmul_q vs a CPU reference: f64 accumulation over the CPU dequantization (`quant::dequantize`) of the very bytes
+//! that were packed, so the test measures the kernel, not the quantization. Formats Q4_0, Q4_1, Q8_0; both layouts
+//! (tiled and rows, each run on this adapter); GEMV and GEMM; bias; W split into row parts; the fallback device.
+//!
+//! Weights are random raw blocks (every nibble / byte pattern, -128 included; f16 scales of 2^-5..2^-4, Q4_1 mins
+//! of either sign), x uniform in [-1, 1].
+//!
+//! Metric: NMSE, bound 1e-9. Why: the kernels sum in f32 in another order than the f64 reference. Per block they
+//! form `s = sum q x` with q up to 15 (Q8: |q| <= 128), then fold the Q4_0 offset as `d (s - 8 sum x)` (Q4_1:
+//! `d s + m sum x`), which cancels: |s| is about 2x the folded sum (Q4_0), so the rounding of s weighs about 4x in
+//! squared error. With per-step error eps = 2^-24 on running sums of L terms growing like sqrt(j), the NMSE is about
+//! eps^2 L^2 / (2K) <= eps^2 K / 2 for one chain over all of K; with K = 4096 and the 4x fold that is 2.9e-11. The
+//! bound leaves 30x margin, while one wrong nibble order, scale, block or row offset gives 1e-3 or more.
+
+use crate::common::{exact, gpu_fallback, nmse, Case, Check, Rng};
+use shaderlm::gpu::{DType, Gpu, GpuOptions, GpuTensor};
+use shaderlm::graph::{Graph, Plan};
+use shaderlm::ops::matmul_q::{self, QPath};
+use shaderlm::ops::StepVars;
+use shaderlm::quant::pack::{Layout, PackedWeight};
+use shaderlm::quant::{dequantize, GgmlType};
+use std::sync::OnceLock;
+
+const BOUND: f64 = 1e-9;
+
+const FORMATS: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
+
+/// A device whose storage bindings are capped at 32 KiB, so small weights split into several row parts.
+fn gpu_split() -> &'static Gpu {
+    static GPU: OnceLock<Gpu> = OnceLock::new();
+    GPU.get_or_init(|| {
+        let opts = GpuOptions {
+            max_binding_override: Some(32 << 10),
+            ..Default::default()
+        };
+        Gpu::new(&opts).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"))
+    })
+}
+
+/// Random raw GGUF blocks of a [n, k] tensor: all quant patterns, f16 scales in [2^-5, 2^-4), signed mins.
+pub fn random_blocks(ty: GgmlType, n: usize, k: usize, seed: u64) -> Vec<u8> {
+    let mut rng = Rng::new(seed);
+    let bb = ty.type_size();
+    let mut raw = vec![0u8; n * k / 32 * bb];
+    for blk in raw.chunks_exact_mut(bb) {
+        for b in blk.iter_mut() {
+            *b = rng.below(256) as u8;
+        }
+        let d = half::f16::from_f32((1.0 + rng.f32().abs()) / 32.0);
+        blk[0..2].copy_from_slice(&d.to_bits().to_le_bytes());
+        if ty == GgmlType::Q4_1 {
+            let m = half::f16::from_f32(rng.f32() * 0.25);
+            blk[2..4].copy_from_slice(&m.to_bits().to_le_bytes());
+        }
+    }
+    raw
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    ty: GgmlType,
+    layout: Layout,
+    m: usize,
+    k: usize,
+    n: usize,
+    bias: bool,
+    path: QPath,
+}
+
+impl Shape {
+    fn name(&self) -> String {
+        let b = if self.bias { "_bias" } else { "" };
+        let layout = match self.layout {
+            Layout::Tiled => "tiled",
+            Layout::Rows => "rows",
+        };
+        let path = match self.path {
+            QPath::Auto => "auto",
+            QPath::Gemv => "gemv",
+            QPath::Gemm => "gemm",
+        };
+        format!("{}_{layout}_{path}_m{}_k{}_n{}{b}", self.ty, self.m, self.k, self.n)
+    }
+}
+
+/// Run one matmul_q on `gpu` and compare with the reference; returns (check, parts of W).
+fn run(gpu: &Gpu, s: Shape) -> shaderlm::Result<(Check, usize)> {
+    let (m, k, n) = (s.m, s.k, s.n);
+    let seed = (m * 1_000_003 + k * 1009 + n) as u64 + s.ty.id() as u64;
+    let raw = random_blocks(s.ty, n, k, seed);
+    let mut rng = Rng::new(seed ^ 0x5eed);
+    let x = rng.vec(m * k, 1.0);
+    let b = rng.vec(n, 1.0);
+    let w = PackedWeight::upload_with(gpu, "w", s.ty, s.layout, n, k, &raw)?;
+    let bt = GpuTensor::upload_f32(gpu, "bias", &[n], &b)?;
+    let mut g = Graph::new();
+    let tx = g.input("x", &[m, k], DType::F32);
+    let tb = s.bias.then(|| g.external(&bt));
+    let y = g.matmul_q_with(tx, &w, tb, s.path)?;
+    g.output(y);
+    let mut plan = Plan::new(gpu, g)?;
+    plan.write_input(gpu, tx, bytemuck::cast_slice(&x))?;
+    plan.run(gpu, &StepVars::default())?;
+    let got = plan.read_f32(y)?;
+    let wf = dequantize(s.ty, &raw)?;
+    let want = matmul_q::reference(&x, &wf, s.bias.then_some(b.as_slice()), m, k, n);
+    Ok((nmse(&got, &want, BOUND), w.parts().len()))
+}
+
+fn case(prefix: &str, s: Shape, on: fn() -> Option<&'static Gpu>) -> Case {
+    Case::new("matmul_q", format!("{prefix}{}", s.name()), move |gpu| {
+        Ok(run(on().unwrap_or(gpu), s)?.0)
+    })
+}
+
+fn default_gpu() -> Option<&'static Gpu> {
+    None
+}
+
+fn fallback_gpu() -> Option<&'static Gpu> {
+    Some(gpu_fallback())
+}
+
+pub fn cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    let layouts = [Layout::Tiled, Layout::Rows];
+    // GEMV (M = 1) over K x N. K: 32 (one block), 64, 576, 1536, 4096. N: 1 (one row of a 32-row tile), 4, 7
+    // (under one 4-row group), 129 (one past 4 tiles), 576, 1000 (not a multiple of the tile).
+    let gemv = [
+        (32, 1),
+        (64, 7),
+        (32, 129),
+        (576, 4),
+        (576, 576),
+        (1536, 1000),
+        (4096, 129),
+        (64, 1000),
+        (1536, 7),
+    ];
+    for (i, &(k, n)) in gemv.iter().enumerate() {
+        for (f, ty) in FORMATS.into_iter().enumerate() {
+            for layout in layouts {
+                let bias = (i + f) % 2 == 0;
+                v.push(case(
+                    "",
+                    Shape {
+                        ty,
+                        layout,
+                        m: 1,
+                        k,
+                        n,
+                        bias,
+                        path: QPath::Auto,
+                    },
+                    default_gpu,
+                ));
+            }
+        }
+    }
+    // GEMM (M > 1): M 3 (under one token block), 8 (whole blocks), 17 (two blocks and one token).
+    let gemm = [(3, 64, 129), (8, 576, 576), (17, 1536, 1000), (17, 32, 7), (3, 4096, 4)];
+    for (i, &(m, k, n)) in gemm.iter().enumerate() {
+        for (f, ty) in FORMATS.into_iter().enumerate() {
+            for layout in layouts {
+                let bias = (i + f) % 2 == 1;
+                v.push(case(
+                    "",
+                    Shape {
+                        ty,
+                        layout,
+                        m,
+                        k,
+                        n,
+                        bias,
+                        path: QPath::Auto,
+                    },
+                    default_gpu,
+                ));
+            }
+        }
+    }
+    // The GEMV at M > 1 (one row of x per grid z) and the GEMM at M = 1: a forced path is right for any M.
+    for ty in FORMATS {
+        for layout in layouts {
+            for (m, path) in [(3, QPath::Gemv), (1, QPath::Gemm)] {
+                v.push(case(
+                    "",
+                    Shape {
+                        ty,
+                        layout,
+                        m,
+                        k: 576,
+                        n: 129,
+                        bias: true,
+                        path,
+                    },
+                    default_gpu,
+                ));
+            }
+        }
+    }
+    // The fallback device (no subgroups): x loaded at uniform indices, workgroup-memory reductions.
+    for ty in FORMATS {
+        for layout in layouts {
+            for (m, k, n) in [(1, 576, 129), (8, 1536, 576), (17, 64, 1000)] {
+                v.push(case(
+                    "fallback_",
+                    Shape {
+                        ty,
+                        layout,
+                        m,
+                        k,
+                        n,
+                        bias: true,
+                        path: QPath::Auto,
+                    },
+                    fallback_gpu,
+                ));
+            }
+        }
+    }
+    // W split into row parts (32 KiB bindings): one dispatch per part, the last one shorter. Tiled parts are whole
+    // 32-row tiles: Q4 K=1024 (16 KiB per tile) 2 tiles a part, [1000, 1024] in 16 parts; Q8 [300, 256] 4 tiles a
+    // part, 3 parts. Rows parts: Q4 K=1024 64 rows a part, 16 parts; Q8 [300, 256] 128 rows a part, 3 parts.
+    for ty in FORMATS {
+        for layout in layouts {
+            let (k, n, parts) = if ty == GgmlType::Q8_0 {
+                (256, 300, 3)
+            } else {
+                (1024, 1000, 16)
+            };
+            for m in [1, 5] {
+                let s = Shape {
+                    ty,
+                    layout,
+                    m,
+                    k,
+                    n,
+                    bias: true,
+                    path: QPath::Auto,
+                };
+                v.push(Case::new("matmul_q", format!("split{parts}_{}", s.name()), move |_| {
+                    let (check, got) = run(gpu_split(), s)?;
+                    if got != parts {
+                        return Ok(exact(&[got], &[parts]));
+                    }
+                    Ok(check)
+                }));
+            }
+        }
+    }
+    // Block constants of every f16 kind decode exactly: subnormal, zero, negative and normal scales (and Q4_1
+    // mins), mixed per block. A decoder that flushes subnormals (a denormals-are-zero FPU mode) or drops the sign
+    // fails here: rows whose scales are all subnormal would come out zero.
+    for ty in FORMATS {
+        for layout in layouts {
+            let name = format!(
+                "{ty}_{}_f16_constants_of_every_kind",
+                if layout == Layout::Tiled { "tiled" } else { "rows" }
+            );
+            v.push(Case::new("matmul_q", name, move |gpu| {
+                let (n, k) = (40, 128);
+                let mut raw = random_blocks(ty, n, k, 99);
+                let bb = ty.type_size();
+                let mut rng = Rng::new(5);
+                for (i, blk) in raw.chunks_exact_mut(bb).enumerate() {
+                    // Rows 0..8: subnormal constants only; then a mix by block.
+                    let kind = if i < 8 * k / 32 { 0 } else { rng.below(4) };
+                    let mut h = || -> u16 {
+                        let sign = (rng.below(2) as u16) << 15;
+                        sign | match kind {
+                            0 => 1 + rng.below(0x3ff) as u16,
+                            1 => 0,
+                            _ => 0x2000 + rng.below(0x1000) as u16,
+                        }
+                    };
+                    blk[0..2].copy_from_slice(&h().to_le_bytes());
+                    if ty == GgmlType::Q4_1 {
+                        blk[2..4].copy_from_slice(&h().to_le_bytes());
+                    }
+                }
+                let x = Rng::new(6).vec(k, 1.0);
+                let w = PackedWeight::upload_with(gpu, "w", ty, layout, n, k, &raw)?;
+                let mut g = Graph::new();
+                let tx = g.input("x", &[1, k], DType::F32);
+                let y = g.matmul_q(tx, &w, None)?;
+                g.output(y);
+                let mut plan = Plan::new(gpu, g)?;
+                plan.write_input(gpu, tx, bytemuck::cast_slice(&x))?;
+                plan.run(gpu, &StepVars::default())?;
+                let got = plan.read_f32(y)?;
+                let want = matmul_q::reference(&x, &dequantize(ty, &raw)?, None, 1, k, n);
+                // The subnormal rows alone, so that their tiny values are not drowned by the others.
+                let sub = nmse(&got[..8], &want[..8], BOUND);
+                Ok(if sub.passed() { nmse(&got, &want, BOUND) } else { sub })
+            }));
+        }
+    }
+    // Bad input gives an error value, never a node: K not a multiple of 32, a byte count that does not match
+    // [N, K], a type that is not packable, x of another K or dtype, a bias of the wrong length.
+    v.push(Case::new("matmul_q", "bad_input_is_an_error", |gpu| {
+        let raw = random_blocks(GgmlType::Q4_0, 4, 64, 1);
+        let w = PackedWeight::upload(gpu, "w", GgmlType::Q4_0, 4, 64, &raw)?;
+        let mut g = Graph::new();
+        let x32 = g.input("x", &[2, 32], DType::F32);
+        let xu = g.input("x", &[2, 64], DType::U32);
+        let x = g.input("x", &[2, 64], DType::F32);
+        let b5 = g.input("b", &[5], DType::F32);
+        let errors = [
+            PackedWeight::upload(gpu, "w", GgmlType::Q4_0, 4, 48, &raw).is_err(),
+            PackedWeight::upload(gpu, "w", GgmlType::Q4_0, 8, 64, &raw).is_err(),
+            PackedWeight::upload(gpu, "w", GgmlType::Q4_0, 4, 64, &raw[1..]).is_err(),
+            PackedWeight::upload(gpu, "w", GgmlType::Q4_1, 4, 64, &raw).is_err(),
+            PackedWeight::upload(gpu, "w", GgmlType::F16, 4, 64, &raw).is_err(),
+            g.matmul_q(x32, &w, None).is_err(),
+            g.matmul_q(xu, &w, None).is_err(),
+            g.matmul_q(x, &w, Some(b5)).is_err(),
+            g.node_count() == 0,
+        ];
+        Ok(exact(&errors, &[true; 9]))
+    }));
+    v
+}
