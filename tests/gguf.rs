@@ -499,8 +499,16 @@ fn malformed_files_are_errors_naming_the_file() {
         "unsupported GGUF version 4",
     );
     rejects("big_endian", set(ok.clone(), 4, &3u32.to_be_bytes()), "big-endian");
-    rejects("cut_in_header", ok[..12].to_vec(), "truncated: the tensor count needs 8 bytes at offset 8");
-    rejects("header_only", ok[..24].to_vec(), "the tensor count is 1, more than the 0 bytes left");
+    rejects(
+        "cut_in_header",
+        ok[..12].to_vec(),
+        "truncated: the tensor count needs 8 bytes at offset 8",
+    );
+    rejects(
+        "header_only",
+        ok[..24].to_vec(),
+        "the tensor count is 1, more than the 0 bytes left",
+    );
     rejects(
         "tensor_count",
         set(ok.clone(), 8, &u64::MAX.to_le_bytes()),

@@ -39,7 +39,7 @@ impl std::fmt::Display for AdapterReport {
         writeln!(
             f,
             "    max storage binding: {} MiB  max buffer: {} MiB  storage buffers/stage: {}",
-            l.max_storage_buffer_binding_size as u64 >> 20,
+            l.max_storage_buffer_binding_size >> 20,
             l.max_buffer_size >> 20,
             l.max_storage_buffers_per_shader_stage
         )?;

@@ -201,7 +201,7 @@ impl Gpu {
                 *l = Some(format!("{reason:?}: {message}"));
             }
         });
-        let mut max_binding = limits.max_storage_buffer_binding_size as u64;
+        let mut max_binding = limits.max_storage_buffer_binding_size;
         if let Some(o) = opts.max_binding_override {
             max_binding = max_binding.min(o);
         }
@@ -216,7 +216,7 @@ impl Gpu {
             timestamps_in_passes: features.contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
             max_binding,
             max_buffer: limits.max_buffer_size,
-            max_uniform_binding: limits.max_uniform_buffer_binding_size as u64,
+            max_uniform_binding: limits.max_uniform_buffer_binding_size,
             uniform_align: limits.min_uniform_buffer_offset_alignment,
             storage_align: limits.min_storage_buffer_offset_alignment,
             max_storage_per_stage: limits.max_storage_buffers_per_shader_stage,

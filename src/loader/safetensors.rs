@@ -55,7 +55,12 @@ fn open_shard(path: &Path) -> Result<Shard> {
             safetensors::Dtype::F16 => StDtype::F16,
             safetensors::Dtype::BF16 => StDtype::BF16,
             safetensors::Dtype::I32 => StDtype::I32,
-            other => return Err(file_err(path, format!("tensor {name} has dtype {other:?}, not supported"))),
+            other => {
+                return Err(file_err(
+                    path,
+                    format!("tensor {name} has dtype {other:?}, not supported"),
+                ))
+            }
         };
         let start = view.data().as_ptr() as usize - base;
         tensors.insert(name, (dtype, view.shape().to_vec(), start..start + view.data().len()));
@@ -86,7 +91,10 @@ impl SafetensorsModel {
             let mut files: Vec<String> = map.values().filter_map(|f| f.as_str().map(str::to_string)).collect();
             files.sort();
             files.dedup();
-            if files.iter().any(|f| f.contains('/') || f.contains('\\') || f.contains("..")) {
+            if files
+                .iter()
+                .any(|f| f.contains('/') || f.contains('\\') || f.contains(".."))
+            {
                 return Err(file_err(&index_path, "shard names must be plain file names"));
             }
             files.into_iter().map(|f| dir.join(f)).collect()
@@ -125,14 +133,20 @@ impl SafetensorsModel {
         let Some((dtype, shape, bytes, path)) = self.get(name) else {
             return Ok(None);
         };
-        Ok(Some((shape.to_vec(), to_f32(dtype, bytes).ok_or_else(|| file_err(path, format!("{name}: not a float tensor")))?)))
+        Ok(Some((
+            shape.to_vec(),
+            to_f32(dtype, bytes).ok_or_else(|| file_err(path, format!("{name}: not a float tensor")))?,
+        )))
     }
 }
 
 /// Little-endian float bytes to f32 values.
 pub fn to_f32(dtype: StDtype, bytes: &[u8]) -> Option<Vec<f32>> {
     Some(match dtype {
-        StDtype::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+        StDtype::F32 => bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
         StDtype::F16 => bytes
             .chunks_exact(2)
             .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())

@@ -63,13 +63,13 @@ impl LlamaConfig {
         if positive.contains(&0) {
             return Err(bad(path, format!("a size in the model config is zero: {c:?}")));
         }
-        if c.n_heads % c.n_kv_heads != 0 {
+        if !c.n_heads.is_multiple_of(c.n_kv_heads) {
             return Err(bad(
                 path,
                 format!("{} heads do not divide into {} KV heads", c.n_heads, c.n_kv_heads),
             ));
         }
-        if c.rope_dim > c.head_dim || c.rope_dim % 2 != 0 {
+        if c.rope_dim > c.head_dim || !c.rope_dim.is_multiple_of(2) {
             return Err(bad(
                 path,
                 format!("rope dim {} does not fit head dim {}", c.rope_dim, c.head_dim),

@@ -123,7 +123,7 @@ fn weight_types(f: &GgufFile) -> String {
             None => counts.push((name, 1)),
         }
     }
-    counts.sort_by(|a, b| b.1.cmp(&a.1));
+    counts.sort_by_key(|c| std::cmp::Reverse(c.1));
     counts.iter().map(|c| c.0.clone()).collect::<Vec<_>>().join("+")
 }
 

@@ -101,7 +101,7 @@ pub enum Linear {
     /// f32 or f16 rows.
     Dense(GpuTensor),
     /// ggml blocks repacked for the adapter, dequantized inside the kernels.
-    Quant(PackedWeight),
+    Quant(Box<PackedWeight>),
 }
 
 impl Linear {
@@ -126,7 +126,9 @@ impl Linear {
                 &t.shape,
                 &t.to_f32()?,
             )?)),
-            HostData::Quant(ty, raw) => Ok(Linear::Quant(PackedWeight::upload(gpu, &t.name, *ty, n, k, raw)?)),
+            HostData::Quant(ty, raw) => Ok(Linear::Quant(Box::new(PackedWeight::upload(
+                gpu, &t.name, *ty, n, k, raw,
+            )?))),
             _ => Err(Error::shape(
                 "linear",
                 format!("{}: data does not match {:?}", t.name, t.shape),

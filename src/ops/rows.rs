@@ -54,7 +54,10 @@ impl Graph {
         let shape = self.shape(x).to_vec();
         let m = shape.first().copied().unwrap_or(0);
         if self.dtype(x) != DType::F32 || count == 0 || start + count > m {
-            return Err(Error::shape("rows", format!("rows {start}..{} of {shape:?}", start + count)));
+            return Err(Error::shape(
+                "rows",
+                format!("rows {start}..{} of {shape:?}", start + count),
+            ));
         }
         let d = shape[1..].iter().product();
         let mut out = shape.clone();

@@ -115,7 +115,7 @@ pub fn rel_abs(got: &[f32], want: &[f32], rtol: f64, atol: f64) -> Check {
     let mut at = 0;
     for (i, (a, b)) in got.iter().zip(want).enumerate() {
         let e = (*a as f64 - *b as f64).abs() / (atol + rtol * (*b as f64).abs());
-        if !(e <= worst) {
+        if e.is_nan() || e > worst {
             worst = e;
             at = i;
         }

@@ -6,7 +6,12 @@ use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::{rows, StepVars};
 
 pub fn cases() -> Vec<Case> {
-    let grid = [(1usize, 1usize, 0usize, 1usize), (5, 576, 4, 1), (7, 3, 2, 5), (300, 129, 0, 300)];
+    let grid = [
+        (1usize, 1usize, 0usize, 1usize),
+        (5, 576, 4, 1),
+        (7, 3, 2, 5),
+        (300, 129, 0, 300),
+    ];
     grid.into_iter()
         .map(|(m, d, start, count)| {
             Case::new("rows", format!("m{m}_d{d}_rows{start}+{count}"), move |gpu| {
