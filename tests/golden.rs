@@ -86,7 +86,7 @@ fn check(name: &str) {
         argmax: true,
         topk: 0,
     };
-    let mut gen = Generator::new(gpu, &loaded.model, outputs);
+    let mut gen = Generator::new(gpu, &loaded.model, loaded.ctx, outputs).unwrap();
     // Teacher-forced: feed the reference's tokens; every step's argmax and top-5 logits must agree. Up to the
     // first mismatch this is exactly free-running greedy decoding.
     let mut worst = 0f32;

@@ -32,13 +32,14 @@ fn nmse(a: &[f32], b: &[f32]) -> f64 {
 fn check(src: &dyn WeightSource, cfg: LlamaConfig, names: Names, tokens: &[u32], prompt: usize) {
     let gpu = gpu();
     let want = reference::logits(src, &cfg, names, tokens).unwrap();
-    let model = Llama::load(gpu, src, cfg, names, 64, |_, _| {}).unwrap();
+    let model = Llama::load(gpu, src, cfg, names, |_, _| {}).unwrap();
+    let cache = model.new_cache(gpu, 64).unwrap();
     let out = StepOutputs {
         logits: true,
         argmax: true,
         ..Default::default()
     };
-    let mut pre = model.step(gpu, prompt, out).unwrap();
+    let mut pre = model.step(gpu, &cache, prompt, out).unwrap();
     pre.plan
         .write_input(gpu, pre.ids, bytemuck::cast_slice(&tokens[..prompt]))
         .unwrap();
@@ -48,7 +49,7 @@ fn check(src: &dyn WeightSource, cfg: LlamaConfig, names: Names, tokens: &[u32],
         pre.plan.read_f32(pre.logits.unwrap()).unwrap(),
         pre.plan.read_u32(pre.argmax.unwrap()).unwrap()[0],
     )];
-    let mut dec = model.step(gpu, 1, out).unwrap();
+    let mut dec = model.step(gpu, &cache, 1, out).unwrap();
     for p in prompt..tokens.len() {
         dec.plan
             .write_input(gpu, dec.ids, bytemuck::cast_slice(&tokens[p..p + 1]))

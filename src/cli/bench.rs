@@ -56,7 +56,7 @@ pub fn run(args: &BenchArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         argmax: true,
         ..Default::default()
     };
-    let mut gen = Generator::new(&gpu, model, outputs);
+    let mut gen = Generator::new(&gpu, model, loaded.ctx, outputs)?;
     gen.chunk = args.model.chunk;
     let vocab = model.cfg.vocab as u32;
     let ids = |n: usize| -> Vec<u32> { (0..n as u32).map(|i| (i * 7919 + 13) % vocab).collect() };

@@ -36,7 +36,7 @@ pub fn run(args: &ChatArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         argmax: !params.needs_logits(),
         topk: 0,
     };
-    let mut gen = Generator::new(&gpu, &loaded.model, outputs);
+    let mut gen = Generator::new(&gpu, &loaded.model, loaded.ctx, outputs)?;
     gen.chunk = args.model.chunk;
     gen.warm_up()?;
     let mut sampler = Sampler::new(params);

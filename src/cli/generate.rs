@@ -108,7 +108,7 @@ pub fn run(args: &GenerateArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         argmax: !params.needs_logits(),
         topk: if args.json { 10 } else { 0 },
     };
-    let mut gen = Generator::new(&gpu, &loaded.model, outputs);
+    let mut gen = Generator::new(&gpu, &loaded.model, loaded.ctx, outputs)?;
     gen.chunk = args.model.chunk;
     let mut sampler = Sampler::new(params);
     let opts = GenOptions {

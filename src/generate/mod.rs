@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::model::{Llama, Step, StepOutputs};
+use crate::model::{KvCache, Llama, Step, StepOutputs};
 use crate::ops::StepVars;
 use crate::sampling::Sampler;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
@@ -26,6 +26,7 @@ pub struct StepResult {
 pub struct Generator<'a> {
     gpu: &'a Gpu,
     model: &'a Llama,
+    cache: KvCache,
     outputs: StepOutputs,
     decode: Option<Step>,
     prefill: HashMap<usize, Step>,
@@ -37,21 +38,23 @@ pub struct Generator<'a> {
 }
 
 impl<'a> Generator<'a> {
-    pub fn new(gpu: &'a Gpu, model: &'a Llama, outputs: StepOutputs) -> Generator<'a> {
-        Generator {
+    /// A session with its own KV cache of `max_ctx` positions.
+    pub fn new(gpu: &'a Gpu, model: &'a Llama, max_ctx: usize, outputs: StepOutputs) -> Result<Generator<'a>> {
+        Ok(Generator {
             gpu,
             model,
+            cache: model.new_cache(gpu, max_ctx)?,
             outputs,
             decode: None,
             prefill: HashMap::new(),
             tokens: Vec::new(),
             chunk: 128,
             result: StepResult::default(),
-        }
+        })
     }
 
     pub fn max_ctx(&self) -> usize {
-        self.model.max_ctx
+        self.cache.max_ctx
     }
 
     /// Forget the cache from position `n` on (keep a shared prefix of a conversation).
@@ -68,7 +71,7 @@ impl<'a> Generator<'a> {
     fn plan(&mut self, n: usize) -> Result<&mut Step> {
         if n == 1 {
             if self.decode.is_none() {
-                self.decode = Some(self.model.step(self.gpu, 1, self.outputs)?);
+                self.decode = Some(self.model.step(self.gpu, &self.cache, 1, self.outputs)?);
             }
             return Ok(self.decode.as_mut().expect("just built"));
         }
@@ -76,7 +79,7 @@ impl<'a> Generator<'a> {
             if self.prefill.len() >= 8 {
                 self.prefill.clear();
             }
-            let step = self.model.step(self.gpu, n, self.outputs)?;
+            let step = self.model.step(self.gpu, &self.cache, n, self.outputs)?;
             self.prefill.insert(n, step);
         }
         Ok(self.prefill.get_mut(&n).expect("just inserted"))
@@ -93,11 +96,11 @@ impl<'a> Generator<'a> {
                 "token id {bad} is outside the vocabulary of {vocab}"
             )));
         }
-        if self.tokens.len() + ids.len() > self.model.max_ctx {
+        if self.tokens.len() + ids.len() > self.cache.max_ctx {
             return Err(Error::Invalid(format!(
                 "{} tokens do not fit the context of {} (already {} in the cache); use a larger --ctx or a shorter prompt",
                 ids.len(),
-                self.model.max_ctx,
+                self.cache.max_ctx,
                 self.tokens.len()
             )));
         }

@@ -1,5 +1,5 @@
 //! The Llama family (Llama, SmolLM2, Mistral, Qwen2 with q/k/v biases, Qwen3 with q/k norms), one implementation
-//! over any weight format: loading, the KV cache, and the graph of one forward step.
+//! over any weight format: loading, per-session KV caches, and the graph of one forward step.
 
 use super::config::{Arch, LlamaConfig};
 use super::weights::{load_vector, Linear, WeightSource};
@@ -94,19 +94,22 @@ struct Layer {
     gate: Linear,              // [ffn, hidden]
     up: Linear,                // [ffn, hidden]
     down: Linear,              // [hidden, ffn]
-    k_cache: GpuTensor,        // [n_kv, max_ctx, head_dim] f32
-    v_cache: GpuTensor,        // [n_kv, max_ctx, head_dim] f32
 }
 
-/// A loaded model with its KV cache.
+/// A loaded model: weights only. Each session has its own [`KvCache`].
 pub struct Llama {
     pub cfg: LlamaConfig,
-    /// Positions the KV cache holds.
-    pub max_ctx: usize,
     embed: Linear,        // [vocab, hidden]
     head: Option<Linear>, // [vocab, hidden]; None when tied to `embed`
     norm: GpuTensor,      // [hidden]
     layers: Vec<Layer>,
+}
+
+/// Keys and values of every layer for `max_ctx` positions, owned by one session.
+pub struct KvCache {
+    pub max_ctx: usize,
+    /// Per layer: K and V, each f32 `[n_kv, max_ctx, head_dim]`.
+    layers: Vec<(GpuTensor, GpuTensor)>,
 }
 
 /// What a step graph returns.
@@ -131,18 +134,14 @@ pub struct Step {
 }
 
 impl Llama {
-    /// Load every weight to the device and allocate a KV cache of `max_ctx` positions.
+    /// Load every weight to the device.
     pub fn load(
         gpu: &Gpu,
         src: &dyn WeightSource,
         cfg: LlamaConfig,
         names: Names,
-        max_ctx: usize,
         mut progress: impl FnMut(usize, usize),
     ) -> Result<Llama> {
-        if max_ctx == 0 {
-            return Err(Error::Invalid("the context length must be positive".into()));
-        }
         let c = &cfg;
         let q_dim = c.n_heads * c.head_dim;
         let kv_dim = c.n_kv_heads * c.head_dim;
@@ -170,14 +169,6 @@ impl Llama {
         for i in 0..c.n_layers {
             progress(i, c.n_layers);
             let n = |w| names.layer(i, w);
-            let cache = |what: &str| {
-                GpuTensor::zeros(
-                    gpu,
-                    &format!("blk.{i}.{what}_cache"),
-                    &[c.n_kv_heads, max_ctx, c.head_dim],
-                    DType::F32,
-                )
-            };
             let with_bias = c.qkv_bias || c.arch == Arch::Qwen2;
             layers.push(Layer {
                 attn_norm: vector(n(W::AttnNorm), c.hidden)?,
@@ -210,8 +201,6 @@ impl Llama {
                 gate: linear(n(W::Gate), c.ffn, c.hidden)?,
                 up: linear(n(W::Up), c.ffn, c.hidden)?,
                 down: linear(n(W::Down), c.hidden, c.ffn)?,
-                k_cache: cache("k")?,
-                v_cache: cache("v")?,
             });
         }
         progress(c.n_layers, c.n_layers);
@@ -219,12 +208,32 @@ impl Llama {
         gpu.check("load")?;
         Ok(Llama {
             cfg,
-            max_ctx,
             embed,
             head,
             norm,
             layers,
         })
+    }
+
+    /// A zeroed KV cache of `max_ctx` positions (at most the trained context).
+    pub fn new_cache(&self, gpu: &Gpu, max_ctx: usize) -> Result<KvCache> {
+        let c = &self.cfg;
+        if max_ctx == 0 || max_ctx > c.context {
+            return Err(Error::Invalid(format!(
+                "a context of {max_ctx} positions (the model has 1..={})",
+                c.context
+            )));
+        }
+        let shape = [c.n_kv_heads, max_ctx, c.head_dim];
+        let layers = (0..c.n_layers)
+            .map(|i| {
+                Ok((
+                    GpuTensor::zeros(gpu, &format!("blk.{i}.k_cache"), &shape, DType::F32)?,
+                    GpuTensor::zeros(gpu, &format!("blk.{i}.v_cache"), &shape, DType::F32)?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(KvCache { max_ctx, layers })
     }
 
     /// Bytes of weights one decode step reads (every matrix once; the embedding gathers one row).
@@ -252,19 +261,19 @@ impl Llama {
 
     /// Record one forward step over `n_tokens` new tokens at positions `vars.pos ..`, writing their K/V into the
     /// cache; the outputs are those of the last token.
-    pub fn step(&self, gpu: &Gpu, n_tokens: usize, out: StepOutputs) -> Result<Step> {
+    pub fn step(&self, gpu: &Gpu, cache: &KvCache, n_tokens: usize, out: StepOutputs) -> Result<Step> {
         let c = &self.cfg;
-        if n_tokens == 0 || n_tokens > self.max_ctx {
+        if n_tokens == 0 || n_tokens > cache.max_ctx {
             return Err(Error::Invalid(format!(
                 "a step of {n_tokens} tokens (context {})",
-                self.max_ctx
+                cache.max_ctx
             )));
         }
         let mut g = Graph::new();
         let ids = g.input("ids", &[n_tokens], DType::U32);
         let mut h = self.embed.gather(&mut g, ids)?; // [n, hidden]
         let scale = 1.0 / (c.head_dim as f32).sqrt();
-        for (i, l) in self.layers.iter().enumerate() {
+        for (i, (l, (k_cache, v_cache))) in self.layers.iter().zip(&cache.layers).enumerate() {
             g.set_prefix(&format!("blk.{i}."));
             let w = g.external(&l.attn_norm);
             let x = g.rms_norm(h, w, c.rms_eps)?;
@@ -281,7 +290,7 @@ impl Llama {
             }
             let q = g.rope(q, self.rope())?;
             let k = g.rope(k, self.rope())?;
-            let (kc, vc) = (g.external(&l.k_cache), g.external(&l.v_cache));
+            let (kc, vc) = (g.external(k_cache), g.external(v_cache));
             g.kv_write(k, kc)?;
             g.kv_write(v, vc)?;
             let a = if n_tokens <= crate::ops::attention_decode::MAX_TOKENS {

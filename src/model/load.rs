@@ -17,6 +17,8 @@ pub struct LoadedModel {
     pub path: PathBuf,
     /// e.g. "GGUF Q4_1" or "safetensors F16".
     pub format: String,
+    /// The context asked for, clamped to the trained context: the KV-cache size of sessions.
+    pub ctx: usize,
 }
 
 /// Build the tokenizer a GGUF file describes in its `tokenizer.ggml.*` metadata.
@@ -91,24 +93,26 @@ pub fn open(gpu: &Gpu, path: &Path, max_ctx: usize, progress: impl FnMut(usize, 
         let tokenizer = tokenizer_from_gguf(&f)?;
         let ctx = max_ctx.min(cfg.context);
         let format = format!("GGUF {}", weight_types(&f));
-        let model = Llama::load(gpu, &f, cfg, Names::Gguf, ctx, progress)?;
+        let model = Llama::load(gpu, &f, cfg, Names::Gguf, progress)?;
         Ok(LoadedModel {
             model,
             tokenizer,
             path: path.into(),
             format,
+            ctx,
         })
     } else {
         let cfg = LlamaConfig::from_hf(&path.join("config.json"))?;
         let tokenizer = Tokenizer::from_hf_dir(path)?;
         let st = SafetensorsModel::open(path)?;
         let ctx = max_ctx.min(cfg.context);
-        let model = Llama::load(gpu, &st, cfg, Names::Hf, ctx, progress)?;
+        let model = Llama::load(gpu, &st, cfg, Names::Hf, progress)?;
         Ok(LoadedModel {
             model,
             tokenizer,
             path: path.into(),
             format: "safetensors".into(),
+            ctx,
         })
     }
 }

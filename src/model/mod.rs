@@ -7,4 +7,4 @@ pub mod reference;
 pub mod weights;
 
 pub use config::{Arch, LlamaConfig};
-pub use llama::{Llama, Names, Step, StepOutputs};
+pub use llama::{KvCache, Llama, Names, Step, StepOutputs};

@@ -9,20 +9,24 @@ use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::{Graph, TensorId};
 use crate::quant::pack::{Format, Layout, PackedWeight, QK, TILE};
 
-/// GEMV or GEMM. `Auto` picks the GEMV for one row of x and the GEMM for more; the others force one (tests).
+/// GEMV or GEMM. `Auto` picks the GEMV for one row of x (in the tiled layout for up to [`TILED_GEMV_MAX_M`] rows)
+/// and the GEMM for more; the others force one, for any M (tests and benches).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum QPath {
     #[default]
     Auto,
-    /// One row of x per invocation (grid z = rows of x).
+    /// One row of x per invocation or workgroup (grid z = rows of x).
     Gemv,
-    /// [`GEMM_TM`] rows of x per invocation.
+    /// Several rows of x per invocation (tiled) or workgroup (rows) share each weight load.
     Gemm,
 }
 
 /// Invocations per workgroup of the tiled kernels: one tile of 32 rows (8 lanes), so that even a 192-row matrix
 /// spreads over several workgroups (llvmpipe threads); the per-workgroup cost is small on lavapipe.
 const WG_TILED: usize = 8;
+/// The tiled GEMM always computes 8 rows of x; below 4 rows, a GEMV per row costs less (measured on lavapipe: one
+/// 8-row GEMM block costs about as much as 3.8 GEMVs).
+pub const TILED_GEMV_MAX_M: usize = 3;
 /// Rows of x per invocation of the tiled GEMM, and per workgroup of the rows-layout GEMM.
 const TM_TILED: usize = 8;
 const TM_ROWS: usize = 4;
@@ -98,6 +102,7 @@ fn rows_key(format: Format, bias: bool, subgroups: bool, tm: usize) -> ShaderKey
 impl MatmulQ {
     fn path(&self) -> QPath {
         match self.path {
+            QPath::Auto if self.layout == Layout::Tiled && self.m <= TILED_GEMV_MAX_M => QPath::Gemv,
             QPath::Auto if self.m > 1 => QPath::Gemm,
             QPath::Auto => QPath::Gemv,
             p => p,

@@ -121,6 +121,19 @@ fn fallback_gpu() -> Option<&'static Gpu> {
     Some(gpu_fallback())
 }
 
+/// A shape (positional, to keep the case tables short).
+fn shape(ty: GgmlType, layout: Layout, (m, k, n): (usize, usize, usize), bias: bool, path: QPath) -> Shape {
+    Shape {
+        ty,
+        layout,
+        m,
+        k,
+        n,
+        bias,
+        path,
+    }
+}
+
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
     let layouts = [Layout::Tiled, Layout::Rows];
@@ -141,79 +154,50 @@ pub fn cases() -> Vec<Case> {
         for (f, ty) in FORMATS.into_iter().enumerate() {
             for layout in layouts {
                 let bias = (i + f) % 2 == 0;
-                v.push(case(
-                    "",
-                    Shape {
-                        ty,
-                        layout,
-                        m: 1,
-                        k,
-                        n,
-                        bias,
-                        path: QPath::Auto,
-                    },
-                    default_gpu,
-                ));
+                v.push(case("", shape(ty, layout, (1, k, n), bias, QPath::Auto), default_gpu));
             }
         }
     }
-    // GEMM (M > 1): M 3 (under one token block), 8 (whole blocks), 17 (two blocks and one token).
-    let gemm = [(3, 64, 129), (8, 576, 576), (17, 1536, 1000), (17, 32, 7), (3, 4096, 4)];
-    for (i, &(m, k, n)) in gemm.iter().enumerate() {
+    // M > 1: M 3 (the tiled layout's Auto picks GEMVs; the rows GEMM under one 4-token block), 8 (whole blocks),
+    // 17 (one past the blocks).
+    let gemm = [
+        (3, 64, 129),
+        (8, 576, 576),
+        (17, 1536, 1000),
+        (17, 32, 7),
+        (3, 4096, 4),
+        (8, 4096, 33),
+    ];
+    for (i, &mkn) in gemm.iter().enumerate() {
         for (f, ty) in FORMATS.into_iter().enumerate() {
             for layout in layouts {
                 let bias = (i + f) % 2 == 1;
-                v.push(case(
-                    "",
-                    Shape {
-                        ty,
-                        layout,
-                        m,
-                        k,
-                        n,
-                        bias,
-                        path: QPath::Auto,
-                    },
-                    default_gpu,
-                ));
+                v.push(case("", shape(ty, layout, mkn, bias, QPath::Auto), default_gpu));
             }
         }
     }
-    // The GEMV at M > 1 (one row of x per grid z) and the GEMM at M = 1: a forced path is right for any M.
+    // Forced paths are right for any M: the GEMV at M > 1 (one row of x per grid z), the GEMM at M = 1 and 2 (token
+    // blocks mostly past M); x of 5 x 4096 f32 (80 KiB) is over one uniform binding, so the GEMV reads it from
+    // storage.
     for ty in FORMATS {
         for layout in layouts {
-            for (m, path) in [(3, QPath::Gemv), (1, QPath::Gemm)] {
-                v.push(case(
-                    "",
-                    Shape {
-                        ty,
-                        layout,
-                        m,
-                        k: 576,
-                        n: 129,
-                        bias: true,
-                        path,
-                    },
-                    default_gpu,
-                ));
+            for (mkn, path) in [
+                ((3, 576, 129), QPath::Gemv),
+                ((1, 576, 129), QPath::Gemm),
+                ((2, 576, 129), QPath::Gemm),
+                ((5, 4096, 33), QPath::Gemv),
+            ] {
+                v.push(case("", shape(ty, layout, mkn, true, path), default_gpu));
             }
         }
     }
     // The fallback device (no subgroups): x loaded at uniform indices, workgroup-memory reductions.
     for ty in FORMATS {
         for layout in layouts {
-            for (m, k, n) in [(1, 576, 129), (8, 1536, 576), (17, 64, 1000)] {
+            for mkn in [(1, 576, 129), (8, 1536, 576), (17, 64, 1000)] {
                 v.push(case(
                     "fallback_",
-                    Shape {
-                        ty,
-                        layout,
-                        m,
-                        k,
-                        n,
-                        bias: true,
-                        path: QPath::Auto,
-                    },
+                    shape(ty, layout, mkn, true, QPath::Auto),
                     fallback_gpu,
                 ));
             }
@@ -230,15 +214,7 @@ pub fn cases() -> Vec<Case> {
                 (1024, 1000, 16)
             };
             for m in [1, 5] {
-                let s = Shape {
-                    ty,
-                    layout,
-                    m,
-                    k,
-                    n,
-                    bias: true,
-                    path: QPath::Auto,
-                };
+                let s = shape(ty, layout, (m, k, n), true, QPath::Auto);
                 v.push(Case::new("matmul_q", format!("split{parts}_{}", s.name()), move |_| {
                     let (check, got) = run(gpu_split(), s)?;
                     if got != parts {

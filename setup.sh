@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One-time set-up on a fresh machine: a Vulkan driver if there is none (lavapipe, Mesa's software Vulkan, on
+# Debian/Ubuntu), and the default model (SmolLM2-135M-Instruct, GGUF Q4_1) in models/. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+have_vulkan() {
+    ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json >/dev/null 2>&1
+}
+
+if [ "$(uname -s)" = Linux ] && ! have_vulkan; then
+    if command -v apt-get >/dev/null 2>&1; then
+        sudo=""
+        [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        echo "setup: no Vulkan driver found; installing lavapipe (mesa-vulkan-drivers)"
+        export DEBIAN_FRONTEND=noninteractive
+        $sudo apt-get update -qq
+        $sudo apt-get install -y -qq mesa-vulkan-drivers >/dev/null
+    else
+        echo "setup: no Vulkan driver found; install your GPU's Vulkan driver or Mesa's lavapipe" >&2
+    fi
+fi
+
+bash models/fetch.sh
