@@ -249,3 +249,29 @@ fn chat_without_a_model_says_how_to_fetch_one() {
     let out = shaderlm(&["chat"], dir.path());
     fails_with(&out, &["models/fetch.sh"]);
 }
+
+#[test]
+fn hugging_face_directories_old_and_new_layouts_chat() {
+    for template_file in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        common::tiny::write_hf_chat(dir.path(), 11, template_file);
+        let p = dir.path().to_str().unwrap();
+        let out = shaderlm(
+            &[
+                "generate", "-m", p, "--chat", "--prompt", "hello", "-n", "4", "--temp", "0", "--json",
+            ],
+            dir.path(),
+        );
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let ids: Vec<u32> = serde_json::from_value(v["prompt_ids"].clone()).unwrap();
+        // <|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n: the specials are single ids, "hello" merged.
+        let start = 256 + 6 + 1;
+        assert_eq!(ids[0], start);
+        assert_eq!(ids.iter().filter(|&&i| i == start).count(), 2, "{ids:?}");
+        assert!(ids.contains(&(256 + 3)), "'hello' should be one merged token: {ids:?}");
+        let info = shaderlm(&["info", p], dir.path());
+        assert!(info.status.success());
+        assert!(String::from_utf8_lossy(&info.stdout).contains("chat template: yes"));
+    }
+}

@@ -227,6 +227,11 @@ impl Tokenizer {
         self.inner.decode(ids, skip_special).map_err(|e| tok_err("decode", e))
     }
 
+    /// The tokenizer as a Hugging Face `tokenizer.json` document.
+    pub fn to_json(&self) -> Result<String> {
+        self.inner.to_string(false).map_err(|e| tok_err("serialize", e))
+    }
+
     pub fn token_text(&self, id: u32) -> Option<String> {
         self.inner.id_to_token(id)
     }

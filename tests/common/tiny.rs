@@ -344,3 +344,35 @@ pub fn write_gguf_chat(path: &Path, seed: u64, ty: GgmlType) -> Tiny {
     w.write(path).unwrap();
     t
 }
+
+/// A Hugging Face directory as transformers saves it: config.json, model.safetensors, tokenizer.json and
+/// tokenizer_config.json; the chat template in `chat_template.jinja` (current transformers) or inside
+/// tokenizer_config.json (older releases).
+pub fn write_hf_chat(dir: &Path, seed: u64, template_file: bool) -> Tiny {
+    let (tokens, token_types, merges) = byte_vocab();
+    let mut t = Tiny::llama();
+    t.vocab = tokens.len();
+    write_hf(dir, &t, seed, false);
+    let spec = shaderlm::tokenizer::VocabSpec {
+        model: "gpt2".into(),
+        pre: "smollm".into(),
+        tokens,
+        token_types,
+        merges,
+        ..Default::default()
+    };
+    let tok = shaderlm::tokenizer::Tokenizer::from_vocab(&spec).unwrap();
+    std::fs::write(dir.join("tokenizer.json"), tok.to_json().unwrap()).unwrap();
+    let mut config = serde_json::json!({
+        "bos_token": {"content": "<|im_start|>", "special": true},
+        "eos_token": "<|im_end|>",
+        "add_bos_token": false,
+    });
+    if template_file {
+        std::fs::write(dir.join("chat_template.jinja"), CHATML).unwrap();
+    } else {
+        config["chat_template"] = serde_json::Value::String(CHATML.into());
+    }
+    std::fs::write(dir.join("tokenizer_config.json"), config.to_string()).unwrap();
+    t
+}
