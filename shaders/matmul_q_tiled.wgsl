@@ -44,12 +44,6 @@ struct Params {
 
 #include "lib/quant_tiled.wgsl"
 
-#if Q8
-const WB = 8u;  // quant words per block per row
-#else
-const WB = 4u;
-#endif
-
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wg: vec3<u32>,
@@ -70,6 +64,7 @@ fn main(
     var acc = vec4<f32>(0.0);
     for (var g = 0u; g < p.groups; g++) {
         // The block's 8 x vectors, pre-scaled for the quant helpers (lib/quant_tiled.wgsl), and (Q4) their sum.
+        // (Written out here rather than through x_block / w_block / block_dot, which measured 5% slower.)
 #if SUBGROUPS
         let xr = x[xi + (sl & 7u)];
 #if Q8
@@ -77,7 +72,10 @@ fn main(
 #else
         let xl = xr * select(Q4_XA_SCALE, Q4_XB_SCALE, (sl & 4u) != 0u);
         let xd = dot(xr, vec4<f32>(1.0));
-        let xs = (subgroupBroadcast(xd, 0u) + subgroupBroadcast(xd, 1u)) + (subgroupBroadcast(xd, 2u) + subgroupBroadcast(xd, 3u)) + ((subgroupBroadcast(xd, 4u) + subgroupBroadcast(xd, 5u)) + (subgroupBroadcast(xd, 6u) + subgroupBroadcast(xd, 7u)));
+        let xs = ((subgroupBroadcast(xd, 0u) + subgroupBroadcast(xd, 1u))
+            + (subgroupBroadcast(xd, 2u) + subgroupBroadcast(xd, 3u)))
+            + ((subgroupBroadcast(xd, 4u) + subgroupBroadcast(xd, 5u))
+            + (subgroupBroadcast(xd, 6u) + subgroupBroadcast(xd, 7u)));
 #endif
         let x0 = subgroupBroadcast(xl, 0u);
         let x1 = subgroupBroadcast(xl, 1u);

@@ -4,11 +4,13 @@
 // 32-weight block per loop step) but each invocation also owns TM rows of x, so every quant word loaded and
 // dequantized serves TM tokens (register blocking; the dequantized values are shared across the token loop).
 // Q4_0's offset and Q4_1's minimum are folded out per block as in matmul_q_tiled.
-// x: with SUBGROUPS each lane loads one vec4 of a token's block and the 8 are broadcast; else uniform loads.
-// Bindings: 0 x [M, K] f32 (uniform array<vec4<f32>, XN> when XU, else storage) | 1 wq [tiles, G, WB, 8]
-//   vec4<u32> quant words | 2 ws [tiles, G, 8] vec2<u32> f16 scales (vec4<u32> d, d, m, m for MIN) | 3 bias [N]
-//   f32 (BIAS only) | 3 or 4 y [M, N] f32 (written: columns row0..row0+rows).
-// Defs: TM (rows of x per invocation: 4, or 8 with TM8), Q8, MIN, XU + XN, SUBGROUPS, BIAS, WG (workgroup size, a multiple of 8).
+// x (in storage: M rows of it rarely fit one uniform binding): with SUBGROUPS each lane loads one vec4 of a token's
+// block and the 8 are broadcast; else uniform loads.
+// Bindings: 0 x [M, K] f32 | 1 wq [tiles, G, WB, 8] vec4<u32> quant words | 2 ws [tiles, G, 8] vec2<u32> f16
+//   scales (vec4<u32> d, d, m, m for MIN) | 3 bias [N] f32 (BIAS only) | 3 or 4 y [M, N] f32 (written: columns
+//   row0..row0+rows).
+// Defs: TM (rows of x per invocation: 4, or 8 with TM8), Q8, MIN, SUBGROUPS, BIAS, WG (workgroup size, a multiple
+//   of 8).
 // Grid: ceil(tiles * 8 / WG) workgroups of WG (folded into y past the per-dimension limit) x 1 x ceil(M / TM).
 
 struct Params {
@@ -22,11 +24,7 @@ struct Params {
     tiles: u32,   // tiles of 32 rows in this part
 }
 
-#if XU
-@group(0) @binding(0) var<uniform> x: array<vec4<f32>, XN>;     // [M, K/4]
-#else
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;   // [M, K/4]
-#endif
 @group(0) @binding(1) var<storage, read> wq: array<vec4<u32>>;  // [tiles, G, WB, 8] 4 rows' words
 #if MIN
 @group(0) @binding(2) var<storage, read> ws: array<vec4<u32>>;  // [tiles, G, 8] (d01, d23, m01, m23) f16 pairs
@@ -42,117 +40,6 @@ struct Params {
 @group(1) @binding(0) var<uniform> p: Params;
 
 #include "lib/quant_tiled.wgsl"
-
-#if Q8
-const WB = 8u;  // quant words per block per row
-#else
-const WB = 4u;
-#endif
-
-// One token's 8 x vectors of a block, pre-scaled for the quant helpers, and (Q4) their sum.
-struct XBlock {
-    v0: vec4<f32>,
-    v1: vec4<f32>,
-    v2: vec4<f32>,
-    v3: vec4<f32>,
-    v4: vec4<f32>,
-    v5: vec4<f32>,
-    v6: vec4<f32>,
-    v7: vec4<f32>,
-    sum: f32,
-}
-
-#if SUBGROUPS
-// From `xr`, this lane's vector (lane l holds x[8 l..8 l + 4] of the block), by broadcasts.
-fn x_block(xr: vec4<f32>, sl: u32) -> XBlock {
-    var b: XBlock;
-#if Q8
-    let xl = xr * Q8_X_SCALE;
-#else
-    let xl = xr * select(Q4_XA_SCALE, Q4_XB_SCALE, (sl & 4u) != 0u);
-    let xd = dot(xr, vec4<f32>(1.0));
-    b.sum = ((subgroupBroadcast(xd, 0u) + subgroupBroadcast(xd, 1u))
-        + (subgroupBroadcast(xd, 2u) + subgroupBroadcast(xd, 3u)))
-        + ((subgroupBroadcast(xd, 4u) + subgroupBroadcast(xd, 5u))
-        + (subgroupBroadcast(xd, 6u) + subgroupBroadcast(xd, 7u)));
-#endif
-    b.v0 = subgroupBroadcast(xl, 0u);
-    b.v1 = subgroupBroadcast(xl, 1u);
-    b.v2 = subgroupBroadcast(xl, 2u);
-    b.v3 = subgroupBroadcast(xl, 3u);
-    b.v4 = subgroupBroadcast(xl, 4u);
-    b.v5 = subgroupBroadcast(xl, 5u);
-    b.v6 = subgroupBroadcast(xl, 6u);
-    b.v7 = subgroupBroadcast(xl, 7u);
-    return b;
-}
-#else
-// By uniform loads of the block's vectors at `at`.
-fn x_block(at: u32) -> XBlock {
-    var b: XBlock;
-    let r0 = x[at];
-    let r1 = x[at + 1u];
-    let r2 = x[at + 2u];
-    let r3 = x[at + 3u];
-    let r4 = x[at + 4u];
-    let r5 = x[at + 5u];
-    let r6 = x[at + 6u];
-    let r7 = x[at + 7u];
-#if Q8
-    let sa = vec4<f32>(Q8_X_SCALE);
-    let sb = sa;
-#else
-    let sa = Q4_XA_SCALE;
-    let sb = Q4_XB_SCALE;
-    b.sum = dot((r0 + r1) + (r2 + r3) + ((r4 + r5) + (r6 + r7)), vec4<f32>(1.0));
-#endif
-    b.v0 = r0 * sa;
-    b.v1 = r1 * sa;
-    b.v2 = r2 * sa;
-    b.v3 = r3 * sa;
-    b.v4 = r4 * sb;
-    b.v5 = r5 * sb;
-    b.v6 = r6 * sb;
-    b.v7 = r7 * sb;
-    return b;
-}
-#endif
-
-// The quant words of one block of 4 rows, and its constants.
-struct WBlock {
-    q0: vec4<u32>,
-    q1: vec4<u32>,
-    q2: vec4<u32>,
-    q3: vec4<u32>,
-#if Q8
-    q4: vec4<u32>,
-    q5: vec4<u32>,
-    q6: vec4<u32>,
-    q7: vec4<u32>,
-#endif
-    d: vec4<f32>,
-#if MIN
-    m: vec4<f32>,
-#endif
-}
-
-// One token's contribution of a block to the 4 rows. Inlined for every token with the same WBlock, so the
-// dequantization (mask and convert) is computed once and shared by the tokens.
-fn block_dot(w: WBlock, b: XBlock) -> vec4<f32> {
-#if Q8
-    let s = (q8_word(w.q0, b.v0) + q8_word(w.q1, b.v1)) + (q8_word(w.q2, b.v2) + q8_word(w.q3, b.v3))
-        + ((q8_word(w.q4, b.v4) + q8_word(w.q5, b.v5)) + (q8_word(w.q6, b.v6) + q8_word(w.q7, b.v7)));
-    return w.d * s;
-#else
-    let s = (q4_word(w.q0, b.v0, b.v4) + q4_word(w.q1, b.v1, b.v5))
-        + (q4_word(w.q2, b.v2, b.v6) + q4_word(w.q3, b.v3, b.v7));
-#if MIN
-    return w.d * s + w.m * b.sum;
-#else
-    return w.d * (s - 8.0 * b.sum);
-#endif
-#endif
-}
 
 fn write4(m: u32, r0: u32, acc: vec4<f32>) {
     if (m >= p.m) {
@@ -214,26 +101,7 @@ fn main(
     var a7 = vec4<f32>(0.0);
 #endif
     for (var g = 0u; g < p.groups; g++) {
-        var w: WBlock;
-        w.q0 = wq[wi];
-        w.q1 = wq[wi + 8u];
-        w.q2 = wq[wi + 16u];
-        w.q3 = wq[wi + 24u];
-#if Q8
-        w.q4 = wq[wi + 32u];
-        w.q5 = wq[wi + 40u];
-        w.q6 = wq[wi + 48u];
-        w.q7 = wq[wi + 56u];
-        w.d = halves4(ws[si]);
-#else
-#if MIN
-        let sc = ws[si];
-        w.d = halves4(sc.xy);
-        w.m = halves4(sc.zw);
-#else
-        w.d = halves4(ws[si]);
-#endif
-#endif
+        let w = w_block(wi, si);
 #if SUBGROUPS
         a0 += block_dot(w, x_block(x[x0], sl));
         a1 += block_dot(w, x_block(x[x1], sl));

@@ -55,6 +55,47 @@ pub fn benches() -> Vec<Bench> {
             })
         }));
     }
+    // Every GEMV of one SmolLM2-135M decode step in one plan: 30 layers of q, k, v, o, gate, up, down (Q4_1, as in
+    // its GGUF) and the tied Q8_0 LM head; then the same with q|k|v and gate|up each packed as one weight (rows
+    // concatenated), which saves 90 dispatches per token.
+    let (_, h, f, heads, kv_heads, head_dim, vocab) = MODELS[0];
+    let kv = kv_heads * head_dim;
+    for fused in [false, true] {
+        let name = format!(
+            "matmul_q smollm2-135m token: 30 layers + head{}",
+            if fused { ", fused" } else { "" }
+        );
+        v.push(Bench::new(name, move |gpu| {
+            let per_layer: Vec<(usize, usize)> = if fused {
+                vec![(heads * head_dim + 2 * kv, h), (h, h), (2 * f, h), (h, f)]
+            } else {
+                vec![(heads * head_dim, h), (kv, h), (kv, h), (h, h), (f, h), (f, h), (h, f)]
+            };
+            let mut ws = Vec::new();
+            for _ in 0..30 {
+                for &(n, k) in &per_layer {
+                    ws.push(PackedWeight::upload(
+                        gpu,
+                        "w",
+                        GgmlType::Q4_1,
+                        n,
+                        k,
+                        &blocks(GgmlType::Q4_1, n, k),
+                    )?);
+                }
+            }
+            let head = PackedWeight::upload(gpu, "head", GgmlType::Q8_0, vocab, h, &blocks(GgmlType::Q8_0, vocab, h))?;
+            plan_of(gpu, |g| {
+                let xh = g.input("xh", &[1, h], DType::F32);
+                let xf = g.input("xf", &[1, f], DType::F32);
+                for w in &ws {
+                    g.matmul_q(if w.k == h { xh } else { xf }, w, None)?;
+                }
+                g.matmul_q(xh, &head, None)?;
+                Ok(vec![(xh, h, DType::F32), (xf, f, DType::F32)])
+            })
+        }));
+    }
     // Prefill: a 128-token chunk through SmolLM2's FFN up and Qwen's FFN down.
     let tokens = 128;
     for (n, k) in [(MODELS[0].2, MODELS[0].1), (MODELS[1].1, MODELS[1].2)] {

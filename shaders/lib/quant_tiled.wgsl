@@ -2,10 +2,12 @@
 // the same quant word of 4 consecutive output rows, so every helper works on 4 outputs at once.
 // Q4 word i of a 32-block: byte b holds weight 4i+b (low nibble) and weight 16+4i+b (high nibble).
 // Q8 word i of a 32-block: byte b holds weight 4i+b as i8.
+// The including shader declares x (uniform or storage array<vec4<f32>>), wq (array<vec4<u32>>) and ws
+// (array<vec2<u32>>, or array<vec4<u32>> with MIN).
 //
 // Quants are masked in place, not shifted down: the nibble at bits 4j..4j+3 converts to q * 16^j exactly (4
-// significant bits), so x is pre-scaled by 16^-j instead (an exact power-of-two scaling), once per block and shared
-// by all rows. Q8 bytes are moved to the top byte (sign in place) and convert to q * 2^24.
+// significant bits), so x is pre-scaled by 16^-j instead (a power-of-two scaling, exact unless |x| < 2^-102), once
+// per block and shared by all rows. Q8 bytes are moved to the top byte (sign in place) and convert to q * 2^24.
 
 #include "lib/quant_half.wgsl"
 
@@ -37,4 +39,140 @@ fn q8_word(q: vec4<u32>, xa: vec4<f32>) -> vec4<f32> {
     let b = vec4<f32>(bitcast<vec4<i32>>((q << vec4<u32>(8u)) & top)) * xa.z
         + vec4<f32>(bitcast<vec4<i32>>(q & top)) * xa.w;
     return a + b;
+}
+
+#if Q8
+const WB = 8u;  // quant words per block per row
+#else
+const WB = 4u;
+#endif
+
+// One token's 8 x vectors of a block, pre-scaled for the quant helpers, and (Q4) their sum.
+struct XBlock {
+    v0: vec4<f32>,
+    v1: vec4<f32>,
+    v2: vec4<f32>,
+    v3: vec4<f32>,
+    v4: vec4<f32>,
+    v5: vec4<f32>,
+    v6: vec4<f32>,
+    v7: vec4<f32>,
+    sum: f32,
+}
+
+#if SUBGROUPS
+// From `xr`, this lane's vector (lane l holds x[8 l..8 l + 4] of the block), by broadcasts.
+fn x_block(xr: vec4<f32>, sl: u32) -> XBlock {
+    var b: XBlock;
+#if Q8
+    let xl = xr * Q8_X_SCALE;
+#else
+    let xl = xr * select(Q4_XA_SCALE, Q4_XB_SCALE, (sl & 4u) != 0u);
+    let xd = dot(xr, vec4<f32>(1.0));
+    b.sum = ((subgroupBroadcast(xd, 0u) + subgroupBroadcast(xd, 1u))
+        + (subgroupBroadcast(xd, 2u) + subgroupBroadcast(xd, 3u)))
+        + ((subgroupBroadcast(xd, 4u) + subgroupBroadcast(xd, 5u))
+        + (subgroupBroadcast(xd, 6u) + subgroupBroadcast(xd, 7u)));
+#endif
+    b.v0 = subgroupBroadcast(xl, 0u);
+    b.v1 = subgroupBroadcast(xl, 1u);
+    b.v2 = subgroupBroadcast(xl, 2u);
+    b.v3 = subgroupBroadcast(xl, 3u);
+    b.v4 = subgroupBroadcast(xl, 4u);
+    b.v5 = subgroupBroadcast(xl, 5u);
+    b.v6 = subgroupBroadcast(xl, 6u);
+    b.v7 = subgroupBroadcast(xl, 7u);
+    return b;
+}
+#else
+// By uniform loads of the block's vectors at `at`.
+fn x_block(at: u32) -> XBlock {
+    var b: XBlock;
+    let r0 = x[at];
+    let r1 = x[at + 1u];
+    let r2 = x[at + 2u];
+    let r3 = x[at + 3u];
+    let r4 = x[at + 4u];
+    let r5 = x[at + 5u];
+    let r6 = x[at + 6u];
+    let r7 = x[at + 7u];
+#if Q8
+    let sa = vec4<f32>(Q8_X_SCALE);
+    let sb = sa;
+#else
+    let sa = Q4_XA_SCALE;
+    let sb = Q4_XB_SCALE;
+    b.sum = dot((r0 + r1) + (r2 + r3) + ((r4 + r5) + (r6 + r7)), vec4<f32>(1.0));
+#endif
+    b.v0 = r0 * sa;
+    b.v1 = r1 * sa;
+    b.v2 = r2 * sa;
+    b.v3 = r3 * sa;
+    b.v4 = r4 * sb;
+    b.v5 = r5 * sb;
+    b.v6 = r6 * sb;
+    b.v7 = r7 * sb;
+    return b;
+}
+#endif
+
+// The quant words of one block of 4 rows (at vec4 index `wi` of wq; the next word of the same rows is 8 vectors
+// further), and its constants (at index `si` of ws).
+struct WBlock {
+    q0: vec4<u32>,
+    q1: vec4<u32>,
+    q2: vec4<u32>,
+    q3: vec4<u32>,
+#if Q8
+    q4: vec4<u32>,
+    q5: vec4<u32>,
+    q6: vec4<u32>,
+    q7: vec4<u32>,
+#endif
+    d: vec4<f32>,
+#if MIN
+    m: vec4<f32>,
+#endif
+}
+
+fn w_block(wi: u32, si: u32) -> WBlock {
+    var w: WBlock;
+    w.q0 = wq[wi];
+    w.q1 = wq[wi + 8u];
+    w.q2 = wq[wi + 16u];
+    w.q3 = wq[wi + 24u];
+#if Q8
+    w.q4 = wq[wi + 32u];
+    w.q5 = wq[wi + 40u];
+    w.q6 = wq[wi + 48u];
+    w.q7 = wq[wi + 56u];
+    w.d = halves4(ws[si]);
+#else
+#if MIN
+    let sc = ws[si];
+    w.d = halves4(sc.xy);
+    w.m = halves4(sc.zw);
+#else
+    w.d = halves4(ws[si]);
+#endif
+#endif
+    return w;
+}
+
+// One token's contribution of a block to the 4 rows. Inlined for every token with the same WBlock, so the
+// dequantization (mask and convert) is computed once and shared by the tokens.
+fn block_dot(w: WBlock, b: XBlock) -> vec4<f32> {
+#if Q8
+    let s = q8_word(w.q0, b.v0) + q8_word(w.q1, b.v1) + q8_word(w.q2, b.v2) + q8_word(w.q3, b.v3)
+        + q8_word(w.q4, b.v4) + q8_word(w.q5, b.v5) + q8_word(w.q6, b.v6) + q8_word(w.q7, b.v7);
+    return w.d * s;
+#else
+    let s = q4_word(w.q0, b.v0, b.v4) + q4_word(w.q1, b.v1, b.v5) + q4_word(w.q2, b.v2, b.v6)
+        + q4_word(w.q3, b.v3, b.v7);
+#if MIN
+    return w.d * s + w.m * b.sum;
+#else
+    return w.d * (s - 8.0 * b.sum);
+#endif
+#endif
 }
