@@ -5,7 +5,7 @@
 //
 // Cache layout: [n_kv, max_ctx, HD] f32, each head's positions contiguous (see kv_write). Query i sits at position
 // pos + i and sees keys 0 ..= pos + i; kv_len = pos + n_q. Split s covers keys [s * c, min((s + 1) * c, kv_len))
-// with c = ceil(kv_len / splits): splits past kv_len are empty and write m = NEG, l = 0, o = 0, which the combine
+// with c = max(ceil(kv_len / splits), 256): splits past kv_len are empty and write m = NEG, l = 0, o = 0, which the combine
 // weighs by exp2(NEG - M) = 0. Scores are in the log2 domain (q pre-scaled by scale * log2(e)).
 //
 // Dispatch 1 (default): bindings 0 q [n_q, n_heads, HD] | 1 k_cache [n_kv, max_ctx, HD] | 2 v_cache [n_kv, max_ctx, HD]
@@ -23,11 +23,13 @@
 const HD4: u32 = HD / 4;
 const WG: u32 = 64u;
 const NEG: f32 = -1.0e30;
+const MIN_CHUNK: u32 = 256u;  // = MIN_SPLIT_KEYS in attention_decode.rs
 
 #if COMBINE
 struct Params {
     n_rows: u32,   // n_q * n_heads
-    splits: u32,
+    splits: u32,   // stride of the partials
+    n_active: u32, // splits launched this step (the host launches only those that hold keys)
 }
 
 @group(0) @binding(0) var<storage, read> part_o: array<vec4<f32>>;   // [n_q, n_heads, splits, HD]
@@ -45,12 +47,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let c = i % HD4;
     let base = row * p.splits;
     var mx = NEG;
-    for (var s = 0u; s < p.splits; s++) {
+    for (var s = 0u; s < p.n_active; s++) {
         mx = max(mx, part_ml[base + s].x);
     }
     var num = vec4<f32>(0.0);
     var den = 0.0;
-    for (var s = 0u; s < p.splits; s++) {
+    for (var s = 0u; s < p.n_active; s++) {
         let ml = part_ml[base + s];
         let w = exp2(ml.x - mx);
         den += w * ml.y;
@@ -101,7 +103,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let r0 = wg.z * ROWS;
     let nr = min(ROWS, p.n_q * p.group - r0);
     let kv_len = min(p.pos + p.n_q, p.max_ctx);
-    let chunk = (kv_len + p.splits - 1u) / p.splits;
+    // At least MIN_CHUNK keys per split: short contexts use few splits and the rest exit at once, which
+    // matters where each workgroup's barriers are expensive (CPU adapters) and costs nothing elsewhere.
+    let chunk = max((kv_len + p.splits - 1u) / p.splits, MIN_CHUNK);
     let k_begin = min(split * chunk, kv_len);
     let k_end = min(k_begin + chunk, kv_len);
     let cbase = kvh * p.max_ctx * HD4;

@@ -15,6 +15,8 @@ struct Step {
     workgroups: [u32; 3],
     node: usize,
     index: u32,
+    /// Slot in the indirect-arguments buffer when the counts change per step.
+    indirect: Option<u32>,
 }
 
 struct NodeInfo {
@@ -48,6 +50,9 @@ pub struct Plan {
     nodes: Vec<NodeInfo>,
     params_buf: wgpu::Buffer,
     params_bg: wgpu::BindGroup,
+    /// Workgroup counts of the indirect steps, `[x, y, z]` u32 each, written with the params.
+    indirect_buf: Option<wgpu::Buffer>,
+    indirect_staging: Vec<u32>,
     stride: u64,
     staging: Vec<u8>,
     last_vars: Option<StepVars>,
@@ -189,12 +194,17 @@ impl Plan {
                     layout: &pipeline.layout0,
                     entries: &entries,
                 });
+                let indirect = node
+                    .kernel
+                    .step_workgroups(index, &StepVars::default())
+                    .map(|_| steps.iter().filter(|s: &&Step| s.indirect.is_some()).count() as u32);
                 steps.push(Step {
                     pipeline,
                     bind_group,
                     workgroups: d.workgroups,
                     node: n,
                     index: index as u32,
+                    indirect,
                 });
             }
             // Release what this node was the last to use (after its outputs took their buffers).
@@ -233,6 +243,15 @@ impl Plan {
                 }),
             }],
         });
+        let n_indirect = steps.iter().filter(|s| s.indirect.is_some()).count();
+        let indirect_buf = (n_indirect > 0).then(|| {
+            gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("indirect"),
+                size: 12 * n_indirect as u64,
+                usage: wgpu::BufferUsages::INDIRECT | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        });
         let mut readbacks = Vec::new();
         for id in readback {
             let t = &tensors[root(id).0];
@@ -261,6 +280,8 @@ impl Plan {
             nodes: node_infos,
             params_buf,
             params_bg,
+            indirect_buf,
+            indirect_staging: vec![0; 3 * n_indirect],
             stride,
             staging: vec![0; params_size as usize],
             last_vars: None,
@@ -321,6 +342,21 @@ impl Plan {
             self.staging[at..at + 128].copy_from_slice(bytemuck::cast_slice(&p.0));
         }
         gpu.queue.write_buffer(&self.params_buf, 0, &self.staging);
+        if let Some(buf) = &self.indirect_buf {
+            for step in &self.steps {
+                if let Some(slot) = step.indirect {
+                    let kernel = &self.nodes[step.node].kernel;
+                    let counts = kernel
+                        .step_workgroups(step.index as usize, vars)
+                        .unwrap_or(step.workgroups);
+                    // Never more than the static grid the kernel was planned (and its bindings sized) for.
+                    let counts = [0, 1, 2].map(|d| counts[d].min(step.workgroups[d]));
+                    self.indirect_staging[3 * slot as usize..3 * slot as usize + 3].copy_from_slice(&counts);
+                }
+            }
+            gpu.queue
+                .write_buffer(buf, 0, bytemuck::cast_slice(&self.indirect_staging));
+        }
         self.last_vars = Some(*vars);
     }
 
@@ -328,8 +364,13 @@ impl Plan {
         pass.set_pipeline(&step.pipeline.pipeline);
         pass.set_bind_group(0, &step.bind_group, &[]);
         pass.set_bind_group(1, &self.params_bg, &[(s as u64 * self.stride) as u32]);
-        let [x, y, z] = step.workgroups;
-        pass.dispatch_workgroups(x, y, z);
+        match (step.indirect, &self.indirect_buf) {
+            (Some(slot), Some(buf)) => pass.dispatch_workgroups_indirect(buf, 12 * slot as u64),
+            _ => {
+                let [x, y, z] = step.workgroups;
+                pass.dispatch_workgroups(x, y, z);
+            }
+        }
     }
 
     /// Run the whole graph: one pass, one submit, one wait; read-back tensors are then available from `read`.

@@ -46,6 +46,8 @@ struct SplitParams {
 struct CombineParams {
     n_rows: u32,
     splits: u32,
+    /// Splits written this step (the first `active`); the rest hold stale partials and are skipped.
+    active: u32,
 }
 
 #[derive(Debug)]
@@ -63,6 +65,16 @@ fn combine_key(head_dim: usize) -> ShaderKey {
     ShaderKey::new("attention_decode")
         .def("HD", head_dim)
         .flag("COMBINE", true)
+}
+
+impl AttentionDecode {
+    /// Splits that hold keys this step: each covers `max(ceil(kv_len / splits), MIN_SPLIT_KEYS)` keys.
+    fn active_splits(&self, vars: &StepVars) -> usize {
+        let s = &self.shape;
+        let kv_len = (vars.pos as usize + s.n_tokens).min(s.max_ctx).max(1);
+        let chunk = kv_len.div_ceil(self.splits).max(MIN_SPLIT_KEYS);
+        kv_len.div_ceil(chunk).clamp(1, self.splits)
+    }
 }
 
 impl Kernel for AttentionDecode {
@@ -103,8 +115,17 @@ impl Kernel for AttentionDecode {
             Params::of(&CombineParams {
                 n_rows: (s.n_tokens * s.n_heads) as u32,
                 splits: self.splits as u32,
+                active: self.active_splits(vars) as u32,
             })
         }
+    }
+    /// Only the splits this step's keys fill are launched (the shader's `chunk` rule, mirrored here).
+    fn step_workgroups(&self, i: usize, vars: &StepVars) -> Option<[u32; 3]> {
+        let s = &self.shape;
+        (i == 0).then(|| {
+            let row_blocks = (s.n_tokens * s.group()).div_ceil(ROWS);
+            [self.active_splits(vars) as u32, s.n_kv as u32, row_blocks as u32]
+        })
     }
     /// Assumes a full cache (`kv_len = max_ctx`; cost has no step variables). Flops: QK^T and PV over the pairs
     /// the causal mask keeps. Bytes read: K and V of every key once per block of `ROWS` rows, q, and the partials

@@ -174,5 +174,20 @@ pub fn cases() -> Vec<Case> {
         "spec_steps_reuse_plan_t3_h8_kv2_d128",
         move |gpu| steps(gpu, s, &[0, 3, 6, 500, 1021], seed),
     ));
+    // Only the splits that hold keys are launched (indirect dispatch); when the context shrinks (a new
+    // conversation in the same session), the partials of splits launched earlier are stale and must be ignored.
+    seed += 1;
+    let s = AttnShape {
+        n_tokens: 1,
+        n_heads: 9,
+        n_kv: 3,
+        head_dim: 64,
+        max_ctx: 4096,
+    };
+    v.push(Case::new(
+        "attention_decode",
+        "shrinking_context_ignores_stale_splits",
+        move |gpu| steps(gpu, s, &[3000, 10, 700, 5, 4095, 0], seed),
+    ));
     v
 }
