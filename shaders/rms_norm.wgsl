@@ -5,6 +5,7 @@
 //   0 x [rows, d] f32 | 1 weight [d] f32 | 2 y [rows, d] f32 (written)
 // Params: rows, d, eps. Grid: one workgroup of WG per row (folded into y past the per-dimension limit); the lanes
 // stride over the row, so consecutive lanes read consecutive units.
+// RESIDUAL variant: normalizes h = x + r and also writes h (the residual stream), saving the add's dispatch.
 // Variants: WG (8 on CPU adapters: one SIMD chunk, no cross-chunk barriers; 256 on GPUs), VEC4, and SUBGROUPS
 // (subgroup reduction) or the workgroup-memory tree, both from lib/reduce.wgsl.
 
@@ -28,9 +29,34 @@ fn hsum(v: V) -> f32 {
 }
 #endif
 
+#if RESIDUAL
+// Fused residual add (one dispatch instead of two): h = x + r is written and normalized.
+// Bindings: 0 x [rows, d] | 1 r [rows, d] | 2 weight [d] | 3 y [rows, d] (written) | 4 h [rows, d] (written).
+@group(0) @binding(0) var<storage, read> x: array<V>;        // [rows, d / VW]
+@group(0) @binding(1) var<storage, read> r: array<V>;        // [rows, d / VW]
+@group(0) @binding(2) var<storage, read> w: array<V>;        // [d / VW]
+@group(0) @binding(3) var<storage, read_write> y: array<V>;  // [rows, d / VW]
+@group(0) @binding(4) var<storage, read_write> h: array<V>;  // [rows, d / VW]
+// Each lane writes h at the indices it later reads back (the same lane-to-index map in both passes).
+fn load(i: u32) -> V {
+    let v = x[i] + r[i];
+    h[i] = v;
+    return v;
+}
+fn reload(i: u32) -> V {
+    return h[i];
+}
+#else
 @group(0) @binding(0) var<storage, read> x: array<V>;        // [rows, d / VW]
 @group(0) @binding(1) var<storage, read> w: array<V>;        // [d / VW]
 @group(0) @binding(2) var<storage, read_write> y: array<V>;  // [rows, d / VW]
+fn load(i: u32) -> V {
+    return x[i];
+}
+fn reload(i: u32) -> V {
+    return x[i];
+}
+#endif
 @group(1) @binding(0) var<uniform> p: Params;
 
 #include "lib/reduce.wgsl"
@@ -63,18 +89,18 @@ fn main(
     var a1 = V(0.0);
     var i = lid;
     for (; i + WG < units; i += 2u * WG) {
-        let u = x[base + i];
-        let v = x[base + i + WG];
+        let u = load(base + i);
+        let v = load(base + i + WG);
         a0 += u * u;
         a1 += v * v;
     }
     if (i < units) {
-        let u = x[base + i];
+        let u = load(base + i);
         a0 += u * u;
     }
     let ss = wg_sum(hsum(a0 + a1), lane);
-    let r = inverseSqrt(ss / f32(p.d) + p.eps);
+    let inv = inverseSqrt(ss / f32(p.d) + p.eps);
     for (var j = lid; j < units; j += WG) {
-        y[base + j] = x[base + j] * r * w[j];
+        y[base + j] = reload(base + j) * inv * w[j];
     }
 }

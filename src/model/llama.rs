@@ -273,10 +273,19 @@ impl Llama {
         let ids = g.input("ids", &[n_tokens], DType::U32);
         let mut h = self.embed.gather(&mut g, ids)?; // [n, hidden]
         let scale = 1.0 / (c.head_dim as f32).sqrt();
+        // The FFN output still to be added to `h`: fused into the next norm (one dispatch for add + norm).
+        let mut pending: Option<TensorId> = None;
         for (i, (l, (k_cache, v_cache))) in self.layers.iter().zip(&cache.layers).enumerate() {
             g.set_prefix(&format!("blk.{i}."));
             let w = g.external(&l.attn_norm);
-            let x = g.rms_norm(h, w, c.rms_eps)?;
+            let x = match pending.take() {
+                None => g.rms_norm(h, w, c.rms_eps)?,
+                Some(d) => {
+                    let (sum, x) = g.add_rms_norm(h, d, w, c.rms_eps)?;
+                    h = sum;
+                    x
+                }
+            };
             let q = l.q.forward(&mut g, x, l.q_bias.as_ref())?; // [n, n_heads * head_dim]
             let k = l.k.forward(&mut g, x, l.k_bias.as_ref())?; // [n, n_kv * head_dim]
             let v = l.v.forward(&mut g, x, l.v_bias.as_ref())?;
@@ -300,19 +309,27 @@ impl Llama {
             };
             let a = g.reshape(a, &[n_tokens, c.n_heads * c.head_dim])?;
             let o = l.o.forward(&mut g, a, None)?;
-            h = g.add(h, o)?;
             let w = g.external(&l.ffn_norm);
-            let x = g.rms_norm(h, w, c.rms_eps)?;
+            let (sum, x) = g.add_rms_norm(h, o, w, c.rms_eps)?;
+            h = sum;
             let gate = l.gate.forward(&mut g, x, None)?;
             let up = l.up.forward(&mut g, x, None)?;
             let m = g.silu_mul(gate, up)?;
-            let d = l.down.forward(&mut g, m, None)?;
-            h = g.add(h, d)?;
+            pending = Some(l.down.forward(&mut g, m, None)?);
         }
         g.set_prefix("");
-        let last = if n_tokens > 1 { g.rows(h, n_tokens - 1, 1)? } else { h };
         let w = g.external(&self.norm);
-        let x = g.rms_norm(last, w, c.rms_eps)?;
+        let x = match (pending, n_tokens) {
+            (Some(d), 1) => g.add_rms_norm(h, d, w, c.rms_eps)?.1,
+            (pending, _) => {
+                let h = match pending {
+                    Some(d) => g.add(h, d)?,
+                    None => h,
+                };
+                let last = if n_tokens > 1 { g.rows(h, n_tokens - 1, 1)? } else { h };
+                g.rms_norm(last, w, c.rms_eps)?
+            }
+        };
         let logits = self.head.as_ref().unwrap_or(&self.embed).forward(&mut g, x, None)?; // [1, vocab]
         let mut step_logits = None;
         if out.logits {

@@ -20,11 +20,12 @@ pub const WG_CPU: u32 = 8;
 /// Workgroup size on GPUs.
 pub const WG_GPU: u32 = 256;
 
-fn key(wg: u32, subgroups: bool, vec4: bool) -> ShaderKey {
+fn key(wg: u32, subgroups: bool, vec4: bool, residual: bool) -> ShaderKey {
     ShaderKey::new("rms_norm")
         .def("WG", format!("{wg}u"))
         .flag("VEC4", vec4)
         .flag("SUBGROUPS", subgroups)
+        .flag("RESIDUAL", residual)
 }
 
 #[derive(Debug)]
@@ -34,6 +35,8 @@ pub struct RmsNorm {
     eps: f32,
     /// Forced workgroup size (else from the adapter type).
     wg: Option<u32>,
+    /// Fused residual add: inputs x, r, weight; outputs y, h = x + r.
+    residual: bool,
 }
 
 impl Kernel for RmsNorm {
@@ -43,8 +46,8 @@ impl Kernel for RmsNorm {
     fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
         let wg = self.wg.unwrap_or(if caps.cpu_adapter { WG_CPU } else { WG_GPU });
         vec![Dispatch {
-            shader: key(wg, caps.subgroups, self.d.is_multiple_of(4)),
-            bindings: vec![Bind::Tensor(0), Bind::Tensor(1), Bind::Tensor(2)],
+            shader: key(wg, caps.subgroups, self.d.is_multiple_of(4), self.residual),
+            bindings: (0..if self.residual { 5 } else { 3 }).map(Bind::Tensor).collect(),
             workgroups: grid(self.rows, 1, caps.max_workgroups_per_dim),
         }]
     }
@@ -57,11 +60,12 @@ impl Kernel for RmsNorm {
     }
     fn cost(&self) -> Cost {
         let n = (self.rows * self.d) as u64;
+        let streams = if self.residual { 2 } else { 1 };
         Cost {
             // Unique bytes: the second pass over a row (at most 32 KiB) reads it again from cache.
-            bytes_read: 4 * (n + self.d as u64),
-            bytes_written: 4 * n,
-            flops: 4 * n,
+            bytes_read: 4 * (streams * n + self.d as u64),
+            bytes_written: 4 * streams * n,
+            flops: (3 + streams) * n,
         }
     }
 }
@@ -69,7 +73,25 @@ impl Kernel for RmsNorm {
 impl Graph {
     /// RMSNorm of `x` [.., d] (f32) with `weight` [d] (f32): `x / sqrt(mean(x^2) + eps) * weight`.
     pub fn rms_norm(&mut self, x: TensorId, weight: TensorId, eps: f32) -> Result<TensorId> {
-        self.rms_norm_impl(x, weight, eps, None)
+        self.rms_norm_impl(x, None, weight, eps, None).map(|o| o[0])
+    }
+
+    /// `h = x + r` (the residual add) and `rms_norm(h)` in one dispatch; returns `(h, normed)`.
+    pub fn add_rms_norm(
+        &mut self,
+        x: TensorId,
+        r: TensorId,
+        weight: TensorId,
+        eps: f32,
+    ) -> Result<(TensorId, TensorId)> {
+        if self.shape(r) != self.shape(x) || self.dtype(r) != DType::F32 {
+            return Err(Error::shape(
+                "add_rms_norm",
+                format!("x {:?} + r {:?} {:?}", self.shape(x), self.shape(r), self.dtype(r)),
+            ));
+        }
+        let o = self.rms_norm_impl(x, Some(r), weight, eps, None)?;
+        Ok((o[1], o[0]))
     }
 
     /// [`Graph::rms_norm`] with the workgroup size forced to [`WG_CPU`] or [`WG_GPU`] whatever the adapter, so
@@ -80,10 +102,17 @@ impl Graph {
                 "rms_norm: workgroup size {wg}, want {WG_CPU} or {WG_GPU}"
             )));
         }
-        self.rms_norm_impl(x, weight, eps, Some(wg))
+        self.rms_norm_impl(x, None, weight, eps, Some(wg)).map(|o| o[0])
     }
 
-    fn rms_norm_impl(&mut self, x: TensorId, weight: TensorId, eps: f32, wg: Option<u32>) -> Result<TensorId> {
+    fn rms_norm_impl(
+        &mut self,
+        x: TensorId,
+        r: Option<TensorId>,
+        weight: TensorId,
+        eps: f32,
+        wg: Option<u32>,
+    ) -> Result<Vec<TensorId>> {
         let shape = self.shape(x).to_vec();
         let d = shape.last().copied().unwrap_or(0);
         let n: usize = shape.iter().product();
@@ -110,8 +139,16 @@ impl Graph {
             d,
             eps,
             wg,
+            residual: r.is_some(),
         };
-        Ok(self.add_node(k, &[x, weight], &[("rms_norm", &shape, DType::F32)])?[0])
+        match r {
+            None => self.add_node(k, &[x, weight], &[("rms_norm", &shape, DType::F32)]),
+            Some(r) => self.add_node(
+                k,
+                &[x, r, weight],
+                &[("rms_norm", &shape, DType::F32), ("residual", &shape, DType::F32)],
+            ),
+        }
     }
 }
 
@@ -132,7 +169,9 @@ pub fn variants() -> Vec<ShaderKey> {
     for wg in [WG_CPU, WG_GPU] {
         for subgroups in [false, true] {
             for vec4 in [false, true] {
-                v.push(key(wg, subgroups, vec4));
+                for residual in [false, true] {
+                    v.push(key(wg, subgroups, vec4, residual));
+                }
             }
         }
     }

@@ -81,6 +81,45 @@ pub fn cases() -> Vec<Case> {
             &rms_norm::reference(&x, &w, 1e-6),
         ))
     }));
+    // The fused residual add: h = x + r (exact: one IEEE add, as on the CPU) and rms_norm(h) within the
+    // rms_norm bound, for scalar and vec4 rows, with and without subgroups (the fallback device).
+    for (d, rows) in [(576usize, 1usize), (7, 3), (1000, 5), (64, 17)] {
+        for fallback in [false, true] {
+            let name = format!(
+                "add_rms_norm_rows{rows}_d{d}{}",
+                if fallback { "_fallback" } else { "" }
+            );
+            v.push(Case::new("rms_norm", name, move |gpu| {
+                let gpu = if fallback { crate::common::gpu_fallback() } else { gpu };
+                let mut rng = crate::common::Rng::new(d as u64 * 31 + rows as u64);
+                let (x, r, w) = (rng.vec(rows * d, 2.0), rng.vec(rows * d, 2.0), rng.vec(d, 1.0));
+                let mut g = shaderlm::graph::Graph::new();
+                let tx = g.input("x", &[rows, d], shaderlm::gpu::DType::F32);
+                let tr = g.input("r", &[rows, d], shaderlm::gpu::DType::F32);
+                let tw = g.input("w", &[d], shaderlm::gpu::DType::F32);
+                let (h, y) = g.add_rms_norm(tx, tr, tw, 1e-5)?;
+                g.output(h);
+                g.output(y);
+                let mut plan = shaderlm::graph::Plan::new(gpu, g)?;
+                plan.write_input(gpu, tx, bytemuck::cast_slice(&x))?;
+                plan.write_input(gpu, tr, bytemuck::cast_slice(&r))?;
+                plan.write_input(gpu, tw, bytemuck::cast_slice(&w))?;
+                plan.run(gpu, &shaderlm::ops::StepVars::default())?;
+                let want_h: Vec<f32> = x.iter().zip(&r).map(|(a, b)| a + b).collect();
+                let h_bits: Vec<u32> = plan.read_f32(h)?.iter().map(|v| v.to_bits()).collect();
+                let want_bits: Vec<u32> = want_h.iter().map(|v| v.to_bits()).collect();
+                let exact = crate::common::exact(&h_bits, &want_bits);
+                if !exact.passed() {
+                    return Ok(exact);
+                }
+                Ok(crate::common::nmse(
+                    &plan.read_f32(y)?,
+                    &rms_norm::reference(&want_h, &w, 1e-5),
+                    1e-11,
+                ))
+            }));
+        }
+    }
     // Many rows: the grid folds into y past 65535 workgroups.
     v.push(case("rows_folded_grid".into(), LAYOUTS[0], 70_000, 7, 2.0, 1e-6));
     v
