@@ -2,6 +2,7 @@
 // Cache layout: [n_kv_heads, max_ctx, head_dim] f32, each head's positions contiguous (attention_prefill and
 // attention_decode stream one head's keys as one contiguous region).
 // Bindings: 0 k [n_tokens, n_kv_heads, head_dim] f32 | 1 cache [n_kv_heads, max_ctx, head_dim] f32 (written)
+// PAIR variant: keys and values together (one dispatch instead of two), see the bindings below.
 // Params: n_tokens, n_kv, head_dim, max_ctx, pos (re-read every run: one plan serves every decode step).
 // Grid: ceil(n_tokens * n_kv * head_dim / 256) workgroups of 256 (folded into y past the per-dimension limit);
 // one invocation per element, consecutive invocations write consecutive elements of one head's row.
@@ -16,8 +17,16 @@ struct Params {
     pos: u32,
 }
 
+#if PAIR
+// Keys and values in one dispatch: 0 k | 1 v [n_tokens, n_kv, head_dim] | 2 k_cache | 3 v_cache (written).
+@group(0) @binding(0) var<storage, read> k: array<f32>;              // [n_tokens, n_kv, head_dim]
+@group(0) @binding(1) var<storage, read> v: array<f32>;              // [n_tokens, n_kv, head_dim]
+@group(0) @binding(2) var<storage, read_write> cache: array<f32>;    // [n_kv, max_ctx, head_dim]
+@group(0) @binding(3) var<storage, read_write> v_cache: array<f32>;  // [n_kv, max_ctx, head_dim]
+#else
 @group(0) @binding(0) var<storage, read> k: array<f32>;            // [n_tokens, n_kv, head_dim]
 @group(0) @binding(1) var<storage, read_write> cache: array<f32>;  // [n_kv, max_ctx, head_dim]
+#endif
 @group(1) @binding(0) var<uniform> p: Params;
 
 @compute @workgroup_size(256)
@@ -35,4 +44,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         return;
     }
     cache[(h * p.max_ctx + at) * p.head_dim + d] = k[i];
+#if PAIR
+    v_cache[(h * p.max_ctx + at) * p.head_dim + d] = v[i];
+#endif
 }

@@ -300,8 +300,7 @@ impl Llama {
             let q = g.rope(q, self.rope())?;
             let k = g.rope(k, self.rope())?;
             let (kc, vc) = (g.external(k_cache), g.external(v_cache));
-            g.kv_write(k, kc)?;
-            g.kv_write(v, vc)?;
+            g.kv_write_pair(k, v, kc, vc)?;
             let a = if n_tokens <= crate::ops::attention_decode::MAX_TOKENS {
                 g.attention_decode(q, kc, vc, scale)?
             } else {

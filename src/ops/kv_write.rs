@@ -25,6 +25,8 @@ pub struct KvWrite {
     n_kv: usize,
     head_dim: usize,
     max_ctx: usize,
+    /// Keys and values in one dispatch (inputs k, v, k_cache, v_cache).
+    pair: bool,
 }
 
 impl Kernel for KvWrite {
@@ -33,8 +35,8 @@ impl Kernel for KvWrite {
     }
     fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
         vec![Dispatch {
-            shader: ShaderKey::new("kv_write"),
-            bindings: vec![Bind::Tensor(0), Bind::Tensor(1)],
+            shader: ShaderKey::new("kv_write").flag("PAIR", self.pair),
+            bindings: (0..if self.pair { 4 } else { 2 }).map(Bind::Tensor).collect(),
             workgroups: grid(
                 self.n_tokens * self.n_kv * self.head_dim,
                 256,
@@ -52,7 +54,7 @@ impl Kernel for KvWrite {
         })
     }
     fn cost(&self) -> Cost {
-        let bytes = 4 * (self.n_tokens * self.n_kv * self.head_dim) as u64;
+        let bytes = 4 * (self.n_tokens * self.n_kv * self.head_dim) as u64 * if self.pair { 2 } else { 1 };
         Cost {
             bytes_read: bytes,
             bytes_written: bytes,
@@ -65,6 +67,30 @@ impl Graph {
     /// Write `k` `[n_tokens, n_kv_heads, head_dim]` into `cache` `[n_kv_heads, max_ctx, head_dim]` at positions
     /// `vars.pos + i` (both f32). Tokens that would land at or past `max_ctx` are dropped by the kernel.
     pub fn kv_write(&mut self, k: TensorId, cache: TensorId) -> Result<()> {
+        let kernel = self.kv_write_kernel(k, cache, false)?;
+        self.add_effect(kernel, &[k, cache])
+    }
+
+    /// [`Graph::kv_write`] of keys and values in one dispatch: `k` into `k_cache`, `v` into `v_cache`.
+    pub fn kv_write_pair(&mut self, k: TensorId, v: TensorId, k_cache: TensorId, v_cache: TensorId) -> Result<()> {
+        if self.shape(k) != self.shape(v) || self.shape(k_cache) != self.shape(v_cache) {
+            return Err(Error::shape(
+                "kv_write",
+                format!(
+                    "k {:?} / v {:?} into caches {:?} / {:?}: the pairs must match",
+                    self.shape(k),
+                    self.shape(v),
+                    self.shape(k_cache),
+                    self.shape(v_cache)
+                ),
+            ));
+        }
+        self.kv_write_kernel(v, v_cache, true)?;
+        let kernel = self.kv_write_kernel(k, k_cache, true)?;
+        self.add_effect(kernel, &[k, v, k_cache, v_cache])
+    }
+
+    fn kv_write_kernel(&self, k: TensorId, cache: TensorId, pair: bool) -> Result<KvWrite> {
         let (ks, cs) = (self.shape(k).to_vec(), self.shape(cache).to_vec());
         let ok = ks.len() == 3
             && cs.len() == 3
@@ -85,13 +111,13 @@ impl Graph {
                 ),
             ));
         }
-        let kernel = KvWrite {
+        Ok(KvWrite {
             n_tokens: ks[0],
             n_kv: ks[1],
             head_dim: ks[2],
             max_ctx: cs[1],
-        };
-        self.add_effect(kernel, &[k, cache])
+            pair,
+        })
     }
 }
 
@@ -112,5 +138,8 @@ pub fn reference(k: &[f32], cache: &mut [f32], n_kv: usize, max_ctx: usize, head
 }
 
 pub fn variants() -> Vec<ShaderKey> {
-    vec![ShaderKey::new("kv_write")]
+    vec![
+        ShaderKey::new("kv_write"),
+        ShaderKey::new("kv_write").flag("PAIR", true),
+    ]
 }

@@ -52,12 +52,67 @@ pub fn cases() -> Vec<Case> {
         ("past_end_dropped", 5, 3, 64, 20, vec![18]),
         ("long_chunk", 130, 2, 128, 130, vec![0]),
     ];
-    grid.into_iter()
+    let mut v: Vec<Case> = grid
+        .into_iter()
         .enumerate()
         .map(|(i, (name, n, kv, d, ctx, steps))| {
             Case::new("kv_write", format!("{name}_t{n}_kv{kv}_d{d}_ctx{ctx}"), move |gpu| {
                 run(gpu, n, kv, d, ctx, &steps, 1000 + i as u64)
             })
         })
-        .collect()
+        .collect();
+    // Keys and values in one dispatch: both caches must match, including the dropped tail past max_ctx.
+    for (name, n, kv, d, ctx, steps) in [
+        ("pair_decode_steps", 1, 3, 64, 40, vec![0u32, 1, 39]),
+        ("pair_past_end", 5, 2, 7, 20, vec![18]),
+    ] {
+        v.push(Case::new("kv_write", name, move |gpu| {
+            run_pair(gpu, n, kv, d, ctx, &steps, 77)
+        }));
+    }
+    v
+}
+
+/// `kv_write_pair` through one plan over `steps`; both whole caches compared bit for bit.
+fn run_pair(
+    gpu: &Gpu,
+    n_tokens: usize,
+    n_kv: usize,
+    head_dim: usize,
+    max_ctx: usize,
+    steps: &[u32],
+    seed: u64,
+) -> shaderlm::Result<crate::common::Check> {
+    let mut rng = Rng::new(seed);
+    let shape = [n_kv, max_ctx, head_dim];
+    let (init_k, init_v) = (
+        rng.vec(shape.iter().product(), 1.0),
+        rng.vec(shape.iter().product(), 1.0),
+    );
+    let kc = GpuTensor::upload_f32(gpu, "k_cache", &shape, &init_k)?;
+    let vc = GpuTensor::upload_f32(gpu, "v_cache", &shape, &init_v)?;
+    let mut g = Graph::new();
+    let k = g.input("k", &[n_tokens, n_kv, head_dim], DType::F32);
+    let v = g.input("v", &[n_tokens, n_kv, head_dim], DType::F32);
+    let (tk, tv) = (g.external(&kc), g.external(&vc));
+    g.kv_write_pair(k, v, tk, tv)?;
+    let mut plan = Plan::new(gpu, g)?;
+    let (mut want_k, mut want_v) = (init_k, init_v);
+    for &pos in steps {
+        let (kv_k, kv_v) = (
+            rng.vec(n_tokens * n_kv * head_dim, 1.0),
+            rng.vec(n_tokens * n_kv * head_dim, 1.0),
+        );
+        plan.write_input(gpu, k, bytemuck::cast_slice(&kv_k))?;
+        plan.write_input(gpu, v, bytemuck::cast_slice(&kv_v))?;
+        plan.run(gpu, &StepVars { pos })?;
+        kv_write::reference(&kv_k, &mut want_k, n_kv, max_ctx, head_dim, pos as usize);
+        kv_write::reference(&kv_v, &mut want_v, n_kv, max_ctx, head_dim, pos as usize);
+    }
+    let bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+    let mut got = bits(kc.download_f32(gpu)?);
+    got.extend(bits(vc.download_f32(gpu)?));
+    let mut want = bits(want_k);
+    want.extend(bits(want_v));
+    Ok(exact(&got, &want))
 }
