@@ -22,14 +22,29 @@ struct Params {
     log2_theta: f32,
     freq_scale: f32,
     attn_factor: f32,
+    n_heads2: u32,     // PAIR: heads of the second tensor (keys), same tokens and head_dim
 }
 
+#if PAIR
+// Queries and keys in one dispatch: 0 x | 1 x2 [n_tokens, n_heads2, head_dim] | (factors) | y | y2 (written).
+@group(0) @binding(0) var<storage, read> x: array<f32>;         // [n_tokens, n_heads, head_dim]
+@group(0) @binding(1) var<storage, read> x2: array<f32>;        // [n_tokens, n_heads2, head_dim]
+#if FACTORS
+@group(0) @binding(2) var<storage, read> factors: array<f32>;   // [rot_dim / 2]
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;   // [n_tokens, n_heads, head_dim]
+@group(0) @binding(4) var<storage, read_write> y2: array<f32>;  // [n_tokens, n_heads2, head_dim]
+#else
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;   // [n_tokens, n_heads, head_dim]
+@group(0) @binding(3) var<storage, read_write> y2: array<f32>;  // [n_tokens, n_heads2, head_dim]
+#endif
+#else
 @group(0) @binding(0) var<storage, read> x: array<f32>;        // [n_tokens, n_heads, head_dim]
 #if FACTORS
 @group(0) @binding(1) var<storage, read> factors: array<f32>;  // [rot_dim / 2]
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;  // [n_tokens, n_heads, head_dim]
 #else
 @group(0) @binding(1) var<storage, read_write> y: array<f32>;  // [n_tokens, n_heads, head_dim]
+#endif
 #endif
 @group(1) @binding(0) var<uniform> p: Params;
 
@@ -54,6 +69,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             let at = row + h * p.head_dim + d;
             y[at] = x[at];
         }
+#if PAIR
+        for (var h = 0u; h < p.n_heads2; h++) {
+            let at = t * p.n_heads2 * p.head_dim + h * p.head_dim + d;
+            y2[at] = x2[at];
+        }
+#endif
         return;
     }
     let j = k;
@@ -79,4 +100,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         y[b + i0] = x0 * c - x1 * s;
         y[b + i1] = x0 * s + x1 * c;
     }
+#if PAIR
+    for (var h = 0u; h < p.n_heads2; h++) {
+        let b = t * p.n_heads2 * p.head_dim + h * p.head_dim;
+        let x0 = x2[b + i0];
+        let x1 = x2[b + i1];
+        y2[b + i0] = x0 * c - x1 * s;
+        y2[b + i1] = x0 * s + x1 * c;
+    }
+#endif
 }

@@ -297,8 +297,7 @@ impl Llama {
                 q = g.rms_norm(q, qn, c.rms_eps)?;
                 k = g.rms_norm(k, kn, c.rms_eps)?;
             }
-            let q = g.rope(q, self.rope())?;
-            let k = g.rope(k, self.rope())?;
+            let (q, k) = g.rope_pair(q, k, self.rope())?;
             let (kc, vc) = (g.external(k_cache), g.external(v_cache));
             g.kv_write_pair(k, v, kc, vc)?;
             let a = if n_tokens <= crate::ops::attention_decode::MAX_TOKENS {

@@ -59,6 +59,7 @@ struct RopeParams {
     log2_theta: f32,
     freq_scale: f32,
     attn_factor: f32,
+    n_heads2: u32,
 }
 
 #[derive(Debug)]
@@ -66,6 +67,8 @@ pub struct Rope {
     /// [n_tokens, n_heads, head_dim]
     shape: [usize; 3],
     cfg: RopeConfig,
+    /// Heads of a second tensor rotated in the same dispatch (keys beside queries), 0 for none.
+    heads2: usize,
 }
 
 impl Rope {
@@ -75,8 +78,8 @@ impl Rope {
     }
 }
 
-fn key(factors: bool) -> ShaderKey {
-    ShaderKey::new("rope").flag("FACTORS", factors)
+fn key(factors: bool, pair: bool) -> ShaderKey {
+    ShaderKey::new("rope").flag("FACTORS", factors).flag("PAIR", pair)
 }
 
 impl Kernel for Rope {
@@ -84,12 +87,11 @@ impl Kernel for Rope {
         "rope"
     }
     fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
-        let bindings = match self.cfg.factors {
-            Some(_) => vec![Bind::Tensor(0), Bind::Tensor(1), Bind::Tensor(2)],
-            None => vec![Bind::Tensor(0), Bind::Tensor(1)],
-        };
+        // Node tensors: inputs (x, [x2], [factors]) then outputs (y, [y2]), which is the binding order.
+        let n = 2 + usize::from(self.cfg.factors.is_some()) + 2 * usize::from(self.heads2 > 0);
+        let bindings = (0..n).map(Bind::Tensor).collect();
         vec![Dispatch {
-            shader: key(self.cfg.factors.is_some()),
+            shader: key(self.cfg.factors.is_some(), self.heads2 > 0),
             bindings,
             workgroups: grid(self.shape[0] * self.per_token(), 64, caps.max_workgroups_per_dim),
         }]
@@ -109,10 +111,11 @@ impl Kernel for Rope {
             log2_theta: (self.cfg.theta as f64).log2() as f32,
             freq_scale: self.cfg.freq_scale,
             attn_factor: self.cfg.attn_factor,
+            n_heads2: self.heads2 as u32,
         })
     }
     fn cost(&self) -> Cost {
-        let n = self.shape.iter().product::<usize>() as u64;
+        let n = (self.shape[0] * (self.shape[1] + self.heads2) * self.shape[2]) as u64;
         let pairs = (self.shape[0] * self.cfg.rot_dim / 2) as u64;
         let factors = if self.cfg.factors.is_some() {
             2 * self.cfg.rot_dim as u64
@@ -131,6 +134,41 @@ impl Kernel for Rope {
 impl Graph {
     /// RoPE of `x` [n_tokens, n_heads, head_dim] (f32); token `t` is at position `StepVars.pos + t`.
     pub fn rope(&mut self, x: TensorId, cfg: RopeConfig) -> Result<TensorId> {
+        let shape = self.rope_check(x, &cfg)?;
+        let k = Rope { shape, cfg, heads2: 0 };
+        let mut inputs = vec![x];
+        inputs.extend(cfg.factors);
+        Ok(self.add_node(k, &inputs, &[("rope", &shape, DType::F32)])?[0])
+    }
+
+    /// RoPE of queries `q` [n_tokens, n_heads, head_dim] and keys `k` [n_tokens, n_kv, head_dim] in one dispatch
+    /// (the angles are shared); returns the rotated `(q, k)`.
+    pub fn rope_pair(&mut self, q: TensorId, k: TensorId, cfg: RopeConfig) -> Result<(TensorId, TensorId)> {
+        let qs = self.rope_check(q, &cfg)?;
+        let ks = self.rope_check(k, &cfg)?;
+        if ks[0] != qs[0] || ks[2] != qs[2] {
+            return Err(Error::shape(
+                "rope",
+                format!("q {qs:?} and k {ks:?} must share tokens and head_dim"),
+            ));
+        }
+        let kernel = Rope {
+            shape: qs,
+            heads2: ks[1],
+            cfg,
+        };
+        let mut inputs = vec![q, k];
+        inputs.extend(cfg.factors);
+        let o = self.add_node(
+            kernel,
+            &inputs,
+            &[("rope_q", &qs, DType::F32), ("rope_k", &ks, DType::F32)],
+        )?;
+        Ok((o[0], o[1]))
+    }
+
+    /// Shape `[n_tokens, n_heads, head_dim]` of a valid RoPE input under `cfg`.
+    fn rope_check(&self, x: TensorId, cfg: &RopeConfig) -> Result<[usize; 3]> {
         let shape = self.shape(x).to_vec();
         let bad = |why: String| Error::shape("rope", format!("x {shape:?}, {cfg:?}: {why}"));
         let [n_tokens, n_heads, head_dim] = shape[..] else {
@@ -147,7 +185,6 @@ impl Graph {
                 "theta must be finite and positive; freq_scale and attn_factor finite".into(),
             ));
         }
-        let mut inputs = vec![x];
         if let Some(f) = cfg.factors {
             if self.shape(f) != [cfg.rot_dim / 2] || self.dtype(f) != DType::F32 {
                 return Err(bad(format!(
@@ -156,13 +193,8 @@ impl Graph {
                     self.dtype(f)
                 )));
             }
-            inputs.push(f);
         }
-        let k = Rope {
-            shape: [n_tokens, n_heads, head_dim],
-            cfg,
-        };
-        Ok(self.add_node(k, &inputs, &[("rope", &shape, DType::F32)])?[0])
+        Ok([n_tokens, n_heads, head_dim])
     }
 }
 
@@ -199,5 +231,5 @@ pub fn reference(x: &[f32], shape: [usize; 3], cfg: &RopeConfig, factors: Option
 }
 
 pub fn variants() -> Vec<ShaderKey> {
-    vec![key(false), key(true)]
+    vec![key(false, false), key(true, false), key(false, true), key(true, true)]
 }

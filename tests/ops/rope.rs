@@ -90,8 +90,64 @@ fn llama3_factors(theta: f64, rot_dim: usize) -> Vec<f32> {
         .collect()
 }
 
+/// `rope_pair` (queries and keys in one dispatch) must equal the single-tensor reference on each, bit for bit
+/// against `rope` itself: both rotate with the same angle code.
+fn run_pair(
+    gpu: &Gpu,
+    shape_q: [usize; 3],
+    heads_k: usize,
+    style: RopeStyle,
+    rot: usize,
+    with_factors: bool,
+) -> shaderlm::Result<Check> {
+    let [t, h, d] = shape_q;
+    let shape_k = [t, heads_k, d];
+    let mut rng = Rng::new((t * 31 + h * 7 + heads_k) as u64);
+    let (q, k) = (rng.vec(t * h * d, 1.0), rng.vec(t * heads_k * d, 1.0));
+    let factors: Vec<f32> = (0..rot / 2).map(|j| 1.0 + j as f32 * 0.25).collect();
+    let mut g = Graph::new();
+    let (tq, tk) = (g.input("q", &shape_q, DType::F32), g.input("k", &shape_k, DType::F32));
+    let tf = with_factors.then(|| g.input("factors", &[rot / 2], DType::F32));
+    let mut cfg = RopeConfig::new(style, 10000.0, rot);
+    cfg.factors = tf;
+    let (yq, yk) = g.rope_pair(tq, tk, cfg)?;
+    let (sq, sk) = (g.rope(tq, cfg)?, g.rope(tk, cfg)?);
+    for o in [yq, yk, sq, sk] {
+        g.output(o);
+    }
+    let mut plan = Plan::new(gpu, g)?;
+    plan.write_input(gpu, tq, bytemuck::cast_slice(&q))?;
+    plan.write_input(gpu, tk, bytemuck::cast_slice(&k))?;
+    if let Some(tf) = tf {
+        plan.write_input(gpu, tf, bytemuck::cast_slice(&factors))?;
+    }
+    plan.run(gpu, &StepVars { pos: 1234 })?;
+    let bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+    let mut got = bits(plan.read_f32(yq)?);
+    got.extend(bits(plan.read_f32(yk)?));
+    let mut want = bits(plan.read_f32(sq)?);
+    want.extend(bits(plan.read_f32(sk)?));
+    Ok(crate::common::exact(&got, &want))
+}
+
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
+    for (shape, heads_k, style, rot, factors) in [
+        ([1usize, 9, 64], 3usize, RopeStyle::Interleaved, 64usize, false),
+        ([5, 4, 32], 1, RopeStyle::RotateHalf, 32, true),
+        ([3, 2, 7], 2, RopeStyle::RotateHalf, 4, false),
+    ] {
+        let name = format!(
+            "pair_t{}_h{}_kv{heads_k}_d{}_rot{rot}{}",
+            shape[0],
+            shape[1],
+            shape[2],
+            if factors { "_factors" } else { "" }
+        );
+        v.push(Case::new("rope", name, move |gpu| {
+            run_pair(gpu, shape, heads_k, style, rot, factors)
+        }));
+    }
     for (style, tag) in [(RopeStyle::RotateHalf, "half"), (RopeStyle::Interleaved, "inter")] {
         // [heads, head_dim, rot_dim]: one pair, odd head_dim with pass-through, model heads, partial rotation.
         for [h, d, rot] in [
