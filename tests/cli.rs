@@ -158,21 +158,86 @@ fn truncated_and_corrupt_model_files_are_clear_errors() {
         let out = shaderlm(&["info", p.to_str().unwrap()], dir.path());
         fails_with(&out, &[name]);
     }
-    // A Hugging Face directory whose safetensors file is garbage.
+    // A Hugging Face directory whose tokenizer.json is not a tokenizer.
     let hf = dir.path().join("hf");
     std::fs::create_dir(&hf).unwrap();
     write_hf(&hf, &Tiny::llama(), 1, false);
     std::fs::write(hf.join("tokenizer.json"), "{}").unwrap();
-    std::fs::write(
-        hf.join("model.safetensors"),
-        b"\x08\x00\x00\x00\x00\x00\x00\x00{garbage",
-    )
-    .unwrap();
     let out = shaderlm(
         &["generate", "-m", hf.to_str().unwrap(), "--prompt", "hi", "-n", "1"],
         dir.path(),
     );
     fails_with(&out, &["tokenizer.json"]);
+    // A complete Hugging Face directory whose weights are garbage, then truncated.
+    let hf = dir.path().join("hf2");
+    std::fs::create_dir(&hf).unwrap();
+    common::tiny::write_hf_chat(&hf, 3, true);
+    let weights = std::fs::read(hf.join("model.safetensors")).unwrap();
+    let garbage = b"\x08\x00\x00\x00\x00\x00\x00\x00{garbage".to_vec();
+    for bad in [garbage, weights[..weights.len() / 2].to_vec()] {
+        std::fs::write(hf.join("model.safetensors"), bad).unwrap();
+        let out = shaderlm(
+            &["generate", "-m", hf.to_str().unwrap(), "--prompt", "hi", "-n", "1"],
+            dir.path(),
+        );
+        fails_with(&out, &["model.safetensors"]);
+    }
+}
+
+#[test]
+fn messages_file_and_stop_strings() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_gguf_chat(&path, 12, GgmlType::F32);
+    let p = path.to_str().unwrap();
+    let msgs = dir.path().join("msgs.json");
+    let list = r#"[{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]"#;
+    std::fs::write(&msgs, list).unwrap();
+    let m = msgs.to_str().unwrap();
+    let out = shaderlm(
+        &["generate", "-m", p, "--messages", m, "-n", "3", "--temp", "0", "--json"],
+        dir.path(),
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<u32> = serde_json::from_value(v["prompt_ids"].clone()).unwrap();
+    assert_eq!(
+        ids.iter().filter(|&&i| i == 256 + 6 + 1).count(),
+        3,
+        "system, user and assistant turns: {ids:?}"
+    );
+    std::fs::write(&msgs, "not json").unwrap();
+    let out = shaderlm(&["generate", "-m", p, "--messages", m, "-n", "3"], dir.path());
+    fails_with(&out, &["msgs.json"]);
+    // Greedy text of 12 tokens, then the same run stopped at a string taken from it: the text ends before it.
+    let args = [
+        "generate",
+        "-m",
+        p,
+        "--prompt",
+        "hello",
+        "-n",
+        "12",
+        "--temp",
+        "0",
+        "--json",
+        "--ignore-eos",
+    ];
+    let full = shaderlm(&args, dir.path());
+    let v: serde_json::Value = serde_json::from_slice(&full.stdout).unwrap();
+    let text = v["text"].as_str().unwrap().to_string();
+    let chars: Vec<char> = text.chars().collect();
+    assert!(chars.len() >= 4, "12 tokens should give some text: {text:?}");
+    let stop: String = chars[chars.len() / 2..chars.len() / 2 + 2].iter().collect();
+    let mut with_stop = args.to_vec();
+    with_stop.extend(["--stop", stop.as_str()]);
+    let out = shaderlm(&with_stop, dir.path());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cut = v["text"].as_str().unwrap();
+    assert!(
+        text.starts_with(cut) && !cut.contains(&stop) && cut.len() < text.len(),
+        "{cut:?} / {text:?} / {stop:?}"
+    );
 }
 
 #[test]
