@@ -6,7 +6,10 @@
 // per-dimension limit), one unit per invocation.
 // gate below about -88: exp(-gate) overflows to +inf and silu(gate) is -0, as in IEEE (no NaN).
 
-struct Params { units: u32 }
+struct Params {
+    units: u32,
+    row_units: u32,  // FUSED: units per row of F (gate and up lie side by side in one [rows, 2F] tensor)
+}
 
 #if VEC4
 alias V = vec4<f32>;
@@ -14,16 +17,31 @@ alias V = vec4<f32>;
 alias V = f32;
 #endif
 
+#if FUSED
+// The output of one matmul over concatenated [gate; up] weights: 0 gu [rows, 2F] | 1 y [rows, F] (written).
+@group(0) @binding(0) var<storage, read> gu: array<V>;       // [rows, 2F] as units
+@group(0) @binding(1) var<storage, read_write> y: array<V>;  // [rows, F] as units
+fn gate_up(i: u32) -> array<V, 2> {
+    let row = i / p.row_units;
+    let at = i + row * p.row_units;  // row * 2F + j
+    return array<V, 2>(gu[at], gu[at + p.row_units]);
+}
+#else
 @group(0) @binding(0) var<storage, read> gate: array<V>;     // [n] as units
 @group(0) @binding(1) var<storage, read> up: array<V>;       // [n] as units
 @group(0) @binding(2) var<storage, read_write> y: array<V>;  // [n] as units
+fn gate_up(i: u32) -> array<V, 2> {
+    return array<V, 2>(gate[i], up[i]);
+}
+#endif
 @group(1) @binding(0) var<uniform> p: Params;
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = gid.x + gid.y * nwg.x * 256u;
     if (i < p.units) {
-        let g = gate[i];
-        y[i] = g / (1.0 + exp(-g)) * up[i];
+        let gu = gate_up(i);
+        let g = gu[0];
+        y[i] = g / (1.0 + exp(-g)) * gu[1];
     }
 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::tiny::{write_gguf, write_hf, Tiny};
+use common::tiny::{write_gguf, write_gguf_types, write_hf, Tiny};
 use shaderlm::gpu::{Gpu, GpuOptions};
 use shaderlm::loader::gguf::GgufFile;
 use shaderlm::loader::safetensors::SafetensorsModel;
@@ -120,4 +120,15 @@ fn tiny_llama_gguf_f32_and_f16() {
         let cfg = LlamaConfig::from_gguf(&f).unwrap();
         check(&f, cfg, Names::Gguf, &tokens(14, 101), 11);
     }
+}
+
+#[test]
+fn tiny_llama_gguf_with_gate_and_up_stored_differently() {
+    // gate F16 and up F32 cannot be stacked into one matmul: the two-matmul path must give the same logits.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_gguf_types(&path, &Tiny::llama(), 5, GgmlType::F16, Some(GgmlType::F32));
+    let f = GgufFile::open(&path).unwrap();
+    let cfg = LlamaConfig::from_gguf(&f).unwrap();
+    check(&f, cfg, Names::Gguf, &tokens(12, 101), 10);
 }

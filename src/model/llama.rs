@@ -79,6 +79,13 @@ impl Names {
     }
 }
 
+/// The FFN's input projections: one stacked matmul (`[2 * ffn, hidden]`, gate rows then up rows) when both are
+/// stored alike, which saves a dispatch per layer; else two.
+enum FfnIn {
+    Stacked(Linear),
+    Split { gate: Linear, up: Linear },
+}
+
 struct Layer {
     attn_norm: GpuTensor, // [hidden]
     q: Linear,            // [n_heads * head_dim, hidden]
@@ -91,9 +98,8 @@ struct Layer {
     q_norm: Option<GpuTensor>, // [head_dim]
     k_norm: Option<GpuTensor>, // [head_dim]
     ffn_norm: GpuTensor,       // [hidden]
-    gate: Linear,              // [ffn, hidden]
-    up: Linear,                // [ffn, hidden]
-    down: Linear,              // [hidden, ffn]
+    ffn_in: FfnIn,
+    down: Linear, // [hidden, ffn]
 }
 
 /// A loaded model: weights only. Each session has its own [`KvCache`].
@@ -198,8 +204,22 @@ impl Llama {
                     None
                 },
                 ffn_norm: vector(n(W::FfnNorm), c.hidden)?,
-                gate: linear(n(W::Gate), c.ffn, c.hidden)?,
-                up: linear(n(W::Up), c.ffn, c.hidden)?,
+                ffn_in: {
+                    let (gate, up) = (src.require(&n(W::Gate))?, src.require(&n(W::Up))?);
+                    for t in [&gate, &up] {
+                        if t.shape != [c.ffn, c.hidden] {
+                            let want = format!("{}: {:?}, expected [{}, {}]", t.name, t.shape, c.ffn, c.hidden);
+                            return Err(Error::shape("load", want));
+                        }
+                    }
+                    match Linear::load_stacked(gpu, &format!("blk.{i}.ffn_gate_up"), &[gate, up])? {
+                        Some(l) => FfnIn::Stacked(l),
+                        None => FfnIn::Split {
+                            gate: linear(n(W::Gate), c.ffn, c.hidden)?,
+                            up: linear(n(W::Up), c.ffn, c.hidden)?,
+                        },
+                    }
+                },
                 down: linear(n(W::Down), c.hidden, c.ffn)?,
             });
         }
@@ -243,10 +263,11 @@ impl Llama {
             .layers
             .iter()
             .map(|l| {
-                [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down]
-                    .iter()
-                    .map(|w| w.bytes())
-                    .sum::<u64>()
+                let ffn_in = match &l.ffn_in {
+                    FfnIn::Stacked(w) => w.bytes(),
+                    FfnIn::Split { gate, up } => gate.bytes() + up.bytes(),
+                };
+                ffn_in + [&l.q, &l.k, &l.v, &l.o, &l.down].iter().map(|w| w.bytes()).sum::<u64>()
             })
             .sum();
         head + layers
@@ -310,9 +331,17 @@ impl Llama {
             let w = g.external(&l.ffn_norm);
             let (sum, x) = g.add_rms_norm(h, o, w, c.rms_eps)?;
             h = sum;
-            let gate = l.gate.forward(&mut g, x, None)?;
-            let up = l.up.forward(&mut g, x, None)?;
-            let m = g.silu_mul(gate, up)?;
+            let m = match &l.ffn_in {
+                FfnIn::Stacked(w) => {
+                    let gu = w.forward(&mut g, x, None)?; // [n, 2 * ffn]: gate then up
+                    g.silu_mul_fused(gu)?
+                }
+                FfnIn::Split { gate, up } => {
+                    let gate = gate.forward(&mut g, x, None)?;
+                    let up = up.forward(&mut g, x, None)?;
+                    g.silu_mul(gate, up)?
+                }
+            };
             pending = Some(l.down.forward(&mut g, m, None)?);
         }
         g.set_prefix("");

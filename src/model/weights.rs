@@ -136,6 +136,33 @@ impl Linear {
         }
     }
 
+    /// Matrices of one width and storage type stacked by rows into one (gate and up: one matmul instead of two,
+    /// the output holding each part's columns side by side). `None` when the parts differ in type or width.
+    pub fn load_stacked(gpu: &Gpu, name: &str, parts: &[HostTensor<'_>]) -> Result<Option<Linear>> {
+        let Some(first) = parts.first() else { return Ok(None) };
+        let k = first.shape.get(1).copied().unwrap_or(0);
+        if parts.iter().any(|t| t.shape.len() != 2 || t.shape[1] != k) {
+            return Ok(None);
+        }
+        let n: usize = parts.iter().map(|t| t.shape[0]).sum();
+        let shape = [n, k];
+        let mut bytes = Vec::new();
+        let mut floats = Vec::new();
+        for t in parts {
+            match (&first.data, &t.data) {
+                (HostData::F32(_), HostData::F32(v)) => floats.extend_from_slice(v),
+                (HostData::F16(_), HostData::F16(b)) if k % 2 == 0 => bytes.extend_from_slice(b),
+                (HostData::Quant(a, _), HostData::Quant(b, raw)) if a == b => bytes.extend_from_slice(raw),
+                _ => return Ok(None),
+            }
+        }
+        Ok(Some(match &first.data {
+            HostData::F32(_) => Linear::Dense(GpuTensor::upload_f32(gpu, name, &shape, &floats)?),
+            HostData::F16(_) => Linear::Dense(GpuTensor::upload(gpu, name, &shape, DType::F16, &bytes)?),
+            HostData::Quant(ty, _) => Linear::Quant(Box::new(PackedWeight::upload(gpu, name, *ty, n, k, &bytes)?)),
+        }))
+    }
+
     /// `[n, k]` of the weight.
     pub fn shape(&self) -> (usize, usize) {
         match self {

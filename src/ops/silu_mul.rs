@@ -9,21 +9,25 @@ use crate::graph::{Graph, TensorId};
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct SiluMulParams {
     units: u32,
+    row_units: u32,
 }
 
-fn key(vec4: bool) -> ShaderKey {
-    ShaderKey::new("silu_mul").flag("VEC4", vec4)
+fn key(vec4: bool, fused: bool) -> ShaderKey {
+    ShaderKey::new("silu_mul").flag("VEC4", vec4).flag("FUSED", fused)
 }
 
 #[derive(Debug)]
 pub struct SiluMul {
+    /// Output elements.
     n: usize,
+    /// Fused input `[rows, 2F]`: F, the output row length (gate and up side by side).
+    fused_f: Option<usize>,
 }
 
 impl SiluMul {
-    /// vec4 units when n allows: a quarter of the invocations, and 16-byte loads.
+    /// vec4 units when n (and a fused row) allows: a quarter of the invocations, and 16-byte loads.
     fn vec4(&self) -> bool {
-        self.n.is_multiple_of(4)
+        self.n.is_multiple_of(4) && self.fused_f.is_none_or(|f| f.is_multiple_of(4))
     }
     fn units(&self) -> usize {
         if self.vec4() {
@@ -40,14 +44,18 @@ impl Kernel for SiluMul {
     }
     fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
         vec![Dispatch {
-            shader: key(self.vec4()),
-            bindings: vec![Bind::Tensor(0), Bind::Tensor(1), Bind::Tensor(2)],
+            shader: key(self.vec4(), self.fused_f.is_some()),
+            bindings: (0..if self.fused_f.is_some() { 2 } else { 3 })
+                .map(Bind::Tensor)
+                .collect(),
             workgroups: grid(self.units(), 256, caps.max_workgroups_per_dim),
         }]
     }
     fn params(&self, _: usize, _: &StepVars) -> Params {
+        let per_unit = if self.vec4() { 4 } else { 1 };
         Params::of(&SiluMulParams {
             units: self.units() as u32,
+            row_units: (self.fused_f.unwrap_or(0) / per_unit) as u32,
         })
     }
     fn cost(&self) -> Cost {
@@ -76,7 +84,29 @@ impl Graph {
                 ),
             ));
         }
-        Ok(self.add_node(SiluMul { n }, &[gate, up], &[("silu_mul", &shape, DType::F32)])?[0])
+        Ok(self.add_node(
+            SiluMul { n, fused_f: None },
+            &[gate, up],
+            &[("silu_mul", &shape, DType::F32)],
+        )?[0])
+    }
+
+    /// `silu(gate) * up` where `gu` `[.., 2F]` holds gate then up in each row (one matmul over the
+    /// concatenated weights); returns `[.., F]`.
+    pub fn silu_mul_fused(&mut self, gu: TensorId) -> Result<TensorId> {
+        let shape = self.shape(gu).to_vec();
+        let two_f = shape.last().copied().unwrap_or(0);
+        if two_f == 0 || !two_f.is_multiple_of(2) || self.dtype(gu) != DType::F32 {
+            return Err(Error::shape("silu_mul", format!("gu {shape:?}: want f32 [.., 2F]")));
+        }
+        let mut out = shape.clone();
+        *out.last_mut().expect("non-empty") = two_f / 2;
+        let n = out.iter().product();
+        let k = SiluMul {
+            n,
+            fused_f: Some(two_f / 2),
+        };
+        Ok(self.add_node(k, &[gu], &[("silu_mul", &out, DType::F32)])?[0])
     }
 }
 
@@ -92,5 +122,5 @@ pub fn reference(gate: &[f32], up: &[f32]) -> Vec<f32> {
 }
 
 pub fn variants() -> Vec<ShaderKey> {
-    vec![key(false), key(true)]
+    vec![key(false, false), key(true, false), key(false, true), key(true, true)]
 }

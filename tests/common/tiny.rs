@@ -237,6 +237,11 @@ pub fn write_hf(dir: &Path, t: &Tiny, seed: u64, half: bool) {
 
 /// A GGUF file as llama.cpp's converter writes a Llama-family model, with matrices in `ty`.
 pub fn write_gguf(path: &Path, t: &Tiny, seed: u64, ty: GgmlType) {
+    write_gguf_types(path, t, seed, ty, None)
+}
+
+/// As [`write_gguf`], but `ffn_up` stored in `up` (k-quant mixes store neighbouring matrices differently).
+pub fn write_gguf_types(path: &Path, t: &Tiny, seed: u64, ty: GgmlType, up: Option<GgmlType>) {
     let mut w = GgufWriter::new();
     let a = t.arch;
     let k = |s: &str| format!("{a}.{s}");
@@ -261,7 +266,11 @@ pub fn write_gguf(path: &Path, t: &Tiny, seed: u64, ty: GgmlType) {
     w.add_metadata(k("rope.dimension_count"), Value::U32(t.head_dim as u32))
         .unwrap();
     for (_, gg, shape, v) in weights(t, seed) {
-        let ty = if shape.len() == 2 { ty } else { GgmlType::F32 };
+        let ty = match (shape.len(), up) {
+            (2, Some(up)) if gg.ends_with("ffn_up.weight") => up,
+            (2, _) => ty,
+            _ => GgmlType::F32,
+        };
         w.add_tensor(gg, &shape, ty, &v).unwrap();
     }
     w.write(path).unwrap();

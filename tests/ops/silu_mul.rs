@@ -39,7 +39,39 @@ fn case(name: String, rows: usize, f: usize, gate_scale: f32, fixed: &'static [f
 }
 
 pub fn cases() -> Vec<Case> {
-    let mut v = Vec::new();
+    let mut fused = Vec::new();
+    // gate|up side by side in one [rows, 2F] tensor (the output of one matmul over concatenated weights) must give
+    // bit for bit what the two-tensor kernel gives on the split halves: the same code runs on the same values.
+    for (rows, f) in [(1usize, 1536usize), (3, 7), (5, 64), (2, 1)] {
+        fused.push(Case::new("silu_mul", format!("fused_rows{rows}_f{f}"), move |gpu| {
+            let gu = crate::common::Rng::new((rows * 100 + f) as u64).vec(rows * 2 * f, 4.0);
+            let (gate, up): (Vec<f32>, Vec<f32>) = (
+                gu.chunks(2 * f).flat_map(|r| r[..f].to_vec()).collect(),
+                gu.chunks(2 * f).flat_map(|r| r[f..].to_vec()).collect(),
+            );
+            let mut g = shaderlm::graph::Graph::new();
+            let t = g.input("gu", &[rows, 2 * f], shaderlm::gpu::DType::F32);
+            let (tg, tu) = (
+                g.input("g", &[rows, f], shaderlm::gpu::DType::F32),
+                g.input("u", &[rows, f], shaderlm::gpu::DType::F32),
+            );
+            let y = g.silu_mul_fused(t)?;
+            let want = g.silu_mul(tg, tu)?;
+            g.output(y);
+            g.output(want);
+            let mut plan = shaderlm::graph::Plan::new(gpu, g)?;
+            plan.write_input(gpu, t, bytemuck::cast_slice(&gu))?;
+            plan.write_input(gpu, tg, bytemuck::cast_slice(&gate))?;
+            plan.write_input(gpu, tu, bytemuck::cast_slice(&up))?;
+            plan.run(gpu, &shaderlm::ops::StepVars::default())?;
+            let bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+            Ok(crate::common::exact(
+                &bits(plan.read_f32(y)?),
+                &bits(plan.read_f32(want)?),
+            ))
+        }));
+    }
+    let mut v = fused;
     for f in [1usize, 7, 64, 576, 1000, 4096] {
         for rows in [1usize, 3, 17] {
             v.push(case(format!("rows{rows}_f{f}"), rows, f, 8.0, &[]));
