@@ -99,41 +99,23 @@ fn chat_template_prompt_and_prompt_ids_are_accepted() {
         3,
         "system, user, assistant turns: {ids:?}"
     );
-    let out = shaderlm(
-        &[
-            "generate",
-            "-m",
-            p,
-            "--prompt-ids",
-            "5,6,7",
-            "-n",
-            "2",
-            "--temp",
-            "0.7",
-            "--seed",
-            "3",
-            "--json",
-        ],
-        dir.path(),
-    );
+    let sampled = [
+        "generate",
+        "-m",
+        p,
+        "--prompt-ids",
+        "5,6,7",
+        "-n",
+        "2",
+        "--temp",
+        "0.7",
+        "--seed",
+        "3",
+        "--json",
+    ];
+    let out = shaderlm(&sampled, dir.path());
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let again = shaderlm(
-        &[
-            "generate",
-            "-m",
-            p,
-            "--prompt-ids",
-            "5,6,7",
-            "-n",
-            "2",
-            "--temp",
-            "0.7",
-            "--seed",
-            "3",
-            "--json",
-        ],
-        dir.path(),
-    );
+    let again = shaderlm(&sampled, dir.path());
     assert_eq!(out.stdout, again.stdout, "a seed reproduces a sampled run");
 }
 
