@@ -11,16 +11,7 @@
 // Defs: TM, Q8, MIN, SUBGROUPS, BIAS. Workgroup size 64.
 // Grid: ceil(rows / 4) workgroups (folded into y past the per-dimension limit) x 1 x ceil(M / TM).
 
-struct Params {
-    m: u32,       // rows of x
-    k: u32,       // reduction length (a multiple of 32)
-    n: u32,       // columns of y (all parts)
-    row0: u32,    // first output column of this part
-    rows: u32,    // rows of W in this part
-    groups: u32,  // blocks per row, K / 32
-    xv: u32,      // x row stride in vec4s, K / 4
-    tiles: u32,   // unused here
-}
+#include "lib/quant_params.wgsl"
 
 const WG = 64u;
 const NR = 4u;  // rows of W per workgroup

@@ -12,16 +12,7 @@
 // Defs: Q8 (8-bit quants, else 4-bit), MIN (Q4_1), XU + XN, SUBGROUPS, BIAS, WG (workgroup size, a multiple of 8).
 // Grid: ceil(tiles * 8 / WG) workgroups of WG (folded into y past the per-dimension limit) x 1 x M.
 
-struct Params {
-    m: u32,       // rows of x
-    k: u32,       // reduction length (a multiple of 32)
-    n: u32,       // columns of y (all parts)
-    row0: u32,    // first output column of this part
-    rows: u32,    // rows of W in this part
-    groups: u32,  // blocks per row, K / 32
-    xv: u32,      // x row stride in vec4s, K / 4
-    tiles: u32,   // tiles of 32 rows in this part
-}
+#include "lib/quant_params.wgsl"
 
 #if XU
 @group(0) @binding(0) var<uniform> x: array<vec4<f32>, XN>;     // [M, K/4]

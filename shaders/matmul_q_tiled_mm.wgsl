@@ -13,16 +13,7 @@
 //   of 8).
 // Grid: ceil(tiles * 8 / WG) workgroups of WG (folded into y past the per-dimension limit) x 1 x ceil(M / TM).
 
-struct Params {
-    m: u32,       // rows of x
-    k: u32,       // reduction length (a multiple of 32)
-    n: u32,       // columns of y (all parts)
-    row0: u32,    // first output column of this part
-    rows: u32,    // rows of W in this part
-    groups: u32,  // blocks per row, K / 32
-    xv: u32,      // x row stride in vec4s, K / 4
-    tiles: u32,   // tiles of 32 rows in this part
-}
+#include "lib/quant_params.wgsl"
 
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;   // [M, K/4]
 @group(0) @binding(1) var<storage, read> wq: array<vec4<u32>>;  // [tiles, G, WB, 8] 4 rows' words
