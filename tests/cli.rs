@@ -322,3 +322,30 @@ fn hugging_face_directories_old_and_new_layouts_chat() {
         assert!(String::from_utf8_lossy(&info.stdout).contains("chat template: yes"));
     }
 }
+
+#[test]
+fn bench_runs_a_synthetic_model_and_names_unknown_shapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["bench", "--synthetic", "smollm2-135m", "--synthetic-type", "q4_1"];
+    let out = shaderlm(
+        &[&args[..], &["-p", "16", "-n", "3", "-r", "1", "-o", "json"]].concat(),
+        dir.path(),
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let text = v.to_string();
+    for needle in ["pp16", "tg3", "Q4_1"] {
+        assert!(text.contains(needle), "bench JSON lacks {needle}: {text}");
+    }
+    fails_with(
+        &shaderlm(&["bench", "--synthetic", "gpt-5"], dir.path()),
+        &["unknown synthetic model", "llama-8b"],
+    );
+    fails_with(
+        &shaderlm(
+            &["bench", "--synthetic", "llama-1b", "--synthetic-type", "q9"],
+            dir.path(),
+        ),
+        &["unknown weight type"],
+    );
+}

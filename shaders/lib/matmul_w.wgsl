@@ -5,14 +5,11 @@
 //   !VEC && !WH: array<f32>        [rows, K]
 // Halves are in k order: the low half of a word is the even k.
 
-// Two words of packed halves as 4 f32: (a lo, a hi, b lo, b hi). Each half is moved to the top of a word, its sign
-// kept in place and its exponent and mantissa shifted into the f32 fields; scaling by 2^112 re-biases the exponent
-// (15 to 127). Exact for zeros, subnormals and normals; inf and NaN come out finite (about 2^16), which weights never
-// hold. Stands in for unpack2x16float, which naga rejects unless its SHADER_FLOAT16_IN_FLOAT32 capability is on.
+#include "lib/half.wgsl"
+
+// Two words of packed halves as 4 f32: (a lo, a hi, b lo, b hi).
 fn unpack4(a: u32, b: u32) -> vec4<f32> {
-    let v = vec4<u32>(a << 16u, a, b << 16u, b);
-    let bits = (v & vec4<u32>(0x80000000u)) | ((v >> vec4<u32>(3u)) & vec4<u32>(0x0fffe000u));
-    return bitcast<vec4<f32>>(bits) * 5.192296858534828e33;  // 2^112
+    return half_top4(vec4<u32>(a << 16u, a, b << 16u, b));
 }
 
 // k..k+3 of eight packed halves (the x and y words).

@@ -34,6 +34,36 @@ pub struct BenchArgs {
     /// Also print a per-op profile of one decode step.
     #[arg(long)]
     pub profile: bool,
+    /// Benchmark random weights at a published model's shape instead of a model file (smollm2-135m,
+    /// qwen2.5-0.5b, llama-1b, llama-8b): speed only, no download.
+    #[arg(long, value_name = "SHAPE")]
+    pub synthetic: Option<String>,
+    /// Weight type of the synthetic model's matrices (F16, Q4_0, Q4_1, Q8_0, ...).
+    #[arg(long, value_name = "TYPE", default_value = "Q4_0", requires = "synthetic")]
+    pub synthetic_type: String,
+}
+
+/// A synthetic model file in the temporary directory, removed when dropped.
+struct TempModel(std::path::PathBuf);
+
+impl Drop for TempModel {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn synthetic_model(name: &str, ty: &str) -> anyhow::Result<TempModel> {
+    use shaderlm::model::synthetic;
+    let shape = synthetic::shape(name)?;
+    let ty = (0..64)
+        .filter_map(shaderlm::quant::GgmlType::from_id)
+        .find(|t| t.name().eq_ignore_ascii_case(ty))
+        .ok_or_else(|| anyhow::anyhow!("unknown weight type {ty:?}"))?;
+    let path = std::env::temp_dir().join(format!("shaderlm-synthetic-{}-{}.gguf", name, std::process::id()));
+    let file = TempModel(path);
+    eprintln!("writing a random {ty} model of {name}'s shape to {}", file.0.display());
+    synthetic::write_gguf(&file.0, &shape, ty, 1)?;
+    Ok(file)
 }
 
 struct Row {
@@ -50,7 +80,15 @@ fn mean_sd(v: &[f64]) -> (f64, f64) {
 
 pub fn run(args: &BenchArgs, device: &DeviceArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.repetitions > 0, "-r must be at least 1");
-    let (gpu, loaded) = args.model.load(device)?;
+    let synthetic = match &args.synthetic {
+        Some(name) => Some(synthetic_model(name, &args.synthetic_type)?),
+        None => None,
+    };
+    let mut model_args = args.model.clone();
+    if let Some(file) = &synthetic {
+        model_args.model = Some(file.0.clone());
+    }
+    let (gpu, loaded) = model_args.load(device)?;
     let model = &loaded.model;
     let outputs = StepOutputs {
         argmax: true,

@@ -4,6 +4,7 @@ pub mod config;
 pub mod llama;
 pub mod load;
 pub mod reference;
+pub mod synthetic;
 pub mod weights;
 
 pub use config::{Arch, LlamaConfig};
