@@ -5,7 +5,7 @@
 //   0 x [rows, d] f32 | 1 weight [d] f32 | 2 y [rows, d] f32 (written)
 // Params: rows, d, eps. Grid: one workgroup of WG per row (folded into y past the per-dimension limit); the lanes
 // stride over the row, so consecutive lanes read consecutive units.
-// RESIDUAL variant: normalizes h = x + r and also writes h (the residual stream), saving the add's dispatch.
+// RESIDUAL variant: normalizes h = x + alpha * r and also writes h (the residual stream), saving the add's dispatch.
 // Variants: WG (8 on CPU adapters: one SIMD chunk, no cross-chunk barriers; 256 on GPUs), VEC4, and SUBGROUPS
 // (subgroup reduction) or the workgroup-memory tree, both from lib/reduce.wgsl.
 
@@ -13,6 +13,7 @@ struct Params {
     rows: u32,
     d: u32,
     eps: f32,
+    alpha: f32,  // RESIDUAL: h = x + alpha * r (muP residual scaling; 1 elsewhere)
 }
 
 #if VEC4
@@ -30,7 +31,7 @@ fn hsum(v: V) -> f32 {
 #endif
 
 #if RESIDUAL
-// Fused residual add (one dispatch instead of two): h = x + r is written and normalized.
+// Fused residual add (one dispatch instead of two): h = x + alpha * r is written and normalized.
 // Bindings: 0 x [rows, d] | 1 r [rows, d] | 2 weight [d] | 3 y [rows, d] (written) | 4 h [rows, d] (written).
 @group(0) @binding(0) var<storage, read> x: array<V>;        // [rows, d / VW]
 @group(0) @binding(1) var<storage, read> r: array<V>;        // [rows, d / VW]
@@ -39,7 +40,7 @@ fn hsum(v: V) -> f32 {
 @group(0) @binding(4) var<storage, read_write> h: array<V>;  // [rows, d / VW]
 // Each lane writes h at the indices it later reads back (the same lane-to-index map in both passes).
 fn load(i: u32) -> V {
-    let v = x[i] + r[i];
+    let v = x[i] + p.alpha * r[i];
     h[i] = v;
     return v;
 }

@@ -14,6 +14,110 @@ pub enum Arch {
     Qwen2,
     /// RMSNorm on q and k per head.
     Qwen3,
+    /// MiniCPM / MiniCPM4: muP scalings ([`Mup`]), longrope, InfLLM-v2 sparse attention ([`SparseConfig`]).
+    MiniCpm,
+}
+
+/// MiniCPM's muP scalings: `h0 = embed * emb`, each residual branch times `residual`, logits from the final norm
+/// times `logit`. All 1 for other architectures.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Mup {
+    /// `scale_emb`.
+    pub emb: f32,
+    /// `scale_depth / sqrt(num_hidden_layers)`.
+    pub residual: f32,
+    /// `dim_model_base / hidden_size` (the HF code divides by `hidden_size / dim_model_base`).
+    pub logit: f32,
+}
+
+impl Default for Mup {
+    fn default() -> Self {
+        Mup {
+            emb: 1.0,
+            residual: 1.0,
+            logit: 1.0,
+        }
+    }
+}
+
+/// `rope_scaling` of type `longrope` (MiniCPM4, Phi-3): per-frequency divisors for short and long contexts, and
+/// the attention factor that multiplies cos and sin.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LongRope {
+    /// `[rope_dim / 2]` divisors used while the context fits `original_max`.
+    pub short: Vec<f32>,
+    /// `[rope_dim / 2]` divisors used for contexts past it.
+    pub long: Vec<f32>,
+    pub original_max: usize,
+    /// `sqrt(1 + ln(s) / ln(original_max))`, `s = max_position_embeddings / original_max` (1 when s <= 1), unless
+    /// the config gives `attention_factor`.
+    pub attn_factor: f32,
+}
+
+impl LongRope {
+    /// The divisors for a KV cache of `max_ctx` positions. The choice is made once per session from its context
+    /// size (as llama.cpp does), not per step as the HF code does from the running sequence length: keys already
+    /// in the cache keep the rotation they were written with.
+    pub fn factors(&self, max_ctx: usize) -> &[f32] {
+        if max_ctx > self.original_max {
+            &self.long
+        } else {
+            &self.short
+        }
+    }
+}
+
+/// InfLLM-v2 trainable sparse attention (`sparse_config` in a MiniCPM4 config.json), also applied training-free to
+/// other models by `--sparse-attention`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SparseConfig {
+    /// Compressed-key window (32) and stride (16).
+    pub kernel_size: usize,
+    pub kernel_stride: usize,
+    /// Tokens per selectable KV block (64).
+    pub block_size: usize,
+    /// Leading blocks always selected (1).
+    pub init_blocks: usize,
+    /// Recent tokens always attended (2048): window / block_size local blocks.
+    pub window_size: usize,
+    /// Blocks chosen by score (64).
+    pub topk: usize,
+    /// KV lengths below this use dense attention (8192).
+    pub dense_len: usize,
+}
+
+impl SparseConfig {
+    /// MiniCPM4's published values.
+    pub const MINICPM4: SparseConfig = SparseConfig {
+        kernel_size: 32,
+        kernel_stride: 16,
+        block_size: 64,
+        init_blocks: 1,
+        window_size: 2048,
+        topk: 64,
+        dense_len: 8192,
+    };
+
+    fn check(self, path: &Path) -> Result<Self> {
+        let s = &self;
+        let ok = s.kernel_size > 0
+            && s.kernel_stride > 0
+            && s.kernel_size.is_multiple_of(s.kernel_stride)
+            && s.block_size > 0
+            && s.block_size.is_multiple_of(s.kernel_stride)
+            && s.window_size.is_multiple_of(s.block_size)
+            && s.topk > 0
+            && s.block_size <= 1 << 16
+            && s.topk + s.init_blocks + s.window_size / s.block_size <= 1 << 16;
+        if ok {
+            Ok(self)
+        } else {
+            Err(bad(
+                path,
+                format!("sparse attention settings do not fit together: {s:?}"),
+            ))
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -38,6 +142,10 @@ pub struct LlamaConfig {
     pub tie_embeddings: bool,
     pub qkv_bias: bool,
     pub qk_norm: bool,
+    pub mup: Mup,
+    pub longrope: Option<LongRope>,
+    /// Sparse attention (InfLLM-v2): from the model's config, or asked for on the command line.
+    pub sparse: Option<SparseConfig>,
 }
 
 fn bad(path: &Path, message: impl Into<String>) -> Error {
@@ -138,6 +246,9 @@ impl LlamaConfig {
             tie_embeddings: f.tensor("output.weight").is_none(),
             qkv_bias: f.tensor("blk.0.attn_q.bias").is_some(),
             qk_norm: f.tensor("blk.0.attn_q_norm.weight").is_some(),
+            mup: Mup::default(),
+            longrope: None,
+            sparse: None,
         }
         .check(f.path())
     }
@@ -159,12 +270,13 @@ impl LlamaConfig {
             Some("LlamaForCausalLM" | "MistralForCausalLM") => Arch::Llama,
             Some("Qwen2ForCausalLM") => Arch::Qwen2,
             Some("Qwen3ForCausalLM") => Arch::Qwen3,
+            Some("MiniCPMForCausalLM") => Arch::MiniCpm,
             other => {
                 return Err(bad(
                     path,
                     format!(
                         "unknown architecture {other:?}: this build runs LlamaForCausalLM, MistralForCausalLM, \
-                         Qwen2ForCausalLM and Qwen3ForCausalLM"
+                         Qwen2ForCausalLM, Qwen3ForCausalLM and MiniCPMForCausalLM"
                     ),
                 ))
             }
@@ -178,18 +290,39 @@ impl LlamaConfig {
         let hidden = need("hidden_size")?;
         let n_heads = need("num_attention_heads")?;
         let head_dim = num("head_dim").map_or(hidden / n_heads.max(1), |x| x as usize);
+        let context = num("max_position_embeddings").map_or(4096, |x| x as usize);
         let scaling = v.get("rope_scaling").filter(|s| !s.is_null());
+        let mut longrope = None;
         let rope_freq_scale = match scaling {
             None => 1.0,
             Some(s) => match s.get("rope_type").or(s.get("type")).and_then(|t| t.as_str()) {
                 Some("linear") => 1.0 / s.get("factor").and_then(|f| f.as_f64()).unwrap_or(1.0).max(1e-6) as f32,
+                Some("longrope") => {
+                    longrope = Some(long_rope(path, s, head_dim, context)?);
+                    1.0
+                }
                 Some("default") | None => 1.0,
                 Some(other) => return Err(bad(path, format!("rope_scaling type {other:?} is not supported yet"))),
             },
         };
+        let n_layers = need("num_hidden_layers")?;
+        let mup = if arch == Arch::MiniCpm {
+            let dim_base = num("dim_model_base").unwrap_or(hidden as f64);
+            Mup {
+                emb: num("scale_emb").unwrap_or(1.0) as f32,
+                residual: (num("scale_depth").unwrap_or(1.0) / (n_layers as f64).sqrt()) as f32,
+                logit: (dim_base / hidden as f64) as f32,
+            }
+        } else {
+            Mup::default()
+        };
+        let sparse = match v.get("sparse_config").filter(|s| !s.is_null()) {
+            Some(s) if arch == Arch::MiniCpm => Some(sparse_config(path, s)?),
+            _ => None,
+        };
         LlamaConfig {
             arch,
-            n_layers: need("num_hidden_layers")?,
+            n_layers,
             hidden,
             ffn: need("intermediate_size")?,
             n_heads,
@@ -201,12 +334,21 @@ impl LlamaConfig {
             rope_style: RopeStyle::RotateHalf,
             rope_dim: head_dim,
             rope_freq_scale,
-            context: num("max_position_embeddings").map_or(4096, |x| x as usize),
+            context,
             tie_embeddings: v.get("tie_word_embeddings").and_then(|t| t.as_bool()).unwrap_or(false),
             qkv_bias: arch == Arch::Qwen2 || v.get("attention_bias").and_then(|b| b.as_bool()).unwrap_or(false),
             qk_norm: arch == Arch::Qwen3,
+            mup,
+            longrope,
+            sparse,
         }
         .check(path)
+    }
+
+    /// Sets sparse attention (InfLLM-v2) for models that were not trained with it.
+    pub fn with_sparse(mut self, sparse: SparseConfig) -> Result<Self> {
+        self.sparse = Some(sparse.check(Path::new("--sparse-attention"))?);
+        Ok(self)
     }
 
     /// Weight bytes are not known here; this is the parameter count of the matmuls and embedding.
@@ -221,4 +363,64 @@ impl LlamaConfig {
         };
         self.n_layers * layer + self.vocab * self.hidden + head
     }
+}
+
+/// `rope_scaling: {"rope_type": "longrope", "long_factor": [..], "short_factor": [..],
+/// "original_max_position_embeddings": N}` (the original max may also sit at the top level of config.json).
+fn long_rope(path: &Path, s: &serde_json::Value, head_dim: usize, context: usize) -> Result<LongRope> {
+    let factors = |key: &str| -> Result<Vec<f32>> {
+        let v: Vec<f32> = s
+            .get(key)
+            .and_then(|a| a.as_array())
+            .map(|a| a.iter().filter_map(|x| x.as_f64()).map(|x| x as f32).collect())
+            .unwrap_or_default();
+        if v.len() != head_dim / 2 || v.iter().any(|f| !f.is_finite() || *f <= 0.0) {
+            return Err(bad(
+                path,
+                format!("rope_scaling.{key}: want {} positive numbers", head_dim / 2),
+            ));
+        }
+        Ok(v)
+    };
+    let original_max =
+        s.get("original_max_position_embeddings")
+            .and_then(|x| x.as_u64())
+            .ok_or_else(|| bad(path, "longrope needs rope_scaling.original_max_position_embeddings"))? as usize;
+    if original_max < 2 {
+        return Err(bad(
+            path,
+            "rope_scaling.original_max_position_embeddings must be at least 2",
+        ));
+    }
+    let scale = context as f64 / original_max as f64;
+    let attn_factor = match s.get("attention_factor").and_then(|x| x.as_f64()) {
+        Some(f) => f,
+        None if scale <= 1.0 => 1.0,
+        None => (1.0 + scale.ln() / (original_max as f64).ln()).sqrt(),
+    };
+    Ok(LongRope {
+        short: factors("short_factor")?,
+        long: factors("long_factor")?,
+        original_max,
+        attn_factor: attn_factor as f32,
+    })
+}
+
+/// `sparse_config` of a MiniCPM4 config.json; missing fields take MiniCPM4's published values.
+fn sparse_config(path: &Path, s: &serde_json::Value) -> Result<SparseConfig> {
+    let d = SparseConfig::MINICPM4;
+    let get = |k: &str, default: usize| s.get(k).and_then(|x| x.as_u64()).map_or(default, |x| x as usize);
+    if s.get("use_nope").and_then(|x| x.as_bool()) == Some(true) {
+        return Err(bad(path, "sparse_config.use_nope = true is not supported"));
+    }
+    SparseConfig {
+        kernel_size: get("kernel_size", d.kernel_size),
+        kernel_stride: get("kernel_stride", d.kernel_stride),
+        block_size: get("block_size", d.block_size),
+        init_blocks: get("init_blocks", d.init_blocks),
+        window_size: get("window_size", d.window_size),
+        topk: get("topk", d.topk),
+        dense_len: get("dense_len", d.dense_len),
+    }
+    .check(path)
 }

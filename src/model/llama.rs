@@ -1,5 +1,6 @@
-//! The Llama family (Llama, SmolLM2, Mistral, Qwen2 with q/k/v biases, Qwen3 with q/k norms), one implementation
-//! over any weight format: loading, per-session KV caches, and the graph of one forward step.
+//! The Llama family (Llama, SmolLM2, Mistral, Qwen2 with q/k/v biases, Qwen3 with q/k norms, MiniCPM with muP
+//! scalings and longrope), one implementation over any weight format: loading, per-session KV caches, and the
+//! graph of one forward step.
 
 use super::config::{Arch, LlamaConfig};
 use super::weights::{load_vector, Linear, WeightSource};
@@ -107,7 +108,7 @@ pub struct Llama {
     pub cfg: LlamaConfig,
     embed: Linear,        // [vocab, hidden]
     head: Option<Linear>, // [vocab, hidden]; None when tied to `embed`
-    norm: GpuTensor,      // [hidden]
+    norm: GpuTensor,      // [hidden], times MiniCPM's logit scale
     layers: Vec<Layer>,
 }
 
@@ -116,6 +117,8 @@ pub struct KvCache {
     pub max_ctx: usize,
     /// Per layer: K and V, each f32 `[n_kv, max_ctx, head_dim]`.
     layers: Vec<(GpuTensor, GpuTensor)>,
+    /// Longrope's divisors for this context size, f32 `[rope_dim / 2]`.
+    rope_factors: Option<GpuTensor>,
 }
 
 /// What a step graph returns.
@@ -224,7 +227,20 @@ impl Llama {
             });
         }
         progress(c.n_layers, c.n_layers);
-        let norm = vector(names.norm().into(), c.hidden)?;
+        let norm = if c.mup.logit == 1.0 {
+            vector(names.norm().into(), c.hidden)?
+        } else {
+            // logits = head(norm(h) * logit): folded into the norm's weight.
+            let t = src.require(names.norm())?;
+            let w: Vec<f32> = t.to_f32()?.iter().map(|w| w * c.mup.logit).collect();
+            if w.len() != c.hidden {
+                return Err(Error::shape(
+                    "load",
+                    format!("{}: {} values, expected {}", t.name, w.len(), c.hidden),
+                ));
+            }
+            GpuTensor::upload_f32(gpu, &t.name, &[c.hidden], &w)?
+        };
         gpu.check("load")?;
         Ok(Llama {
             cfg,
@@ -253,7 +269,20 @@ impl Llama {
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(KvCache { max_ctx, layers })
+        let rope_factors = match &c.longrope {
+            Some(l) => Some(GpuTensor::upload_f32(
+                gpu,
+                "rope_factors",
+                &[c.rope_dim / 2],
+                l.factors(max_ctx),
+            )?),
+            None => None,
+        };
+        Ok(KvCache {
+            max_ctx,
+            layers,
+            rope_factors,
+        })
     }
 
     /// Bytes of weights one decode step reads (every matrix once; the embedding gathers one row).
@@ -273,10 +302,14 @@ impl Llama {
         head + layers
     }
 
-    fn rope(&self) -> RopeConfig {
+    fn rope(&self, g: &mut Graph, cache: &KvCache) -> RopeConfig {
         let c = &self.cfg;
         let mut r = RopeConfig::new(c.rope_style, c.rope_theta, c.rope_dim);
         r.freq_scale = c.rope_freq_scale;
+        if let (Some(l), Some(f)) = (&c.longrope, &cache.rope_factors) {
+            r.factors = Some(g.external(f));
+            r.attn_factor = l.attn_factor;
+        }
         r
     }
 
@@ -293,6 +326,11 @@ impl Llama {
         let mut g = Graph::new();
         let ids = g.input("ids", &[n_tokens], DType::U32);
         let mut h = self.embed.gather(&mut g, ids)?; // [n, hidden]
+        if c.mup.emb != 1.0 {
+            h = g.scale(h, c.mup.emb)?;
+        }
+        let alpha = c.mup.residual;
+        let rope = self.rope(&mut g, cache);
         let scale = 1.0 / (c.head_dim as f32).sqrt();
         // The FFN output still to be added to `h`: fused into the next norm (one dispatch for add + norm).
         let mut pending: Option<TensorId> = None;
@@ -302,7 +340,7 @@ impl Llama {
             let x = match pending.take() {
                 None => g.rms_norm(h, w, c.rms_eps)?,
                 Some(d) => {
-                    let (sum, x) = g.add_rms_norm(h, d, w, c.rms_eps)?;
+                    let (sum, x) = g.add_scaled_rms_norm(h, d, alpha, w, c.rms_eps)?;
                     h = sum;
                     x
                 }
@@ -318,7 +356,7 @@ impl Llama {
                 q = g.rms_norm(q, qn, c.rms_eps)?;
                 k = g.rms_norm(k, kn, c.rms_eps)?;
             }
-            let (q, k) = g.rope_pair(q, k, self.rope())?;
+            let (q, k) = g.rope_pair(q, k, rope)?;
             let (kc, vc) = (g.external(k_cache), g.external(v_cache));
             g.kv_write_pair(k, v, kc, vc)?;
             let a = if n_tokens <= crate::ops::attention_decode::MAX_TOKENS {
@@ -329,7 +367,7 @@ impl Llama {
             let a = g.reshape(a, &[n_tokens, c.n_heads * c.head_dim])?;
             let o = l.o.forward(&mut g, a, None)?;
             let w = g.external(&l.ffn_norm);
-            let (sum, x) = g.add_rms_norm(h, o, w, c.rms_eps)?;
+            let (sum, x) = g.add_scaled_rms_norm(h, o, alpha, w, c.rms_eps)?;
             h = sum;
             let m = match &l.ffn_in {
                 FfnIn::Stacked(w) => {
@@ -347,10 +385,10 @@ impl Llama {
         g.set_prefix("");
         let w = g.external(&self.norm);
         let x = match (pending, n_tokens) {
-            (Some(d), 1) => g.add_rms_norm(h, d, w, c.rms_eps)?.1,
+            (Some(d), 1) => g.add_scaled_rms_norm(h, d, alpha, w, c.rms_eps)?.1,
             (pending, _) => {
                 let h = match pending {
-                    Some(d) => g.add(h, d)?,
+                    Some(d) => g.add_scaled(h, d, alpha)?,
                     None => h,
                 };
                 let last = if n_tokens > 1 { g.rows(h, n_tokens - 1, 1)? } else { h };

@@ -27,12 +27,22 @@ fn matvec(w: &[f32], x: &[f32], n: usize) -> Vec<f32> {
         .collect()
 }
 
-fn rope(v: &mut [f32], pos: usize, cfg: &LlamaConfig) {
+/// RoPE at `pos`; longrope divides each frequency by its factor and scales cos and sin by the attention factor
+/// (HF's `MiniCPMLongRoPE`).
+fn rope(v: &mut [f32], pos: usize, cfg: &LlamaConfig, max_ctx: usize) {
     let rot = cfg.rope_dim;
+    let (factors, attn) = match &cfg.longrope {
+        Some(l) => (Some(l.factors(max_ctx)), l.attn_factor as f64),
+        None => (None, 1.0),
+    };
     for j in 0..rot / 2 {
-        let inv = (cfg.rope_theta as f64).powf(-2.0 * j as f64 / rot as f64);
+        let mut inv = (cfg.rope_theta as f64).powf(-2.0 * j as f64 / rot as f64);
+        if let Some(f) = factors {
+            inv /= f[j] as f64;
+        }
         let angle = pos as f64 * cfg.rope_freq_scale as f64 * inv;
         let (s, c) = angle.sin_cos();
+        let (s, c) = (s * attn, c * attn);
         let (a, b) = match cfg.rope_style {
             RopeStyle::RotateHalf => (j, j + rot / 2),
             RopeStyle::Interleaved => (2 * j, 2 * j + 1),
@@ -43,8 +53,19 @@ fn rope(v: &mut [f32], pos: usize, cfg: &LlamaConfig) {
     }
 }
 
-/// Logits `[vocab]` at every position of `ids` (one causal pass).
+/// Logits `[vocab]` at every position of `ids` (one causal pass), for a session of `cfg.context` positions.
 pub fn logits(src: &dyn WeightSource, cfg: &LlamaConfig, names: Names, ids: &[u32]) -> Result<Vec<Vec<f32>>> {
+    logits_with(src, cfg, names, ids, cfg.context)
+}
+
+/// [`logits`] for a session whose KV cache holds `max_ctx` positions (longrope picks its factors by it).
+pub fn logits_with(
+    src: &dyn WeightSource,
+    cfg: &LlamaConfig,
+    names: Names,
+    ids: &[u32],
+    max_ctx: usize,
+) -> Result<Vec<Vec<f32>>> {
     let c = cfg;
     let get = |name: &str| -> Result<Vec<f32>> { src.require(name)?.to_f32() };
     let l = |i: usize, hf: &str, gg: &str| match names {
@@ -62,7 +83,12 @@ pub fn logits(src: &dyn WeightSource, cfg: &LlamaConfig, names: Names, ids: &[u3
     let n = ids.len();
     let mut h: Vec<Vec<f32>> = ids
         .iter()
-        .map(|&t| embed[t as usize * c.hidden..(t as usize + 1) * c.hidden].to_vec())
+        .map(|&t| {
+            embed[t as usize * c.hidden..(t as usize + 1) * c.hidden]
+                .iter()
+                .map(|v| v * c.mup.emb)
+                .collect()
+        })
         .collect();
     let (hd, nh, nkv) = (c.head_dim, c.n_heads, c.n_kv_heads);
     let opt = |name: String| -> Result<Option<Vec<f32>>> { src.tensor(&name)?.map(|t| t.to_f32()).transpose() };
@@ -102,14 +128,14 @@ pub fn logits(src: &dyn WeightSource, cfg: &LlamaConfig, names: Names, ids: &[u3
                 if let Some(w) = &qn {
                     head.copy_from_slice(&rms_norm(head, w, c.rms_eps));
                 }
-                rope(head, p, c);
+                rope(head, p, c, max_ctx);
             }
             for hh in 0..nkv {
                 let head = &mut k[hh * hd..(hh + 1) * hd];
                 if let Some(w) = &kn {
                     head.copy_from_slice(&rms_norm(head, w, c.rms_eps));
                 }
-                rope(head, p, c);
+                rope(head, p, c, max_ctx);
             }
             qs.push(q);
             ks.push(k);
@@ -136,12 +162,12 @@ pub fn logits(src: &dyn WeightSource, cfg: &LlamaConfig, names: Names, ids: &[u3
                 }
             }
             let o = matvec(&wo, &att, c.hidden);
-            h[p].iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+            h[p].iter_mut().zip(&o).for_each(|(a, b)| *a += b * c.mup.residual);
             let x = rms_norm(&h[p], &fnw, c.rms_eps);
             let (g, u) = (matvec(&wg, &x, c.ffn), matvec(&wu, &x, c.ffn));
             let m: Vec<f32> = g.iter().zip(&u).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
             let d = matvec(&wd, &m, c.hidden);
-            h[p].iter_mut().zip(&d).for_each(|(a, b)| *a += b);
+            h[p].iter_mut().zip(&d).for_each(|(a, b)| *a += b * c.mup.residual);
         }
     }
     let norm = get(&pick("model.norm.weight", "output_norm.weight"))?;
@@ -150,6 +176,9 @@ pub fn logits(src: &dyn WeightSource, cfg: &LlamaConfig, names: Names, ids: &[u3
         _ => embed,
     };
     Ok(h.iter()
-        .map(|hp| matvec(&head, &rms_norm(hp, &norm, c.rms_eps), c.vocab))
+        .map(|hp| {
+            let x: Vec<f32> = rms_norm(hp, &norm, c.rms_eps).iter().map(|v| v * c.mup.logit).collect();
+            matvec(&head, &x, c.vocab)
+        })
         .collect())
 }

@@ -1,4 +1,5 @@
-//! Residual add: `c = a + b`, elementwise over f32 tensors of one shape.
+//! Residual add `c = a + alpha * b` (alpha = 1 but for MiniCPM's depth scaling) and scaling `c = alpha * a`,
+//! elementwise over f32 tensors of one shape.
 
 use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
@@ -9,11 +10,19 @@ use crate::graph::{Graph, TensorId};
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct AddParams {
     n: u32,
+    alpha: f32,
+}
+
+fn key(scale: bool) -> ShaderKey {
+    ShaderKey::new("add").flag("SCALE", scale)
 }
 
 #[derive(Debug)]
 pub struct Add {
     n: usize,
+    alpha: f32,
+    /// One input: `c = alpha * a`.
+    scale: bool,
 }
 
 impl Kernel for Add {
@@ -22,19 +31,23 @@ impl Kernel for Add {
     }
     fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
         vec![Dispatch {
-            shader: ShaderKey::new("add"),
-            bindings: vec![Bind::Tensor(0), Bind::Tensor(1), Bind::Tensor(2)],
+            shader: key(self.scale),
+            bindings: (0..if self.scale { 2 } else { 3 }).map(Bind::Tensor).collect(),
             workgroups: grid(self.n, 256, caps.max_workgroups_per_dim),
         }]
     }
     fn params(&self, _: usize, _: &StepVars) -> Params {
-        Params::of(&AddParams { n: self.n as u32 })
+        Params::of(&AddParams {
+            n: self.n as u32,
+            alpha: self.alpha,
+        })
     }
     fn cost(&self) -> Cost {
+        let inputs = if self.scale { 1 } else { 2 };
         Cost {
-            bytes_read: 8 * self.n as u64,
+            bytes_read: 4 * inputs * self.n as u64,
             bytes_written: 4 * self.n as u64,
-            flops: self.n as u64,
+            flops: inputs * self.n as u64,
         }
     }
 }
@@ -42,20 +55,46 @@ impl Kernel for Add {
 impl Graph {
     /// `a + b` (same shape, f32).
     pub fn add(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
+        self.add_scaled(a, b, 1.0)
+    }
+
+    /// `a + alpha * b` (same shape, f32).
+    pub fn add_scaled(&mut self, a: TensorId, b: TensorId, alpha: f32) -> Result<TensorId> {
         let shape = self.shape(a).to_vec();
-        if shape != self.shape(b) || self.dtype(a) != DType::F32 || self.dtype(b) != DType::F32 {
-            return Err(Error::shape("add", format!("{shape:?} + {:?}", self.shape(b))));
+        if shape != self.shape(b) || self.dtype(a) != DType::F32 || self.dtype(b) != DType::F32 || !alpha.is_finite() {
+            return Err(Error::shape(
+                "add",
+                format!("{shape:?} + {alpha} * {:?}", self.shape(b)),
+            ));
         }
         let n = shape.iter().product();
-        Ok(self.add_node(Add { n }, &[a, b], &[("add", &shape, DType::F32)])?[0])
+        let k = Add { n, alpha, scale: false };
+        Ok(self.add_node(k, &[a, b], &[("add", &shape, DType::F32)])?[0])
+    }
+
+    /// `alpha * a` (f32).
+    pub fn scale(&mut self, a: TensorId, alpha: f32) -> Result<TensorId> {
+        let shape = self.shape(a).to_vec();
+        if self.dtype(a) != DType::F32 || !alpha.is_finite() {
+            return Err(Error::shape(
+                "scale",
+                format!("{alpha} * {shape:?} {:?}", self.dtype(a)),
+            ));
+        }
+        let n = shape.iter().product();
+        let k = Add { n, alpha, scale: true };
+        Ok(self.add_node(k, &[a], &[("scale", &shape, DType::F32)])?[0])
     }
 }
 
-/// CPU reference.
-pub fn reference(a: &[f32], b: &[f32]) -> Vec<f32> {
-    a.iter().zip(b).map(|(x, y)| x + y).collect()
+/// CPU reference: `a + alpha * b` in f64, rounded once (with alpha = 1 it is the IEEE f32 sum, bit for bit).
+pub fn reference(a: &[f32], b: &[f32], alpha: f32) -> Vec<f32> {
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| (x as f64 + alpha as f64 * y as f64) as f32)
+        .collect()
 }
 
 pub fn variants() -> Vec<ShaderKey> {
-    vec![ShaderKey::new("add")]
+    vec![key(false), key(true)]
 }

@@ -11,6 +11,8 @@ struct RmsNormParams {
     rows: u32,
     d: u32,
     eps: f32,
+    /// Residual scale: `h = x + alpha * r`.
+    alpha: f32,
 }
 
 /// Workgroup size on CPU adapters: one 8-lane SIMD chunk of llvmpipe, so the reduction needs no barrier between
@@ -35,8 +37,9 @@ pub struct RmsNorm {
     eps: f32,
     /// Forced workgroup size (else from the adapter type).
     wg: Option<u32>,
-    /// Fused residual add: inputs x, r, weight; outputs y, h = x + r.
+    /// Fused residual add: inputs x, r, weight; outputs y, h = x + alpha * r.
     residual: bool,
+    alpha: f32,
 }
 
 impl Kernel for RmsNorm {
@@ -56,6 +59,7 @@ impl Kernel for RmsNorm {
             rows: self.rows as u32,
             d: self.d as u32,
             eps: self.eps,
+            alpha: self.alpha,
         })
     }
     fn cost(&self) -> Cost {
@@ -84,13 +88,25 @@ impl Graph {
         weight: TensorId,
         eps: f32,
     ) -> Result<(TensorId, TensorId)> {
-        if self.shape(r) != self.shape(x) || self.dtype(r) != DType::F32 {
+        self.add_scaled_rms_norm(x, r, 1.0, weight, eps)
+    }
+
+    /// [`Graph::add_rms_norm`] with a scaled residual branch: `h = x + alpha * r` (MiniCPM's depth scaling).
+    pub fn add_scaled_rms_norm(
+        &mut self,
+        x: TensorId,
+        r: TensorId,
+        alpha: f32,
+        weight: TensorId,
+        eps: f32,
+    ) -> Result<(TensorId, TensorId)> {
+        if self.shape(r) != self.shape(x) || self.dtype(r) != DType::F32 || !alpha.is_finite() {
             return Err(Error::shape(
                 "add_rms_norm",
                 format!("x {:?} + r {:?} {:?}", self.shape(x), self.shape(r), self.dtype(r)),
             ));
         }
-        let o = self.rms_norm_impl(x, Some(r), weight, eps, None)?;
+        let o = self.rms_norm_impl(x, Some((r, alpha)), weight, eps, None)?;
         Ok((o[1], o[0]))
     }
 
@@ -108,7 +124,7 @@ impl Graph {
     fn rms_norm_impl(
         &mut self,
         x: TensorId,
-        r: Option<TensorId>,
+        r: Option<(TensorId, f32)>,
         weight: TensorId,
         eps: f32,
         wg: Option<u32>,
@@ -140,10 +156,11 @@ impl Graph {
             eps,
             wg,
             residual: r.is_some(),
+            alpha: r.map_or(1.0, |r| r.1),
         };
         match r {
             None => self.add_node(k, &[x, weight], &[("rms_norm", &shape, DType::F32)]),
-            Some(r) => self.add_node(
+            Some((r, _)) => self.add_node(
                 k,
                 &[x, r, weight],
                 &[("rms_norm", &shape, DType::F32), ("residual", &shape, DType::F32)],
