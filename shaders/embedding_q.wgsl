@@ -1,12 +1,14 @@
-// embedding_q: y[i, :] = dequantized row ids[i] of a block-quantized [N, K] weight (Q4_0, Q4_1, Q8_0) packed by
-// src/quant/pack.rs, for the ids that fall in one row part [row0, row0 + rows) (one dispatch per part). The same
+// embedding_q: y[i, :] = dequantized row ids[i] of a block-quantized [N, K] weight (Q4_0, Q4_1, Q8_0, and k-quants
+// repacked to 32-weight blocks) packed by src/quant/pack.rs, for the ids that fall in one row part [row0, row0 + rows) (one dispatch per part). The same
 // packed copy serves matmul_q, so a tied token embedding and LM head share one device copy. Ids >= n (the host
 // rejects them before) give zero rows, written by the last part's dispatch; nothing reads out of bounds.
 // Each invocation dequantizes one quant word: 8 weights (Q4) or 4 (Q8) of one 32-weight block.
-// Q4_0: d * (q - 8); Q4_1: d * q + m; Q8_0: d * q.
+// Q4_0: d * (q - 8); MIN (Q4_1, Q4_K; Q5_K with Q8): d * q + m; Q8_0: d * q; Q8 + S16 (Q6_K): d * q for words
+// 0..4 of a block, d2 * q for words 4..8.
 // Bindings: 0 ids [M] u32 | 1 wq quant words (u32; tiled or rows layout, see pack.rs) | 2 ws f16 scale pairs
-//   (tiled Q4_1: d and m) | 3 wm f16 min pairs (rows layout Q4_1 only) | then y [M, K] f32 (written).
-// Defs: TILED (else the rows layout), Q8, MIN. Grid: one workgroup of 64 per id (folded into y past the
+//   (tiled PAIR: both constants) | 3 wm f16 pairs of second constants (rows layout PAIR only) | then y [M, K] f32
+//   (written).
+// Defs: TILED (else the rows layout), Q8, MIN, S16, PAIR (MIN or S16), XSUM (unused here). Grid: one workgroup of 64 per id (folded into y past the
 // per-dimension limit); the lanes stride over the row's quant words.
 
 struct Params {
@@ -25,7 +27,7 @@ struct Params {
 #if TILED
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;  // [M, K]
 #else
-#if MIN
+#if PAIR
 @group(0) @binding(3) var<storage, read> wm: array<u32>;       // rows [rows, ceil(G/2)]
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;  // [M, K]
 #else
@@ -76,7 +78,7 @@ fn main(
         let lane = (r % 32u) / 4u;
         let j = r % 4u;
         let q = wq[((tb * WB + w % WB) * 8u + lane) * 4u + j];
-#if MIN
+#if PAIR
         let sw = (tb * 8u + lane) * 4u + j / 2u;
         let d = half_of(ws[sw], (j & 1u) == 1u);
         let mn = half_of(ws[sw + 2u], (j & 1u) == 1u);
@@ -87,12 +89,20 @@ fn main(
         let q = wq[r * words + w];
         let sw = r * ((p.groups + 1u) / 2u) + b / 2u;
         let d = half_of(ws[sw], (b & 1u) == 1u);
-#if MIN
+#if PAIR
         let mn = half_of(wm[sw], (b & 1u) == 1u);
 #endif
 #endif
 #if Q8
+#if S16
+        let v = select(d, mn, w % WB >= 4u) * q8_bytes(q);  // weights 16..32 take the second scale
+#else
+#if MIN
+        let v = d * q8_bytes(q) + mn;
+#else
         let v = d * q8_bytes(q);
+#endif
+#endif
         y[k0] = v.x;
         y[k0 + 1u] = v.y;
         y[k0 + 2u] = v.z;

@@ -1,14 +1,15 @@
-// matmul_q_rows: y[m, row0 + r] = x[m, :] . W[r, :] (+ bias[row0 + r]) for block-quantized W (Q4_0, Q4_1, Q8_0)
-// in the row-major layout (src/quant/pack.rs, Layout::Rows), over one row part of W: the GPU path. A workgroup owns
+// matmul_q_rows: y[m, row0 + r] = x[m, :] . W[r, :] (+ bias[row0 + r]) for block-quantized W (Q4_0, Q4_1, Q8_0,
+// and k-quants repacked to 32-weight blocks) in the row-major layout (src/quant/pack.rs, Layout::Rows), over one row part of W: the GPU path. A workgroup owns
 // 4 rows of W and TM rows of x; its lanes stride along K one u32 quant word at a time (consecutive lanes read
 // consecutive words: coalesced), dequantize in registers with f32 accumulation, then reduce across the workgroup
 // (subgroupAdd plus workgroup memory with SUBGROUPS, a workgroup-memory tree otherwise). TM = 1 is the GEMV;
 // TM > 1 reuses each weight word for TM tokens (prefill).
-// Q4_0: d * (sum q x - 8 sum x); Q4_1: d * sum q x + m * sum x; Q8_0: d * sum q x (per word).
+// Q4_0: d * (sum q x - 8 sum x); MIN (Q4_1, Q4_K; Q5_K with Q8): d * sum q x + m * sum x; Q8_0: d * sum q x;
+// Q8 + S16 (Q6_K): words 4..8 of a block take the second scale instead of d (per word).
 // Bindings: 0 x [M, K] f32 | 1 wq [rows, G * WB] u32 quant words | 2 ws [rows, ceil(G/2)] u32 f16 scale pairs |
-//   3 wm [rows, ceil(G/2)] u32 f16 min pairs (MIN only) | then bias [N] f32 (BIAS only) | then y [M, N] f32
-//   (written: columns row0..row0+rows).
-// Defs: TM, Q8, MIN, SUBGROUPS, BIAS. Workgroup size 64.
+//   3 wm [rows, ceil(G/2)] u32 f16 pairs of second constants (mins, or S16 scales; PAIR only) | then bias [N] f32
+//   (BIAS only) | then y [M, N] f32 (written: columns row0..row0+rows).
+// Defs: TM, Q8, MIN, S16, PAIR (MIN or S16), XSUM (unused here), SUBGROUPS, BIAS. Workgroup size 64.
 // Grid: ceil(rows / 4) workgroups (folded into y past the per-dimension limit) x 1 x ceil(M / TM).
 
 #include "lib/quant_params.wgsl"
@@ -19,7 +20,7 @@ const NR = 4u;  // rows of W per workgroup
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;  // [M, K/4]
 @group(0) @binding(1) var<storage, read> wq: array<u32>;       // [rows, G * WB]
 @group(0) @binding(2) var<storage, read> ws: array<u32>;       // [rows, ceil(G/2)] f16 pairs
-#if MIN
+#if PAIR
 @group(0) @binding(3) var<storage, read> wm: array<u32>;       // [rows, ceil(G/2)] f16 pairs
 #if BIAS
 @group(0) @binding(4) var<storage, read> bias: array<f32>;     // [N]
@@ -85,21 +86,29 @@ fn main(
         let high = (b & 1u) == 1u;
         var q: vec4<u32>;
         var d: vec4<f32>;
-#if MIN
+#if PAIR
         var mn: vec4<f32>;
 #endif
         for (var j = 0u; j < NR; j++) {
             q[j] = wq[rq[j] + w];
             d[j] = half_of(ws[rs[j] + sw], high);
-#if MIN
+#if PAIR
             mn[j] = half_of(wm[rs[j] + sw], high);
 #endif
         }
+#if S16
+        d = select(d, mn, i >= 4u);  // weights 16..32 of the block take the second scale
+#endif
         for (var t = 0u; t < TM; t++) {
 #if Q8
             let xa = x[xt[t] + 8u * b + i];
-            acc[t] += d * vec4<f32>(dot(q8_bytes(q.x), xa), dot(q8_bytes(q.y), xa), dot(q8_bytes(q.z), xa),
+            let s = vec4<f32>(dot(q8_bytes(q.x), xa), dot(q8_bytes(q.y), xa), dot(q8_bytes(q.z), xa),
                 dot(q8_bytes(q.w), xa));
+#if MIN
+            acc[t] += d * s + mn * dot(xa, vec4<f32>(1.0));
+#else
+            acc[t] += d * s;
+#endif
 #else
             let xa = x[xt[t] + 8u * b + i];
             let xb = x[xt[t] + 8u * b + 4u + i];

@@ -1,15 +1,19 @@
-// matmul_q_tiled: y[m, row0 + r] = x[m, :] . W[r, :] (+ bias[row0 + r]) for block-quantized W (Q4_0, Q4_1, Q8_0)
-// in the chunk-tiled layout (src/quant/pack.rs, Layout::Tiled; LAVAPIPE.md §4), over one row part of W.
+// matmul_q_tiled: y[m, row0 + r] = x[m, :] . W[r, :] (+ bias[row0 + r]) for block-quantized W (Q4_0, Q4_1, Q8_0,
+// and k-quants repacked to 32-weight blocks) in the chunk-tiled layout (src/quant/pack.rs, Layout::Tiled;
+// LAVAPIPE.md §4), over one row part of W.
 // The decode path for CPU adapters (lavapipe): each invocation owns 4 consecutive rows; the 8 invocations of a SIMD
 // chunk (one tile of 32 rows) stream one contiguous region, 32 k (one block) per loop step, dequantizing in
-// registers with f32 accumulation. Q4_0's offset and Q4_1's minimum are folded out of the block sum:
-//   Q4_0: d * (sum q x - 8 sum x)   Q4_1: d * sum q x + m * sum x   Q8_0: d * sum q x.
+// registers with f32 accumulation. Q4_0's offset and the minimums are folded out of the block sum:
+//   Q4_0: d * (sum q x - 8 sum x)   MIN (Q4_1, Q4_K; Q5_K with Q8): d * sum q x + m * sum x   Q8_0: d * sum q x
+//   Q8 + S16 (Q6_K): d * sum_{words 0..4} q x + d2 * sum_{words 4..8} q x.
 // x is read at uniform indices (from a uniform buffer when XU); with SUBGROUPS (subgroup size >= 8) each lane
 // loads one vec4 of the block's x and the 8 vectors are broadcast, 8x fewer loads.
 // Bindings: 0 x [M, K] f32 (uniform array<vec4<f32>, XN> when XU, else storage) | 1 wq [tiles, G, WB, 8] vec4<u32>
-//   quant words | 2 ws [tiles, G, 8] vec2<u32> f16 scales (vec4<u32> d, d, m, m for MIN) | 3 bias [N] f32 (BIAS
+//   quant words | 2 ws [tiles, G, 8] vec2<u32> f16 scales (vec4<u32> d, d, m, m for PAIR) | 3 bias [N] f32 (BIAS
 //   only) | 3 or 4 y [M, N] f32 (written: columns row0..row0+rows).
-// Defs: Q8 (8-bit quants, else 4-bit), MIN (Q4_1), XU + XN, SUBGROUPS, BIAS, WG (workgroup size, a multiple of 8).
+// Defs: Q8 (8-bit quants, else 4-bit), MIN (a min per block), S16 (Q8 only: a second scale for words 4..8), PAIR
+//   (MIN or S16: two constants per block), XSUM (block sums of x: Q4 or MIN), XU + XN, SUBGROUPS, BIAS, WG
+//   (workgroup size, a multiple of 8).
 // Grid: ceil(tiles * 8 / WG) workgroups of WG (folded into y past the per-dimension limit) x 1 x M.
 
 #include "lib/quant_params.wgsl"
@@ -20,7 +24,7 @@
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;   // [M, K/4]
 #endif
 @group(0) @binding(1) var<storage, read> wq: array<vec4<u32>>;  // [tiles, G, WB, 8] 4 rows' words
-#if MIN
+#if PAIR
 @group(0) @binding(2) var<storage, read> ws: array<vec4<u32>>;  // [tiles, G, 8] (d01, d23, m01, m23) f16 pairs
 #else
 @group(0) @binding(2) var<storage, read> ws: array<vec2<u32>>;  // [tiles, G, 8] (d01, d23) f16 pairs
@@ -62,6 +66,8 @@ fn main(
         let xl = xr * Q8_X_SCALE;
 #else
         let xl = xr * select(Q4_XA_SCALE, Q4_XB_SCALE, (sl & 4u) != 0u);
+#endif
+#if XSUM
         let xd = dot(xr, vec4<f32>(1.0));
         let xs = ((subgroupBroadcast(xd, 0u) + subgroupBroadcast(xd, 1u))
             + (subgroupBroadcast(xd, 2u) + subgroupBroadcast(xd, 3u)))
@@ -103,14 +109,30 @@ fn main(
         let x5 = r5 * Q4_XB_SCALE;
         let x6 = r6 * Q4_XB_SCALE;
         let x7 = r7 * Q4_XB_SCALE;
+#endif
+#if XSUM
         let xs = dot((r0 + r1) + (r2 + r3) + ((r4 + r5) + (r6 + r7)), vec4<f32>(1.0));
 #endif
 #endif
 #if Q8
+#if S16
+        let s0 = q8_word(wq[wi], x0) + q8_word(wq[wi + 8u], x1) + q8_word(wq[wi + 16u], x2)
+            + q8_word(wq[wi + 24u], x3);
+        let s1 = q8_word(wq[wi + 32u], x4) + q8_word(wq[wi + 40u], x5) + q8_word(wq[wi + 48u], x6)
+            + q8_word(wq[wi + 56u], x7);
+        let sc = ws[si];
+        acc += halves4(sc.xy) * s0 + halves4(sc.zw) * s1;
+#else
         let s = q8_word(wq[wi], x0) + q8_word(wq[wi + 8u], x1) + q8_word(wq[wi + 16u], x2)
             + q8_word(wq[wi + 24u], x3) + q8_word(wq[wi + 32u], x4) + q8_word(wq[wi + 40u], x5)
             + q8_word(wq[wi + 48u], x6) + q8_word(wq[wi + 56u], x7);
+#if MIN
+        let sc = ws[si];
+        acc += halves4(sc.xy) * s + halves4(sc.zw) * xs;
+#else
         acc += halves4(ws[si]) * s;
+#endif
+#endif
 #else
         let s = q4_word(wq[wi], x0, x4) + q4_word(wq[wi + 8u], x1, x5) + q4_word(wq[wi + 16u], x2, x6)
             + q4_word(wq[wi + 24u], x3, x7);

@@ -6,11 +6,15 @@ use shaderlm::gpu::DType;
 use shaderlm::quant::pack::{Layout, PackedWeight};
 use shaderlm::quant::GgmlType;
 
-/// Deterministic raw GGUF blocks of a [n, k] tensor (scales 2^-6, all quant patterns).
+/// Deterministic raw GGUF blocks of a [n, k] tensor (scales 2^-6, all quant patterns; k-quants: all sub-block
+/// codes, super-block factors 2^-12 for scales, 2^-10 for mins).
 pub fn blocks(ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
     let bb = ty.type_size();
-    let mut raw = vec![0u8; n * k / 32 * bb];
+    let mut raw = vec![0u8; n * k / ty.block_size() * bb];
     let mut s = 0x9E37_79B9u32;
+    let f16_at = |blk: &mut [u8], at: usize, v: f32| {
+        blk[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes());
+    };
     for blk in raw.chunks_exact_mut(bb) {
         for b in blk.iter_mut() {
             s ^= s << 13;
@@ -18,9 +22,18 @@ pub fn blocks(ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
             s ^= s << 5;
             *b = s as u8;
         }
-        blk[0..2].copy_from_slice(&half::f16::from_f32(1.0 / 64.0).to_bits().to_le_bytes());
-        if ty == GgmlType::Q4_1 {
-            blk[2..4].copy_from_slice(&half::f16::from_f32(-0.1).to_bits().to_le_bytes());
+        match ty {
+            GgmlType::Q4_K | GgmlType::Q5_K => {
+                f16_at(blk, 0, 1.0 / 4096.0);
+                f16_at(blk, 2, 1.0 / 1024.0);
+            }
+            GgmlType::Q6_K => f16_at(blk, 208, 1.0 / 4096.0),
+            _ => {
+                f16_at(blk, 0, 1.0 / 64.0);
+                if ty == GgmlType::Q4_1 {
+                    f16_at(blk, 2, -0.1);
+                }
+            }
         }
     }
     raw

@@ -11,6 +11,7 @@ mod attention_decode;
 mod attention_prefill;
 mod embedding;
 mod embedding_q;
+mod gather_cols;
 mod kv_write;
 mod matmul;
 mod matmul_q;
@@ -39,6 +40,7 @@ fn all() -> Vec<Bench> {
     v.extend(kv_write::benches());
     v.extend(matmul_q::benches());
     v.extend(embedding_q::benches());
+    v.extend(gather_cols::benches());
     v
 }
 

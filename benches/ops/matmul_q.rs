@@ -1,7 +1,9 @@
 //! matmul_q throughput: the GEMV (decode) at the projection shapes of the three models (N x K: SmolLM2 FFN down and
 //! up, its 49152 x 576 LM head, Qwen2.5-0.5B FFN down, a 2048 x 8192 and Llama3-8B's FFN down), for each format
 //! and both layouts; the GEMM for a 128-token chunk; and the f16 `matmul` GEMV at the same shapes as a baseline.
-//! GB/s counts the packed weight bytes (quants, scales, mins) plus x and y.
+//! GB/s counts the packed weight bytes (quants, scales, mins) plus x and y. The k-quants Q4_K and Q6_K (Q4_K_M's
+//! two types), at the shapes whose K is whole 256-weight super-blocks: their packed bytes are the repacked 32-weight
+//! blocks (Q4_K 20 bytes per 32 weights, Q6_K 36), not the file's (18, 26.25).
 
 use crate::common::{plan_of, Bench, MODELS};
 use crate::embedding_q::blocks;
@@ -96,8 +98,40 @@ pub fn benches() -> Vec<Bench> {
             })
         }));
     }
-    // Prefill: a 128-token chunk through SmolLM2's FFN up and Qwen's FFN down.
+    // k-quant GEMVs: SmolLM2 FFN down, Qwen FFN down, 2048 x 8192 and Llama3-8B FFN down.
+    for (n, k) in shapes().into_iter().filter(|&(_, k)| k.is_multiple_of(256)) {
+        for layout in [Layout::Tiled, Layout::Rows] {
+            for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+                let name = format!("matmul_q gemv {ty} {} {n}x{k}", layout_name(layout));
+                v.push(Bench::new(name, move |gpu| {
+                    let w = PackedWeight::upload_with(gpu, "w", ty, layout, n, k, &blocks(ty, n, k))?;
+                    plan_of(gpu, |g| {
+                        let x = g.input("x", &[1, k], DType::F32);
+                        g.matmul_q(x, &w, None)?;
+                        Ok(vec![(x, k, DType::F32)])
+                    })
+                }));
+            }
+        }
+    }
+    // Prefill: a 128-token chunk through SmolLM2's FFN up and Qwen's FFN down (and, for the k-quants, whose K must
+    // be whole super-blocks, SmolLM2's FFN down instead of its up).
     let tokens = 128;
+    for (n, k) in [(MODELS[0].1, MODELS[0].2), (MODELS[1].1, MODELS[1].2)] {
+        for layout in [Layout::Tiled, Layout::Rows] {
+            for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+                let name = format!("matmul_q gemm {ty} {} {tokens}x{n}x{k}", layout_name(layout));
+                v.push(Bench::new(name, move |gpu| {
+                    let w = PackedWeight::upload_with(gpu, "w", ty, layout, n, k, &blocks(ty, n, k))?;
+                    plan_of(gpu, |g| {
+                        let x = g.input("x", &[tokens, k], DType::F32);
+                        g.matmul_q(x, &w, None)?;
+                        Ok(vec![(x, tokens * k, DType::F32)])
+                    })
+                }));
+            }
+        }
+    }
     for (n, k) in [(MODELS[0].2, MODELS[0].1), (MODELS[1].1, MODELS[1].2)] {
         for layout in [Layout::Tiled, Layout::Rows] {
             for ty in formats {

@@ -3,7 +3,8 @@
 // Q4 word i of a 32-block: byte b holds weight 4i+b (low nibble) and weight 16+4i+b (high nibble).
 // Q8 word i of a 32-block: byte b holds weight 4i+b as i8.
 // The including shader declares x (uniform or storage array<vec4<f32>>), wq (array<vec4<u32>>) and ws
-// (array<vec2<u32>>, or array<vec4<u32>> with MIN).
+// (array<vec2<u32>>, or array<vec4<u32>> with PAIR: two constants per block, a min (MIN) or with S16 the scale of
+// words 4..8, i.e. weights 16..32). XSUM: the block sum of x is needed (Q4_0's offset, mins).
 //
 // Quants are masked in place, not shifted down: the nibble at bits 4j..4j+3 converts to q * 16^j exactly (4
 // significant bits), so x is pre-scaled by 16^-j instead (a power-of-two scaling, exact unless |x| < 2^-102), once
@@ -68,6 +69,8 @@ fn x_block(xr: vec4<f32>, sl: u32) -> XBlock {
     let xl = xr * Q8_X_SCALE;
 #else
     let xl = xr * select(Q4_XA_SCALE, Q4_XB_SCALE, (sl & 4u) != 0u);
+#endif
+#if XSUM
     let xd = dot(xr, vec4<f32>(1.0));
     b.sum = ((subgroupBroadcast(xd, 0u) + subgroupBroadcast(xd, 1u))
         + (subgroupBroadcast(xd, 2u) + subgroupBroadcast(xd, 3u)))
@@ -102,6 +105,8 @@ fn x_block(at: u32) -> XBlock {
 #else
     let sa = Q4_XA_SCALE;
     let sb = Q4_XB_SCALE;
+#endif
+#if XSUM
     b.sum = dot((r0 + r1) + (r2 + r3) + ((r4 + r5) + (r6 + r7)), vec4<f32>(1.0));
 #endif
     b.v0 = r0 * sa;
@@ -130,8 +135,8 @@ struct WBlock {
     q7: vec4<u32>,
 #endif
     d: vec4<f32>,
-#if MIN
-    m: vec4<f32>,
+#if PAIR
+    m: vec4<f32>,  // the min, or with S16 the scale of words 4..8
 #endif
 }
 
@@ -146,15 +151,13 @@ fn w_block(wi: u32, si: u32) -> WBlock {
     w.q5 = wq[wi + 40u];
     w.q6 = wq[wi + 48u];
     w.q7 = wq[wi + 56u];
-    w.d = halves4(ws[si]);
-#else
-#if MIN
+#endif
+#if PAIR
     let sc = ws[si];
     w.d = halves4(sc.xy);
     w.m = halves4(sc.zw);
 #else
     w.d = halves4(ws[si]);
-#endif
 #endif
     return w;
 }
@@ -163,9 +166,19 @@ fn w_block(wi: u32, si: u32) -> WBlock {
 // dequantization (mask and convert) is computed once and shared by the tokens.
 fn block_dot(w: WBlock, b: XBlock) -> vec4<f32> {
 #if Q8
+#if S16
+    let lo = q8_word(w.q0, b.v0) + q8_word(w.q1, b.v1) + q8_word(w.q2, b.v2) + q8_word(w.q3, b.v3);
+    let hi = q8_word(w.q4, b.v4) + q8_word(w.q5, b.v5) + q8_word(w.q6, b.v6) + q8_word(w.q7, b.v7);
+    return w.d * lo + w.m * hi;
+#else
     let s = q8_word(w.q0, b.v0) + q8_word(w.q1, b.v1) + q8_word(w.q2, b.v2) + q8_word(w.q3, b.v3)
         + q8_word(w.q4, b.v4) + q8_word(w.q5, b.v5) + q8_word(w.q6, b.v6) + q8_word(w.q7, b.v7);
+#if MIN
+    return w.d * s + w.m * b.sum;
+#else
     return w.d * s;
+#endif
+#endif
 #else
     let s = q4_word(w.q0, b.v0, b.v4) + q4_word(w.q1, b.v1, b.v5) + q4_word(w.q2, b.v2, b.v6)
         + q4_word(w.q3, b.v3, b.v7);

@@ -526,8 +526,10 @@ impl GgufFile {
             return Ok(());
         }
         Err(self.err(format!(
-            "tensor {:?} has type {}, not supported yet (supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0)",
-            info.name, info.ggml_type
+            "tensor {:?} has type {}, not supported yet (supported: {})",
+            info.name,
+            info.ggml_type,
+            GgmlType::supported_names()
         )))
     }
 

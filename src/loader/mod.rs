@@ -2,4 +2,5 @@
 
 pub mod gguf;
 pub mod gguf_write;
+pub mod quant_config;
 pub mod safetensors;

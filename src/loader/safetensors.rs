@@ -1,6 +1,8 @@
 //! Hugging Face safetensors weights: one `model.safetensors` or shards listed in `model.safetensors.index.json`,
-//! memory-mapped; tensors come back as raw little-endian bytes with their dtype and row-major shape.
+//! memory-mapped; tensors come back as raw little-endian bytes with their dtype and row-major shape. A GPTQ / AWQ
+//! checkpoint's quantization config is read at open (the layers themselves are repacked in `model::weights`).
 
+use super::quant_config::QuantConfig;
 use crate::error::{Error, Result};
 use memmap2::Mmap;
 use std::collections::HashMap;
@@ -26,6 +28,8 @@ struct Shard {
 pub struct SafetensorsModel {
     shards: Vec<Shard>,
     index: HashMap<String, usize>,
+    /// GPTQ / AWQ: how the `.qweight` layers are stored.
+    quant: Option<QuantConfig>,
 }
 
 fn file_err(path: &Path, message: impl Into<String>) -> Error {
@@ -73,7 +77,8 @@ fn open_shard(path: &Path) -> Result<Shard> {
 }
 
 impl SafetensorsModel {
-    /// Open `dir/model.safetensors`, or the shards named by `dir/model.safetensors.index.json`.
+    /// Open `dir/model.safetensors`, or the shards named by `dir/model.safetensors.index.json`, with the
+    /// quantization config of the directory (config.json's `quantization_config`, or `quantize_config.json`).
     pub fn open(dir: &Path) -> Result<SafetensorsModel> {
         let single = dir.join("model.safetensors");
         let index_path = dir.join("model.safetensors.index.json");
@@ -114,7 +119,25 @@ impl SafetensorsModel {
             }
             shards.push(shard);
         }
-        Ok(SafetensorsModel { shards, index })
+        let quant = QuantConfig::from_dir(dir)?;
+        if let Some(q) = &quant {
+            if !index.keys().any(|n| n.ends_with(".qweight")) {
+                return Err(file_err(
+                    &q.path,
+                    format!(
+                        "the quantization config says {}, but the safetensors files in {} hold no .qweight tensor",
+                        q.describe(),
+                        dir.display()
+                    ),
+                ));
+            }
+        }
+        Ok(SafetensorsModel { shards, index, quant })
+    }
+
+    /// The checkpoint's GPTQ / AWQ quantization, if any.
+    pub fn quant(&self) -> Option<&QuantConfig> {
+        self.quant.as_ref()
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {

@@ -87,7 +87,7 @@ const PATTERN: usize = 1 << 16;
 /// Writes a random-weight Llama GGUF of `shape` with matrices in `ty` (norms in F32) to `path`.
 pub fn write_gguf(path: &Path, shape: &Shape, ty: GgmlType, seed: u64) -> Result<()> {
     let block = ty.block_size();
-    if shape.hidden % block != 0 || shape.ffn % block != 0 {
+    if !shape.hidden.is_multiple_of(block) || !shape.ffn.is_multiple_of(block) {
         return Err(Error::Invalid(format!(
             "{ty} needs rows that are multiples of {block}; {} has {} and {}",
             shape.name, shape.hidden, shape.ffn

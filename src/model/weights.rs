@@ -1,11 +1,13 @@
 //! Weights from any file format, as the model uses them on the device: `Linear` over any weight format,
-//! vectors (norms, biases), and the embedding table (shared with a tied LM head).
+//! vectors (norms, biases), and the embedding table (shared with a tied LM head). GPTQ / AWQ layers of a
+//! safetensors checkpoint are served as `X.weight`, repacked into ggml blocks ([`crate::quant::gptq`]).
 
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Gpu, GpuTensor};
 use crate::graph::{Graph, TensorId};
 use crate::loader::gguf::GgufFile;
 use crate::loader::safetensors::{to_f32, SafetensorsModel, StDtype};
+use crate::quant::gptq::{self, GptqTensors, Method, RawTensor};
 use crate::quant::pack::PackedWeight;
 use crate::quant::GgmlType;
 
@@ -16,6 +18,27 @@ pub enum HostData<'a> {
     F16(&'a [u8]),
     /// ggml blocks (Q4_0, Q4_1, Q8_0, ...), rows of `shape[1]` weights.
     Quant(GgmlType, &'a [u8]),
+    /// ggml blocks made at load (GPTQ / AWQ repacked). With `perm` (act-order), column `j` of the blocks holds
+    /// column `perm[j]` of the matrix: the layer gathers `x[.., perm]` before its matmul.
+    Repacked {
+        ty: GgmlType,
+        raw: Vec<u8>,
+        perm: Option<Vec<u32>>,
+    },
+}
+
+/// Block-quantized data: (type, blocks, column permutation).
+type Blocks<'b> = (GgmlType, &'b [u8], Option<&'b [u32]>);
+
+impl HostData<'_> {
+    /// The blocks of block-quantized data.
+    fn blocks(&self) -> Option<Blocks<'_>> {
+        match self {
+            HostData::Quant(t, b) => Some((*t, b, None)),
+            HostData::Repacked { ty, raw, perm } => Some((*ty, raw, perm.as_deref())),
+            _ => None,
+        }
+    }
 }
 
 pub struct HostTensor<'a> {
@@ -32,6 +55,22 @@ impl HostTensor<'_> {
             HostData::F32(v) => v.clone(),
             HostData::F16(b) => to_f32(StDtype::F16, b).unwrap_or_default(),
             HostData::Quant(t, b) => crate::quant::dequantize(*t, b)?,
+            HostData::Repacked { ty, raw, perm } => {
+                let blocks = crate::quant::dequantize(*ty, raw)?;
+                match perm {
+                    None => blocks,
+                    Some(p) => {
+                        let k = p.len();
+                        let mut w = vec![0f32; blocks.len()];
+                        for (row, out) in blocks.chunks_exact(k).zip(w.chunks_exact_mut(k)) {
+                            for (&x, &i) in row.iter().zip(p) {
+                                out[i as usize] = x;
+                            }
+                        }
+                        w
+                    }
+                }
+            }
         })
     }
 }
@@ -76,7 +115,12 @@ impl WeightSource for SafetensorsModel {
     }
     fn tensor(&self, name: &str) -> Result<Option<HostTensor<'_>>> {
         let Some((dtype, shape, bytes, path)) = self.get(name) else {
-            return Ok(None);
+            return match name.strip_suffix(".weight") {
+                Some(prefix) if self.get(&format!("{prefix}.qweight")).is_some() => {
+                    load_gptq(self, prefix, name).map(Some)
+                }
+                _ => Ok(None),
+            };
         };
         let data = match dtype {
             StDtype::F16 => HostData::F16(bytes),
@@ -96,12 +140,99 @@ impl WeightSource for SafetensorsModel {
     }
 }
 
+/// The GPTQ / AWQ layer `prefix` (`prefix.qweight`, `.qzeros`, `.scales`, `.g_idx`) as the quantized `[N, K]`
+/// matrix `name`, repacked into ggml blocks; errors name the tensor and its file.
+fn load_gptq<'a>(st: &'a SafetensorsModel, prefix: &str, name: &str) -> Result<HostTensor<'a>> {
+    let qweight_name = format!("{prefix}.qweight");
+    let (_, _, _, qpath) = st.get(&qweight_name).expect("the caller found the qweight tensor");
+    let in_file = |e: Error, path: &std::path::Path| match e {
+        Error::Invalid(message) => Error::File {
+            path: path.into(),
+            message,
+        },
+        e => e,
+    };
+    let Some(q) = st.quant() else {
+        return Err(Error::File {
+            path: qpath.into(),
+            message: format!(
+                "{qweight_name} is a GPTQ/AWQ tensor, but the model has no quantization_config in config.json \
+                 (nor a quantize_config.json)"
+            ),
+        });
+    };
+    let scheme = q.scheme;
+    let part = |suffix: &str, want: StDtype, required: bool| -> Result<Option<RawTensor<'a>>> {
+        let full = format!("{prefix}.{suffix}");
+        match st.get(&full) {
+            Some((dtype, shape, bytes, path)) => {
+                if dtype != want {
+                    return Err(Error::File {
+                        path: path.into(),
+                        message: format!("{full}: dtype {dtype:?}, expected {want:?}"),
+                    });
+                }
+                Ok(Some(RawTensor { shape, bytes }))
+            }
+            None if required => Err(Error::File {
+                path: qpath.into(),
+                message: format!(
+                    "{full} is missing ({} layer {prefix}{})",
+                    q.describe(),
+                    if suffix == "g_idx" {
+                        ": act-order (desc_act) checkpoints need it"
+                    } else {
+                        ""
+                    }
+                ),
+            }),
+            None => Ok(None),
+        }
+    };
+    let qweight = part("qweight", StDtype::I32, true)?.expect("required");
+    let qzeros = part("qzeros", StDtype::I32, true)?.expect("required");
+    let scales = part("scales", StDtype::F16, true)?.expect("required");
+    let g_idx = match scheme.method {
+        Method::Gptq => part("g_idx", StDtype::I32, q.desc_act)?,
+        Method::Awq => None,
+    };
+    let t = GptqTensors::from_raw(&scheme, prefix, qweight, qzeros, scales, g_idx).map_err(|e| in_file(e, qpath))?;
+    let r = gptq::repack(&scheme, &t, prefix).map_err(|e| in_file(e, qpath))?;
+    Ok(HostTensor {
+        name: name.into(),
+        shape: vec![t.n, t.k],
+        data: HostData::Repacked {
+            ty: r.ty,
+            raw: r.raw,
+            perm: r.perm,
+        },
+    })
+}
+
 /// A `[n, k]` weight matrix in whatever format it came in, on the device.
 pub enum Linear {
     /// f32 or f16 rows.
     Dense(GpuTensor),
-    /// ggml blocks repacked for the adapter, dequantized inside the kernels.
-    Quant(Box<PackedWeight>),
+    /// ggml blocks repacked for the adapter, dequantized inside the kernels. With `perm` (u32 `[k]`, GPTQ
+    /// act-order) the blocks' column `j` is input `perm[j]`: `forward` gathers `x[.., perm]` first.
+    Quant {
+        w: Box<PackedWeight>,
+        perm: Option<GpuTensor>,
+    },
+}
+
+/// A column permutation on the device, `[k]` u32.
+fn upload_perm(gpu: &Gpu, name: &str, perm: Option<&[u32]>) -> Result<Option<GpuTensor>> {
+    perm.map(|p| {
+        GpuTensor::upload(
+            gpu,
+            &format!("{name}.perm"),
+            &[p.len()],
+            DType::U32,
+            bytemuck::cast_slice(p),
+        )
+    })
+    .transpose()
 }
 
 impl Linear {
@@ -126,9 +257,19 @@ impl Linear {
                 &t.shape,
                 &t.to_f32()?,
             )?)),
-            HostData::Quant(ty, raw) => Ok(Linear::Quant(Box::new(PackedWeight::upload(
-                gpu, &t.name, *ty, n, k, raw,
-            )?))),
+            data @ (HostData::Quant(..) | HostData::Repacked { .. }) => {
+                let (ty, raw, perm) = data.blocks().expect("block-quantized data");
+                if perm.is_some_and(|p| p.len() != k) {
+                    return Err(Error::shape(
+                        "linear",
+                        format!("{}: a permutation of another length", t.name),
+                    ));
+                }
+                Ok(Linear::Quant {
+                    w: Box::new(PackedWeight::upload(gpu, &t.name, ty, n, k, raw)?),
+                    perm: upload_perm(gpu, &t.name, perm)?,
+                })
+            }
             _ => Err(Error::shape(
                 "linear",
                 format!("{}: data does not match {:?}", t.name, t.shape),
@@ -137,7 +278,8 @@ impl Linear {
     }
 
     /// Matrices of one width and storage type stacked by rows into one (gate and up: one matmul instead of two,
-    /// the output holding each part's columns side by side). `None` when the parts differ in type or width.
+    /// the output holding each part's columns side by side). `None` when the parts differ in type, width or
+    /// column permutation (act-order GPTQ layers quantized with different orders).
     pub fn load_stacked(gpu: &Gpu, name: &str, parts: &[HostTensor<'_>]) -> Result<Option<Linear>> {
         let Some(first) = parts.first() else { return Ok(None) };
         let k = first.shape.get(1).copied().unwrap_or(0);
@@ -152,14 +294,29 @@ impl Linear {
             match (&first.data, &t.data) {
                 (HostData::F32(_), HostData::F32(v)) => floats.extend_from_slice(v),
                 (HostData::F16(_), HostData::F16(b)) if k % 2 == 0 => bytes.extend_from_slice(b),
-                (HostData::Quant(a, _), HostData::Quant(b, raw)) if a == b => bytes.extend_from_slice(raw),
-                _ => return Ok(None),
+                (a, b) => match (a.blocks(), b.blocks()) {
+                    (Some((ta, _, pa)), Some((tb, raw, pb))) if ta == tb && pa == pb => bytes.extend_from_slice(raw),
+                    _ => return Ok(None),
+                },
             }
         }
-        Ok(Some(match &first.data {
-            HostData::F32(_) => Linear::Dense(GpuTensor::upload_f32(gpu, name, &shape, &floats)?),
-            HostData::F16(_) => Linear::Dense(GpuTensor::upload(gpu, name, &shape, DType::F16, &bytes)?),
-            HostData::Quant(ty, _) => Linear::Quant(Box::new(PackedWeight::upload(gpu, name, *ty, n, k, &bytes)?)),
+        Ok(Some(match first.data.blocks() {
+            Some((ty, _, perm)) => {
+                if perm.is_some_and(|p| p.len() != k) {
+                    return Err(Error::shape(
+                        "linear",
+                        format!("{name}: a permutation of another length"),
+                    ));
+                }
+                Linear::Quant {
+                    w: Box::new(PackedWeight::upload(gpu, name, ty, n, k, &bytes)?),
+                    perm: upload_perm(gpu, name, perm)?,
+                }
+            }
+            None if matches!(first.data, HostData::F32(_)) => {
+                Linear::Dense(GpuTensor::upload_f32(gpu, name, &shape, &floats)?)
+            }
+            None => Linear::Dense(GpuTensor::upload(gpu, name, &shape, DType::F16, &bytes)?),
         }))
     }
 
@@ -167,7 +324,7 @@ impl Linear {
     pub fn shape(&self) -> (usize, usize) {
         match self {
             Linear::Dense(t) => (t.shape[0], t.shape[1]),
-            Linear::Quant(w) => (w.n, w.k),
+            Linear::Quant { w, .. } => (w.n, w.k),
         }
     }
 
@@ -175,7 +332,7 @@ impl Linear {
     pub fn bytes(&self) -> u64 {
         match self {
             Linear::Dense(t) => t.parts.iter().map(|p| p.bytes).sum(),
-            Linear::Quant(w) => w.bytes(),
+            Linear::Quant { w, perm } => w.bytes() + perm.as_ref().map_or(0, |p| 4 * p.numel() as u64),
         }
     }
 
@@ -187,7 +344,16 @@ impl Linear {
                 let w = g.external(w);
                 g.matmul(x, w, bias)
             }
-            Linear::Quant(w) => g.matmul_q(x, w, bias),
+            Linear::Quant { w, perm } => {
+                let x = match perm {
+                    Some(p) => {
+                        let p = g.external(p);
+                        g.gather_cols(x, p)?
+                    }
+                    None => x,
+                };
+                g.matmul_q(x, w, bias)
+            }
         }
     }
 
@@ -198,7 +364,12 @@ impl Linear {
                 let w = g.external(w);
                 g.embedding(ids, w)
             }
-            Linear::Quant(w) => g.embedding_q(ids, w),
+            Linear::Quant { w, perm: None } => g.embedding_q(ids, w),
+            // No checkpoint quantizes its embedding with act-order; supporting it would need the inverse gather.
+            Linear::Quant { w, perm: Some(_) } => Err(Error::Invalid(format!(
+                "{}: an embedding table with act-order (permuted) columns is not supported",
+                w.name
+            ))),
         }
     }
 }

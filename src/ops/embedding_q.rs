@@ -1,4 +1,4 @@
-//! Quantized token embedding: gather and dequantize rows of a [`PackedWeight`] (Q4_0, Q4_1, Q8_0, either layout)
+//! Quantized token embedding: gather and dequantize rows of a [`PackedWeight`] (any packable type, either layout)
 //! into f32, one dispatch per row part. It reads the same packed copy as `matmul_q`, so a tied token embedding and
 //! LM head keep one copy on the device.
 
@@ -6,7 +6,7 @@ use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::{Graph, TensorId};
-use crate::quant::pack::{Format, Layout, PackedWeight, QK};
+use crate::quant::pack::{Format, Layout, PackedWeight, PACKABLE, QK};
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -32,16 +32,15 @@ pub struct EmbeddingQ {
 }
 
 fn key(format: Format, layout: Layout) -> ShaderKey {
-    ShaderKey::new("embedding_q")
+    format
+        .shader_flags(ShaderKey::new("embedding_q"))
         .flag("TILED", layout == Layout::Tiled)
-        .flag("Q8", format.q8())
-        .flag("MIN", format.has_min())
 }
 
 impl EmbeddingQ {
-    /// Weight buffers bound (quants, scales, and mins in the rows layout of Q4_1).
+    /// Weight buffers bound (quants, scales, and second constants in the rows layout of two-constant formats).
     fn weight_bindings(&self) -> usize {
-        if self.layout == Layout::Rows && self.format.has_min() {
+        if self.layout == Layout::Rows && self.format.pair() {
             3
         } else {
             2
@@ -84,7 +83,7 @@ impl Kernel for EmbeddingQ {
     fn cost(&self) -> Cost {
         let (m, k) = (self.m as u64, self.k as u64);
         let blocks = k / QK as u64;
-        let row = blocks * (self.format.words_per_block() as u64 * 4 + if self.format.has_min() { 4 } else { 2 });
+        let row = blocks * (self.format.words_per_block() as u64 * 4 + if self.format.pair() { 4 } else { 2 });
         Cost {
             bytes_read: 4 * m + m * row,
             bytes_written: 4 * m * k,
@@ -158,13 +157,10 @@ pub fn reference(ids: &[u32], table: &[f32], k: usize) -> Vec<f32> {
         .collect()
 }
 
+/// Format x layout (Q4_K's blocks are Q4_1 blocks: it shares Q4_1's variants).
 pub fn variants() -> Vec<ShaderKey> {
     let mut v = Vec::new();
-    for ty in [
-        crate::quant::GgmlType::Q4_0,
-        crate::quant::GgmlType::Q4_1,
-        crate::quant::GgmlType::Q8_0,
-    ] {
+    for ty in PACKABLE.into_iter().filter(|&t| t != crate::quant::GgmlType::Q4_K) {
         let format = Format::new(ty).expect("a packable format");
         for layout in [Layout::Tiled, Layout::Rows] {
             v.push(key(format, layout));

@@ -1,5 +1,6 @@
-//! Quantized dense layer `y[.., N] = x[.., K] · W[N, K]^T (+ bias[N])`, W in Q4_0 / Q4_1 / Q8_0 packed by
-//! [`crate::quant::pack`] and dequantized in registers (W4A16 / W8A16, f32 accumulation): a GEMV for one token
+//! Quantized dense layer `y[.., N] = x[.., K] · W[N, K]^T (+ bias[N])`, W in Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K
+//! packed by [`crate::quant::pack`] (k-quants as 32-weight blocks) and dequantized in registers (W4A16 / W8A16, f32
+//! accumulation): a GEMV for one token
 //! and a GEMM that reuses each weight load for several tokens, in the kernel family of W's layout (chunk-tiled for
 //! CPU adapters, row-major for GPUs). One dispatch per row part of W.
 
@@ -7,7 +8,7 @@ use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::{Graph, TensorId};
-use crate::quant::pack::{Format, Layout, PackedWeight, QK, TILE};
+use crate::quant::pack::{Format, Layout, PackedWeight, PACKABLE, QK, TILE};
 
 /// GEMV or GEMM. `Auto` picks the GEMV for one row of x (in the tiled layout for up to [`TILED_GEMV_MAX_M`] rows)
 /// and the GEMM for more; the others force one, for any M (tests and benches).
@@ -70,16 +71,15 @@ fn subgroups8(caps: &Caps) -> bool {
 
 /// A tiled-layout kernel: the GEMV (`tm` None) or the GEMM with `tm` rows of x per invocation.
 fn tiled_key(format: Format, bias: bool, xu: Option<usize>, subgroups: bool, tm: Option<usize>) -> ShaderKey {
-    let mut key = ShaderKey::new(if tm.is_some() {
-        "matmul_q_tiled_mm"
-    } else {
-        "matmul_q_tiled"
-    })
-    .flag("Q8", format.q8())
-    .flag("MIN", format.has_min())
-    .flag("BIAS", bias)
-    .flag("SUBGROUPS", subgroups)
-    .def("WG", format!("{WG_TILED}u"));
+    let mut key = format
+        .shader_flags(ShaderKey::new(if tm.is_some() {
+            "matmul_q_tiled_mm"
+        } else {
+            "matmul_q_tiled"
+        }))
+        .flag("BIAS", bias)
+        .flag("SUBGROUPS", subgroups)
+        .def("WG", format!("{WG_TILED}u"));
     if let Some(tm) = tm {
         key = key.def("TM", format!("{tm}u")).flag("TM8", tm == 8);
     }
@@ -91,9 +91,8 @@ fn tiled_key(format: Format, bias: bool, xu: Option<usize>, subgroups: bool, tm:
 
 /// A rows-layout kernel with `tm` rows of x per workgroup (1: the GEMV).
 fn rows_key(format: Format, bias: bool, subgroups: bool, tm: usize) -> ShaderKey {
-    ShaderKey::new("matmul_q_rows")
-        .flag("Q8", format.q8())
-        .flag("MIN", format.has_min())
+    format
+        .shader_flags(ShaderKey::new("matmul_q_rows"))
         .flag("BIAS", bias)
         .flag("SUBGROUPS", subgroups)
         .def("TM", format!("{tm}u"))
@@ -145,7 +144,7 @@ impl Kernel for MatmulQ {
     }
     fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
         let shader = self.key(caps);
-        let nw = if self.layout == Layout::Rows && self.format.has_min() {
+        let nw = if self.layout == Layout::Rows && self.format.pair() {
             4
         } else {
             3
@@ -247,7 +246,7 @@ impl Graph {
         let tensors = [Some(&w.quants), Some(&w.scales), w.mins.as_ref()];
         let covered = parts.iter().map(|p| p.1).sum::<usize>() == n && parts.iter().all(|p| p.1 > 0);
         let same = tensors.iter().flatten().all(|t| t.parts.len() == parts.len());
-        if !covered || !same || (w.mins.is_some() != (w.layout == Layout::Rows && w.format.has_min())) {
+        if !covered || !same || (w.mins.is_some() != (w.layout == Layout::Rows && w.format.pair())) {
             return Err(bad("the packed buffers' row parts do not cover W's rows"));
         }
         let kernel = MatmulQ {
@@ -288,13 +287,10 @@ pub fn reference(x: &[f32], w: &[f32], bias: Option<&[f32]>, m: usize, k: usize,
 
 /// Every variant: layout x path x format x bias x subgroups; the tiled GEMV also with x in a uniform of the model
 /// sizes' lengths (`XN` only sizes an array: the smallest, the largest of 64 KiB, and K/4 of the benched models).
+/// Q4_K's blocks are Q4_1 blocks, so it shares Q4_1's variants.
 pub fn variants() -> Vec<ShaderKey> {
     let mut v = Vec::new();
-    for ty in [
-        crate::quant::GgmlType::Q4_0,
-        crate::quant::GgmlType::Q4_1,
-        crate::quant::GgmlType::Q8_0,
-    ] {
+    for ty in PACKABLE.into_iter().filter(|&t| t != crate::quant::GgmlType::Q4_K) {
         let format = Format::new(ty).expect("a packable format");
         for bias in [false, true] {
             for sg in [false, true] {

@@ -82,6 +82,7 @@ pub mod attention_decode;
 pub mod attention_prefill;
 pub mod embedding;
 pub mod embedding_q;
+pub mod gather_cols;
 pub mod kv_write;
 pub mod matmul;
 pub mod matmul_q;
@@ -109,5 +110,6 @@ pub fn all_variants() -> Vec<ShaderKey> {
     v.extend(kv_write::variants());
     v.extend(matmul_q::variants());
     v.extend(embedding_q::variants());
+    v.extend(gather_cols::variants());
     v
 }

@@ -1,16 +1,24 @@
-//! ggml tensor types and block formats (Q4_0, Q4_1, Q8_0, F16, BF16): layouts, CPU dequantization (the reference the
-//! GPU kernels are tested against) and round-to-nearest quantization matching ggml's reference quantizers.
+//! ggml tensor types and block formats (Q4_0, Q4_1, Q8_0, the k-quants Q4_K, Q5_K, Q6_K, F16, BF16): layouts, CPU
+//! dequantization (the reference the GPU kernels are tested against) and round-to-nearest quantization (matching
+//! ggml's reference quantizers for the 32-weight formats; simpler RTN ones for the k-quants).
 //!
-//! A quantized row of `n` weights is `n / 32` blocks laid end to end; a block holds one or two f16 constants and
-//! the packed quants. Byte offsets inside a block are constants in each format's module (the shaders read the
-//! same bytes as packed u32 words, so these offsets are the contract between the loader and the kernels).
+//! A quantized row of `n` weights is `n / 32` blocks (k-quants: `n / 256` super-blocks) laid end to end; a block
+//! holds its constants and the packed quants. Byte offsets inside a block are constants in each format's module.
+//! The GPU kernels read 32-weight blocks only: `pack` repacks k-quant super-blocks into such blocks at load.
 
+pub mod gptq;
 pub mod pack;
 pub mod q4_0;
 pub mod q4_1;
+pub mod q4_k;
+pub mod q5_k;
+pub mod q6_k;
 pub mod q8_0;
 
 use crate::error::{Error, Result};
+
+/// Weights per k-quant super-block.
+pub const QK_K: usize = 256;
 
 /// A ggml tensor type, by its id in ggml's `enum ggml_type` (ids 4, 5, 31..33 and 36..38 were removed upstream).
 ///
@@ -65,9 +73,9 @@ const TYPES: [(GgmlType, u32, &str, usize, usize); 32] = [
     (GgmlType::Q8_1, 9, "Q8_1", 32, 36),
     (GgmlType::Q2_K, 10, "Q2_K", 256, 84),
     (GgmlType::Q3_K, 11, "Q3_K", 256, 110),
-    (GgmlType::Q4_K, 12, "Q4_K", 256, 144),
-    (GgmlType::Q5_K, 13, "Q5_K", 256, 176),
-    (GgmlType::Q6_K, 14, "Q6_K", 256, 210),
+    (GgmlType::Q4_K, 12, "Q4_K", QK_K, q4_k::BLOCK_BYTES),
+    (GgmlType::Q5_K, 13, "Q5_K", QK_K, q5_k::BLOCK_BYTES),
+    (GgmlType::Q6_K, 14, "Q6_K", QK_K, q6_k::BLOCK_BYTES),
     (GgmlType::Q8_K, 15, "Q8_K", 256, 292),
     (GgmlType::IQ2_XXS, 16, "IQ2_XXS", 256, 66),
     (GgmlType::IQ2_XS, 17, "IQ2_XS", 256, 74),
@@ -124,8 +132,26 @@ impl GgmlType {
     pub fn is_supported(self) -> bool {
         matches!(
             self,
-            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0
+            GgmlType::F32
+                | GgmlType::F16
+                | GgmlType::BF16
+                | GgmlType::Q4_0
+                | GgmlType::Q4_1
+                | GgmlType::Q8_0
+                | GgmlType::Q4_K
+                | GgmlType::Q5_K
+                | GgmlType::Q6_K
         )
+    }
+
+    /// Names of the supported types, comma-separated (for error messages).
+    pub fn supported_names() -> String {
+        TYPES
+            .iter()
+            .filter(|e| e.0.is_supported())
+            .map(|e| e.2)
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// Whether this is a block-quantized type (block size above 1).
@@ -221,12 +247,16 @@ pub fn dequantize_into(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()
         GgmlType::Q4_0 => q4_0::dequantize_into(bytes, out)?,
         GgmlType::Q4_1 => q4_1::dequantize_into(bytes, out)?,
         GgmlType::Q8_0 => q8_0::dequantize_into(bytes, out)?,
+        GgmlType::Q4_K => q4_k::dequantize_into(bytes, out)?,
+        GgmlType::Q5_K => q5_k::dequantize_into(bytes, out)?,
+        GgmlType::Q6_K => q6_k::dequantize_into(bytes, out)?,
         _ => return Err(Error::Invalid(format!("tensor type {ty} is not supported yet"))),
     }
     Ok(())
 }
 
-/// Quantize (or convert) f32 values to type `ty`; quantized types need a whole number of 32-element blocks.
+/// Quantize (or convert) f32 values to type `ty`; quantized types need a whole number of blocks (32 elements, or
+/// 256 for k-quants).
 pub fn quantize(ty: GgmlType, x: &[f32]) -> Result<Vec<u8>> {
     match ty {
         GgmlType::F32 => Ok(x.iter().flat_map(|v| v.to_le_bytes()).collect()),
@@ -235,6 +265,9 @@ pub fn quantize(ty: GgmlType, x: &[f32]) -> Result<Vec<u8>> {
         GgmlType::Q4_0 => q4_0::quantize(x),
         GgmlType::Q4_1 => q4_1::quantize(x),
         GgmlType::Q8_0 => q8_0::quantize(x),
+        GgmlType::Q4_K => q4_k::quantize(x),
+        GgmlType::Q5_K => q5_k::quantize(x),
+        GgmlType::Q6_K => q6_k::quantize(x),
         _ => Err(Error::Invalid(format!("quantizing to {ty} is not supported yet"))),
     }
 }

@@ -1,11 +1,20 @@
-//! GPU layouts of block-quantized weights (Q4_0, Q4_1, Q8_0): raw GGUF blocks of a `[N, K]` tensor are repacked once
-//! at load into the layout the adapter's kernels read, and uploaded as `u32` words split into row parts that each
-//! fit one storage binding. Weights stay quantized on the device; `matmul_q` and `embedding_q` dequantize in
-//! registers.
+//! GPU layouts of block-quantized weights (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K): raw GGUF blocks of a `[N, K]` tensor
+//! are repacked once at load into the layout the adapter's kernels read, and uploaded as `u32` words split into row
+//! parts that each fit one storage binding. Weights stay quantized on the device; `matmul_q` and `embedding_q`
+//! dequantize in registers.
+//!
+//! The kernels read 32-weight blocks of 4- or 8-bit quants with one or two f16 constants. k-quant super-blocks are
+//! first converted to such blocks ([`blocks32`]): Q4_K to Q4_1 blocks, Q5_K to 8-bit blocks with a min, Q6_K to
+//! 8-bit blocks with two scales (one per half of 16 weights); see their modules. The per-block constants are the
+//! super-block factor times the sub-block code, rounded once to f16 (relative error at most 2^-11); the quants are
+//! unchanged. Q4_K stays 4-bit (20 bytes per 32 weights vs 18 in the file), Q5_K and Q6_K become 8-bit (36 bytes
+//! vs 22 and 26.25).
 //!
 //! Both layouts keep ggml's nibble order inside a 32-weight block: quant word `i` (0..4 for Q4, 0..8 for Q8) of a
 //! block is bytes `4i..4i+4` of its `qs`. For Q4 word `i` holds weights `4i..4i+4` in the low nibbles of its bytes
 //! and weights `16+4i..16+4i+4` in the high nibbles; for Q8 it holds weights `4i..4i+4` as i8.
+//! The second constant of a block (where there is one) is a min added to every weight (Q4_1, Q4_K, Q5_K) or the
+//! scale of words 4..8 (Q6_K: the first scale applies to words 0..4); it is stored where Q4_1 stores its min.
 //!
 //! * [`Layout::Tiled`] (CPU adapters such as lavapipe; LAVAPIPE.md §4, "chunk-tiled"): rows come in tiles of
 //!   [`TILE`] = 32 (8 SIMD lanes x 4 outputs; N is padded with zero rows). Quants are `vec4<u32>` at index
@@ -13,14 +22,16 @@
 //!   (G = K/32 blocks per row, WB = words per block): the 8 lanes of a chunk read 128 contiguous bytes and the next
 //!   word (then the next block) continues right after. Scales use the same tiling per block: at
 //!   `(tile * G + g) * 8 + lane` a `vec2<u32>` of the 4 rows' `d` as f16 pairs (row `4 lane + 2h` in the low half of
-//!   word `h`), or for Q4_1 a `vec4<u32>` (d01, d23, m01, m23). There is no `mins` buffer.
+//!   word `h`), or with a second constant a `vec4<u32>` (d01, d23, m01, m23). There is no `mins` buffer.
 //! * [`Layout::Rows`] (GPUs): quants row-major, `[N, G * WB]` words (a row's blocks in order, coalesced along K);
-//!   scales `[N, ceil(G/2)]` words of f16 pairs (block `2w` in the low half of word `w`); Q4_1 mins likewise.
+//!   scales `[N, ceil(G/2)]` words of f16 pairs (block `2w` in the low half of word `w`); second constants (mins,
+//!   Q6_K's second scales) likewise in a `mins` buffer.
 
-use super::GgmlType;
+use super::{q4_1, q4_k, q5_k, q6_k, GgmlType};
 use crate::error::{Error, Result};
 use crate::gpu::tensor::{Part, USAGE};
 use crate::gpu::{DType, Gpu, GpuTensor};
+use std::borrow::Cow;
 use std::sync::Arc;
 use wgpu::util::DeviceExt;
 
@@ -60,29 +71,60 @@ impl Layout {
     }
 }
 
-/// The block formats the kernels read, with their block geometry.
+/// The packable GGUF types, in the order tests and variant lists use.
+pub const PACKABLE: [GgmlType; 6] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+/// A packable GGUF type with the geometry of the 32-weight blocks the kernels read for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Format {
     pub ty: GgmlType,
 }
 
 impl Format {
-    /// Q4_0, Q4_1 or Q8_0; anything else is an error.
+    /// One of [`PACKABLE`]; anything else is an error.
     pub fn new(ty: GgmlType) -> Result<Format> {
-        match ty {
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => Ok(Format { ty }),
-            _ => Err(Error::Invalid(format!(
-                "{ty} weights cannot be packed for matmul_q (Q4_0, Q4_1, Q8_0 only)"
-            ))),
+        if PACKABLE.contains(&ty) {
+            return Ok(Format { ty });
         }
+        Err(Error::Invalid(format!(
+            "{ty} weights cannot be packed for matmul_q (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K only)"
+        )))
     }
-    /// 8-bit quants.
+    /// 8-bit quants (Q8_0, and the repacked Q5_K and Q6_K).
     pub fn q8(self) -> bool {
-        self.ty == GgmlType::Q8_0
+        matches!(self.ty, GgmlType::Q8_0 | GgmlType::Q5_K | GgmlType::Q6_K)
     }
-    /// A per-block minimum (Q4_1).
+    /// A per-block minimum, added to every weight (Q4_1, Q4_K, Q5_K).
     pub fn has_min(self) -> bool {
-        self.ty == GgmlType::Q4_1
+        matches!(self.ty, GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q5_K)
+    }
+    /// A second scale for weights 16..32 of a block, i.e. quant words 4..8 (Q6_K).
+    pub fn split_scale(self) -> bool {
+        self.ty == GgmlType::Q6_K
+    }
+    /// Two f16 constants per block (a min or a second scale), stored alike.
+    pub fn pair(self) -> bool {
+        self.has_min() || self.split_scale()
+    }
+    /// Whether the kernels need the sum of x over a block: Q4_0's offset and the mins are folded out with it.
+    pub fn needs_x_sum(self) -> bool {
+        !self.q8() || self.has_min()
+    }
+    /// The shader flags of this format: `Q8`, `MIN`, `S16` (second scale), `PAIR` (two constants per block) and
+    /// `XSUM` (block sums of x).
+    pub fn shader_flags(self, key: crate::gpu::ShaderKey) -> crate::gpu::ShaderKey {
+        key.flag("Q8", self.q8())
+            .flag("MIN", self.has_min())
+            .flag("S16", self.split_scale())
+            .flag("PAIR", self.pair())
+            .flag("XSUM", self.needs_x_sum())
     }
     /// Quant words per block (4 for Q4, 8 for Q8).
     pub fn words_per_block(self) -> usize {
@@ -92,12 +134,14 @@ impl Format {
             4
         }
     }
+    /// Bytes of one 32-weight block the kernels read (the GGUF block for Q4_0, Q4_1 and Q8_0; the repacked one for
+    /// k-quants).
     pub fn block_bytes(self) -> usize {
-        self.ty.type_size()
+        2 + 2 * usize::from(self.pair()) + 4 * self.words_per_block()
     }
     /// Byte offset of `qs` in a block.
     fn qs_offset(self) -> usize {
-        if self.has_min() {
+        if self.pair() {
             4
         } else {
             2
@@ -105,19 +149,46 @@ impl Format {
     }
 }
 
+/// The 32-weight blocks the kernels read, from raw GGUF data of a packable type: the data itself for Q4_0, Q4_1 and
+/// Q8_0; k-quant super-blocks repacked (an error when a block constant does not fit an f16).
+pub fn blocks32(ty: GgmlType, raw: &[u8]) -> Result<Cow<'_, [u8]>> {
+    Format::new(ty)?;
+    Ok(match ty {
+        GgmlType::Q4_K => Cow::Owned(q4_k::to_q4_1(raw)?),
+        GgmlType::Q5_K => Cow::Owned(q5_k::to_blocks32(raw)?),
+        GgmlType::Q6_K => Cow::Owned(q6_k::to_blocks32(raw)?),
+        _ => Cow::Borrowed(raw),
+    })
+}
+
+/// The weights the kernels compute from raw GGUF data of a packable type: the CPU dequantization of [`blocks32`].
+/// For Q4_0, Q4_1 and Q8_0 this is [`super::dequantize`]; for k-quants it differs from it only by the f16 rounding
+/// of the block constants.
+pub fn dequantize_packed(ty: GgmlType, raw: &[u8]) -> Result<Vec<f32>> {
+    let blocks = blocks32(ty, raw)?;
+    let mut out = vec![0f32; blocks.len() / Format::new(ty)?.block_bytes() * QK];
+    match ty {
+        GgmlType::Q4_K => q4_1::dequantize_into(&blocks, &mut out)?,
+        GgmlType::Q5_K => q5_k::dequantize_blocks32(&blocks, &mut out)?,
+        GgmlType::Q6_K => q6_k::dequantize_blocks32(&blocks, &mut out)?,
+        _ => super::dequantize_into(ty, &blocks, &mut out)?,
+    }
+    Ok(out)
+}
+
 /// Words of each buffer for `rows` rows (a multiple of the layout's granule) of a `K = 32 g` matrix.
 fn words(format: Format, layout: Layout, rows: usize, g: usize) -> (usize, usize, usize) {
     let q = rows * g * format.words_per_block();
     match layout {
-        Layout::Tiled => (q, rows / 4 * g * if format.has_min() { 4 } else { 2 }, 0),
+        Layout::Tiled => (q, rows / 4 * g * if format.pair() { 4 } else { 2 }, 0),
         Layout::Rows => {
             let s = rows * g.div_ceil(2);
-            (q, s, if format.has_min() { s } else { 0 })
+            (q, s, if format.pair() { s } else { 0 })
         }
     }
 }
 
-/// Host copy of one part: words of each buffer (mins empty unless Q4_1 in the rows layout).
+/// Host copy of one part: words of each buffer (mins empty unless two constants per block in the rows layout).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HostPart {
     /// First output row and row count (padded rows of the tiled layout excluded).
@@ -128,18 +199,19 @@ pub struct HostPart {
     pub mins: Vec<u32>,
 }
 
-/// Checks that `raw` holds `n` rows of `k` weights of `format`, returns `G = k / 32`.
+/// Checks that `raw` holds `n` rows of `k` weights of `format` in GGUF blocks, returns `G = k / 32`.
 pub fn check_raw(format: Format, n: usize, k: usize, raw: &[u8]) -> Result<usize> {
-    if n == 0 || k == 0 || !k.is_multiple_of(QK) {
+    let bs = format.ty.block_size();
+    if n == 0 || k == 0 || !k.is_multiple_of(bs) {
         return Err(Error::shape(
             "pack",
             format!(
-                "{} weights [{n}, {k}]: N must be positive and K a positive multiple of 32",
+                "{} weights [{n}, {k}]: N must be positive and K a positive multiple of {bs}",
                 format.ty
             ),
         ));
     }
-    let want = (n as u128) * (k / QK) as u128 * format.block_bytes() as u128;
+    let want = (n as u128) * (k / bs) as u128 * format.ty.type_size() as u128;
     if raw.len() as u128 != want {
         return Err(Error::shape(
             "pack",
@@ -178,7 +250,8 @@ fn half(b: &[u8], at: usize) -> u32 {
     u16::from_le_bytes([b[at], b[at + 1]]) as u32
 }
 
-/// Repack rows `row0..row0 + rows` of the raw `[n, k]` tensor (rows past `n` are zero padding).
+/// Repack rows `row0..row0 + rows` of the `[n, k]` tensor in 32-weight blocks `raw` (rows past `n` are zero
+/// padding).
 fn pack_part(format: Format, layout: Layout, n: usize, k: usize, raw: &[u8], row0: usize, rows: usize) -> HostPart {
     let g = k / QK;
     let (bb, wb, qs) = (format.block_bytes(), format.words_per_block(), format.qs_offset());
@@ -197,7 +270,7 @@ fn pack_part(format: Format, layout: Layout, n: usize, k: usize, raw: &[u8], row
     };
     match layout {
         Layout::Tiled => {
-            let per_s = if format.has_min() { 4 } else { 2 };
+            let per_s = if format.pair() { 4 } else { 2 };
             for tile in 0..padded / TILE {
                 for b in 0..g {
                     for lane in 0..LANES {
@@ -211,7 +284,7 @@ fn pack_part(format: Format, layout: Layout, n: usize, k: usize, raw: &[u8], row
                             let s = ((tile * g + b) * LANES + lane) * per_s;
                             let shift = 16 * (j % 2);
                             part.scales[s + j / 2] |= half(blk, 0) << shift;
-                            if format.has_min() {
+                            if format.pair() {
                                 part.scales[s + 2 + j / 2] |= half(blk, 2) << shift;
                             }
                         }
@@ -229,7 +302,7 @@ fn pack_part(format: Format, layout: Layout, n: usize, k: usize, raw: &[u8], row
                     }
                     let shift = 16 * (b % 2);
                     part.scales[r * sw + b / 2] |= half(blk, 0) << shift;
-                    if format.has_min() {
+                    if format.pair() {
                         part.mins[r * sw + b / 2] |= half(blk, 2) << shift;
                     }
                 }
@@ -244,13 +317,15 @@ pub fn pack(ty: GgmlType, layout: Layout, n: usize, k: usize, raw: &[u8], max_bi
     let format = Format::new(ty)?;
     check_raw(format, n, k, raw)?;
     let per = rows_per_part(format, layout, n, k, max_binding)?;
+    let blocks = blocks32(ty, raw)?;
     Ok((0..n)
         .step_by(per)
-        .map(|row0| pack_part(format, layout, n, k, raw, row0, per.min(n - row0)))
+        .map(|row0| pack_part(format, layout, n, k, &blocks, row0, per.min(n - row0)))
         .collect())
 }
 
-/// Inverse of [`pack`]: the raw GGUF bytes of the `[n, k]` tensor the parts were packed from (for tests and tools).
+/// Inverse of [`pack`]: the 32-weight blocks of the `[n, k]` tensor the parts were packed from ([`blocks32`] of
+/// the raw GGUF bytes; those bytes themselves for Q4_0, Q4_1 and Q8_0). For tests and tools.
 pub fn unpack(ty: GgmlType, layout: Layout, n: usize, k: usize, parts: &[HostPart]) -> Result<Vec<u8>> {
     let format = Format::new(ty)?;
     let g = k / QK;
@@ -272,10 +347,10 @@ pub fn unpack(ty: GgmlType, layout: Layout, n: usize, k: usize, parts: &[HostPar
                 let (d, m, q): (u32, u32, Vec<u32>) = match layout {
                     Layout::Tiled => {
                         let (tile, lane, j) = (r / TILE, r % TILE / 4, r % 4);
-                        let per_s = if format.has_min() { 4 } else { 2 };
+                        let per_s = if format.pair() { 4 } else { 2 };
                         let s = ((tile * g + b) * LANES + lane) * per_s;
                         let shift = 16 * (j % 2);
-                        let m = if format.has_min() {
+                        let m = if format.pair() {
                             p.scales[s + 2 + j / 2] >> shift
                         } else {
                             0
@@ -287,7 +362,7 @@ pub fn unpack(ty: GgmlType, layout: Layout, n: usize, k: usize, parts: &[HostPar
                     }
                     Layout::Rows => {
                         let (w, shift) = (r * g.div_ceil(2) + b / 2, 16 * (b % 2));
-                        let m = if format.has_min() { p.mins[w] >> shift } else { 0 };
+                        let m = if format.pair() { p.mins[w] >> shift } else { 0 };
                         (
                             p.scales[w] >> shift,
                             m,
@@ -296,7 +371,7 @@ pub fn unpack(ty: GgmlType, layout: Layout, n: usize, k: usize, parts: &[HostPar
                     }
                 };
                 blk[0..2].copy_from_slice(&(d as u16).to_le_bytes());
-                if format.has_min() {
+                if format.pair() {
                     blk[2..4].copy_from_slice(&(m as u16).to_le_bytes());
                 }
                 for (i, w) in q.iter().enumerate() {
@@ -317,14 +392,15 @@ pub struct PackedWeight {
     pub name: String,
     pub format: Format,
     pub layout: Layout,
-    /// Output rows (N) and reduction length (K, a multiple of 32).
+    /// Output rows (N) and reduction length (K, a multiple of 32; of 256 for k-quants).
     pub n: usize,
     pub k: usize,
     /// Quant words (see the module doc for the two layouts).
     pub quants: GpuTensor,
-    /// f16 pairs of per-block scales (and mins, in the tiled layout of Q4_1).
+    /// f16 pairs of per-block scales (and second constants, in the tiled layout of two-constant formats).
     pub scales: GpuTensor,
-    /// f16 pairs of per-block minimums: Q4_1 in the rows layout only.
+    /// f16 pairs of per-block second constants (mins, or Q6_K's second scales): the rows layout of two-constant
+    /// formats only.
     pub mins: Option<GpuTensor>,
 }
 
@@ -376,7 +452,7 @@ impl PackedWeight {
         let pick = |f: fn(&HostPart) -> &[u32]| parts.iter().map(|p| (p.row0, p.rows, f(p))).collect::<Vec<_>>();
         let quants = upload_words(gpu, &format!("{name}.quants"), &pick(|p| &p.quants));
         let scales = upload_words(gpu, &format!("{name}.scales"), &pick(|p| &p.scales));
-        let mins = (layout == Layout::Rows && format.has_min())
+        let mins = (layout == Layout::Rows && format.pair())
             .then(|| upload_words(gpu, &format!("{name}.mins"), &pick(|p| &p.mins)));
         gpu.check("PackedWeight::upload")?;
         Ok(PackedWeight {
@@ -419,11 +495,13 @@ mod tests {
 
     #[test]
     fn pack_unpack_round_trips_every_format_layout_and_split() {
-        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        for ty in PACKABLE {
+            let kq = if ty.block_size() == 256 { 8 } else { 1 };
             for layout in [Layout::Tiled, Layout::Rows] {
                 for (n, k) in [(1, 32), (7, 64), (33, 96), (100, 32)] {
+                    let k = k * kq;
                     let r = raw(ty, n, k, 7);
-                    for max in [1 << 30, 4096] {
+                    for max in [1 << 30, 4096 * kq as u64] {
                         let parts = pack(ty, layout, n, k, &r, max).unwrap();
                         assert_eq!(parts.iter().map(|p| p.rows).sum::<usize>(), n);
                         for p in &parts {
@@ -435,7 +513,7 @@ mod tests {
                         }
                         assert_eq!(
                             unpack(ty, layout, n, k, &parts).unwrap(),
-                            r,
+                            blocks32(ty, &r).unwrap().as_ref(),
                             "{ty} {layout:?} {n}x{k} {max}"
                         );
                     }
@@ -463,5 +541,37 @@ mod tests {
         assert!(pack(GgmlType::Q8_0, Layout::Rows, 2, 64, &r[1..], 1 << 20).is_err());
         assert!(pack(GgmlType::F16, Layout::Rows, 2, 64, &r, 1 << 20).is_err());
         assert!(pack(GgmlType::Q8_0, Layout::Tiled, 2, 64, &r, 64).is_err());
+        // k-quants: K a multiple of 256, whole super-blocks.
+        let r = raw(GgmlType::Q4_K, 2, 512, 0);
+        assert!(pack(GgmlType::Q4_K, Layout::Rows, 2, 512, &r, 1 << 20).is_ok());
+        assert!(pack(GgmlType::Q4_K, Layout::Rows, 4, 256, &r, 1 << 20).is_ok());
+        assert!(
+            pack(GgmlType::Q4_K, Layout::Rows, 1, 288, &r[..162], 1 << 20).is_err(),
+            "K = 288 = 9 x 32"
+        );
+        assert!(pack(GgmlType::Q4_K, Layout::Rows, 2, 512, &r[..500], 1 << 20).is_err());
+        assert!(pack(GgmlType::Q6_K, Layout::Rows, 2, 512, &r, 1 << 20).is_err());
+    }
+
+    #[test]
+    fn k_quant_blocks_keep_the_quants_and_round_the_constants_once() {
+        // One Q6_K row of 512: block 9 (weights 288..320) is sub-blocks 18, 19 of super-block 1.
+        let r = raw(GgmlType::Q6_K, 1, 512, 3);
+        let b = blocks32(GgmlType::Q6_K, &r).unwrap();
+        let want = crate::quant::dequantize(GgmlType::Q6_K, &r).unwrap();
+        let got = dequantize_packed(GgmlType::Q6_K, &r).unwrap();
+        let sb = &r[q6_k::BLOCK_BYTES..];
+        let d = crate::quant::f16_to_f32(u16::from_le_bytes([sb[208], sb[209]]));
+        for (j, half) in [(0, 2usize), (16, 3)] {
+            let sc = sb[192 + half] as i8 as f32;
+            let h = u16::from_le_bytes([b[9 * 36 + 2 * (j / 16)], b[9 * 36 + 2 * (j / 16) + 1]]);
+            assert_eq!(h, crate::quant::f32_to_f16(d * sc), "block 9 scale {j}");
+        }
+        for (w, (a, e)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (a - e).abs() <= e.abs() * 2f32.powi(-11) * 1.0001,
+                "weight {w}: {a} vs {e}"
+            );
+        }
     }
 }

@@ -1,22 +1,26 @@
-//! embedding_q vs the CPU dequantization (`quant::dequantize`) of the very bytes that were packed: Q4_0, Q4_1, Q8_0
-//! in both layouts, ids at 0 and N-1, repeated ids, an id >= N (a zero row), tables split into row parts, and a tied
-//! embedding / LM head reading one packed copy in one graph.
+//! embedding_q vs the CPU dequantization of the very blocks that were packed (`pack::dequantize_packed`: k-quants
+//! as the 32-weight blocks they are repacked into): Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K in both layouts, ids at 0
+//! and N-1, repeated ids, an id >= N (a zero row), tables split into row parts, and a tied embedding / LM head
+//! reading one packed copy in one graph. k-quants need K a multiple of 256: each K is rounded up to one for them.
 //!
-//! Metric: Q4_0 and Q8_0 exact bits (one rounding of `d * (q - 8)` or `d * q` on both sides; the f16 constants are
-//! decoded exactly). Q4_1 `d * q + m`: the GPU compiler may fuse it into one FMA where the CPU rounds twice, so the
-//! bound is rel+abs with atol 2^-23 (at least 2 ulp of the product d * q <= 15 * 2^-4, since |d q| < 1) and rtol 0;
-//! a wrong nibble, scale or row is off by at least d >= 2^-5.
+//! Metric: Q4_0, Q8_0 and Q6_K exact bits (one rounding of `d * (q - 8)` or `d * q` on both sides; the f16 constants
+//! are decoded exactly). Formats with a min, `d * q + m`: the GPU compiler may fuse it into one FMA where the CPU
+//! rounds twice, so the bound is rel+abs with rtol 0 and atol 2^-23 for Q4_1 (at least 2 ulp of the product
+//! d * q <= 15 * 2^-4 < 1); for k-quants 2 ulp of the largest result, d q + |m| < 2 + 2^-2 for Q4_K (d q <=
+//! 15 * 63 * 2^-9), < 4 + 2^-2 for Q5_K (31 * 63 * 2^-9): 2^-21 and 2^-20;
+//! a wrong nibble, scale or row is off by at least d >= 2^-5 (k-quants: by a sub-block scale, 2^-10 or more unless
+//! its 6-bit code is 0, and most of the 256 codes of a row are not).
 
 use crate::common::{exact, rel_abs, Case, Check, Rng};
-use crate::matmul_q::random_blocks;
+use crate::matmul_q::{gpu_split, k_quant, random_blocks};
 use shaderlm::gpu::{DType, Gpu, GpuOptions};
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::{embedding_q, matmul_q, StepVars};
-use shaderlm::quant::pack::{Layout, PackedWeight};
-use shaderlm::quant::{dequantize, GgmlType};
+use shaderlm::quant::pack::{dequantize_packed, Format, Layout, PackedWeight, PACKABLE};
+use shaderlm::quant::GgmlType;
 use std::sync::OnceLock;
 
-const FORMATS: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
+const FORMATS: [GgmlType; 6] = PACKABLE;
 const LAYOUTS: [Layout; 2] = [Layout::Tiled, Layout::Rows];
 
 /// A device whose storage bindings are capped at 4 KiB.
@@ -32,8 +36,14 @@ fn gpu_small_bindings() -> &'static Gpu {
 }
 
 fn compare(ty: GgmlType, got: &[f32], want: &[f32]) -> Check {
-    if ty == GgmlType::Q4_1 {
-        return rel_abs(got, want, 0.0, 1.0 / (1 << 23) as f64);
+    let atol = match ty {
+        GgmlType::Q4_1 => Some(23),
+        GgmlType::Q4_K => Some(21),
+        GgmlType::Q5_K => Some(20),
+        _ => None,
+    };
+    if let Some(e) = atol {
+        return rel_abs(got, want, 0.0, 1.0 / (1u64 << e) as f64);
     }
     let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
     exact(&bits(got), &bits(want))
@@ -49,6 +59,7 @@ fn check(
     ids: &[u32],
     min_parts: usize,
 ) -> shaderlm::Result<Check> {
+    let k = k.next_multiple_of(ty.block_size());
     let raw = random_blocks(ty, n, k, (n * 31 + k) as u64);
     let w = PackedWeight::upload_with(gpu, "table", ty, layout, n, k, &raw)?;
     if w.parts().len() < min_parts {
@@ -64,7 +75,7 @@ fn check(
     let mut plan = Plan::new(gpu, g)?;
     plan.write_input(gpu, ti, bytemuck::cast_slice(ids))?;
     plan.run(gpu, &StepVars::default())?;
-    let table = dequantize(ty, &raw)?;
+    let table = dequantize_packed(ty, &raw)?;
     Ok(compare(ty, &plan.read_f32(y)?, &embedding_q::reference(ids, &table, k)))
 }
 
@@ -90,8 +101,9 @@ pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
     // (n, k, m): one row of one block; a 7-row table (less than a tile) gathered 5 times; 129 rows (a tile
     // remainder); SmolLM2's width with a tail tile (1000 rows).
-    for (n, k, m) in [(1, 32, 1), (7, 32, 5), (129, 64, 9), (1000, 576, 17)] {
+    for (n, k, m) in [(1, 32usize, 1), (7, 32, 5), (129, 64, 9), (1000, 576, 17)] {
         for ty in FORMATS {
+            let k = k.next_multiple_of(ty.block_size());
             for layout in LAYOUTS {
                 v.push(Case::new(
                     "embedding_q",
@@ -112,14 +124,16 @@ pub fn cases() -> Vec<Case> {
         }
     }
     // Split tables (4 KiB bindings): ids on both sides of every part edge. Q4 [1000, 32]: 16 B of quants a row,
-    // parts of 256 rows (8 tiles), 4 parts; Q8 [300, 32]: 32 B a row, 128 rows a part, 3 parts.
+    // parts of 256 rows (8 tiles), 4 parts; Q8 [300, 32]: 32 B a row, 128 rows a part, 3 parts. k-quants (K = 256,
+    // 8x the bytes a row) on 32 KiB bindings (8x too): the same parts (Q4_K packs as Q4, Q5_K and Q6_K as Q8).
     for ty in FORMATS {
         for layout in LAYOUTS {
-            let (n, k, per): (usize, usize, usize) = if ty == GgmlType::Q8_0 {
+            let (n, k, per): (usize, usize, usize) = if Format::new(ty).is_ok_and(|f| f.q8()) {
                 (300, 32, 128)
             } else {
                 (1000, 32, 256)
             };
+            let on: fn() -> &'static Gpu = if k_quant(ty) { gpu_split } else { gpu_small_bindings };
             let parts = n.div_ceil(per);
             v.push(Case::new(
                 "embedding_q",
@@ -129,7 +143,7 @@ pub fn cases() -> Vec<Case> {
                         .flat_map(|p| [(p * per - 1) as u32, (p * per) as u32])
                         .collect();
                     edge.extend([0, n as u32 - 1, n as u32, 5]);
-                    check(gpu_small_bindings(), ty, layout, n, k, &edge, parts)
+                    check(on(), ty, layout, n, k, &edge, parts)
                 },
             ));
         }
@@ -142,7 +156,7 @@ pub fn cases() -> Vec<Case> {
                 "embedding_q",
                 format!("tied_lm_head_{}", name(ty, layout)),
                 move |gpu| {
-                    let (n, k) = (300, 96);
+                    let (n, k) = (300, 96usize.next_multiple_of(ty.block_size()));
                     let raw = random_blocks(ty, n, k, 77);
                     let w = PackedWeight::upload_with(gpu, "tok", ty, layout, n, k, &raw)?;
                     let tok = ids(3, n);
@@ -154,7 +168,7 @@ pub fn cases() -> Vec<Case> {
                     let mut plan = Plan::new(gpu, g)?;
                     plan.write_input(gpu, ti, bytemuck::cast_slice(&tok))?;
                     plan.run(gpu, &StepVars::default())?;
-                    let table = dequantize(ty, &raw)?;
+                    let table = dequantize_packed(ty, &raw)?;
                     let x = embedding_q::reference(&tok, &table, k);
                     let want = matmul_q::reference(&x, &table, None, 3, k, n);
                     Ok(crate::common::nmse(&plan.read_f32(logits)?, &want, 1e-9))

@@ -10,6 +10,7 @@ mod attention_decode;
 mod attention_prefill;
 mod embedding;
 mod embedding_q;
+mod gather_cols;
 mod kv_write;
 mod matmul;
 mod matmul_q;
@@ -38,6 +39,7 @@ fn all_cases() -> Vec<Case> {
     v.extend(kv_write::cases());
     v.extend(matmul_q::cases());
     v.extend(embedding_q::cases());
+    v.extend(gather_cols::cases());
     v
 }
 

@@ -1,32 +1,36 @@
-//! matmul_q vs a CPU reference: f64 accumulation over the CPU dequantization (`quant::dequantize`) of the very bytes
-//! that were packed, so the test measures the kernel, not the quantization. Formats Q4_0, Q4_1, Q8_0; both layouts
-//! (tiled and rows, each run on this adapter); GEMV and GEMM; bias; W split into row parts; the fallback device.
+//! matmul_q vs a CPU reference: f64 accumulation over the CPU dequantization of the very blocks that were packed
+//! (`pack::dequantize_packed`: for k-quants the 32-weight blocks they are repacked into, whose constants are
+//! rounded to f16), so the test measures the kernel, not the quantization. Formats Q4_0, Q4_1, Q8_0, Q4_K, Q5_K,
+//! Q6_K; both layouts (tiled and rows, each run on this adapter); GEMV and GEMM; bias; W split into row parts; the
+//! fallback device. k-quants need K a multiple of 256, so each grid K is rounded up to one for them.
 //!
 //! Weights are random raw blocks (every nibble / byte pattern, -128 included; f16 scales of 2^-5..2^-4, Q4_1 mins
-//! of either sign), x uniform in [-1, 1].
+//! of either sign; k-quants: every 6-bit or i8 sub-block code, super-block factors that make sub-block scales up
+//! to about 2^-3 and mins up to 2^-2), x uniform in [-1, 1].
 //!
 //! Metric: NMSE, bound 1e-9. Why: the kernels sum in f32 in another order than the f64 reference. Per block they
 //! form `s = sum q x` with q up to 15 (Q8: |q| <= 128), then fold the Q4_0 offset as `d (s - 8 sum x)` (Q4_1:
-//! `d s + m sum x`), which cancels: |s| is about 2x the folded sum (Q4_0), so the rounding of s weighs about 4x in
-//! squared error. With per-step error eps = 2^-24 on running sums of L terms growing like sqrt(j), the NMSE is about
-//! eps^2 L^2 / (2K) <= eps^2 K / 2 for one chain over all of K; with K = 4096 and the 4x fold that is 2.9e-11. The
-//! bound leaves 30x margin, while one wrong nibble order, scale, block or row offset gives 1e-3 or more.
+//! `d s + m sum x`; Q6_K sums each half of a block apart), which cancels: |s| is about 2x the folded sum (Q4_0), so
+//! the rounding of s weighs about 4x in squared error. With per-step error eps = 2^-24 on running sums of L terms
+//! growing like sqrt(j), the NMSE is about eps^2 L^2 / (2K) <= eps^2 K / 2 for one chain over all of K; with
+//! K = 4096 and the 4x fold that is 2.9e-11. The bound leaves 30x margin, while one wrong nibble order, scale, block
+//! or row offset gives 1e-3 or more (k-quant cases measure 1e-14..1e-11).
 
 use crate::common::{exact, gpu_fallback, nmse, Case, Check, Rng};
 use shaderlm::gpu::{DType, Gpu, GpuOptions, GpuTensor};
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::matmul_q::{self, QPath};
 use shaderlm::ops::StepVars;
-use shaderlm::quant::pack::{Layout, PackedWeight};
-use shaderlm::quant::{dequantize, GgmlType};
+use shaderlm::quant::pack::{dequantize_packed, Format, Layout, PackedWeight, PACKABLE};
+use shaderlm::quant::GgmlType;
 use std::sync::OnceLock;
 
 const BOUND: f64 = 1e-9;
 
-const FORMATS: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
+const FORMATS: [GgmlType; 6] = PACKABLE;
 
 /// A device whose storage bindings are capped at 32 KiB, so small weights split into several row parts.
-fn gpu_split() -> &'static Gpu {
+pub fn gpu_split() -> &'static Gpu {
     static GPU: OnceLock<Gpu> = OnceLock::new();
     GPU.get_or_init(|| {
         let opts = GpuOptions {
@@ -38,22 +42,39 @@ fn gpu_split() -> &'static Gpu {
 }
 
 /// Random raw GGUF blocks of a [n, k] tensor: all quant patterns, f16 scales in [2^-5, 2^-4), signed mins.
+/// k-quants: all sub-block codes; Q4_K / Q5_K `d` in [2^-10, 2^-9) (sub-block scales up to 63 d < 2^-3) and `dmin`
+/// of either sign below 2^-8 (mins up to 2^-2); Q6_K `d` in [2^-11, 2^-10) (|scale| up to 128 d < 2^-3).
 pub fn random_blocks(ty: GgmlType, n: usize, k: usize, seed: u64) -> Vec<u8> {
     let mut rng = Rng::new(seed);
     let bb = ty.type_size();
-    let mut raw = vec![0u8; n * k / 32 * bb];
+    let mut raw = vec![0u8; n * k / ty.block_size() * bb];
+    let f16_at = |blk: &mut [u8], at: usize, v: f32| {
+        blk[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes());
+    };
     for blk in raw.chunks_exact_mut(bb) {
         for b in blk.iter_mut() {
             *b = rng.below(256) as u8;
         }
-        let d = half::f16::from_f32((1.0 + rng.f32().abs()) / 32.0);
-        blk[0..2].copy_from_slice(&d.to_bits().to_le_bytes());
-        if ty == GgmlType::Q4_1 {
-            let m = half::f16::from_f32(rng.f32() * 0.25);
-            blk[2..4].copy_from_slice(&m.to_bits().to_le_bytes());
+        match ty {
+            GgmlType::Q4_K | GgmlType::Q5_K => {
+                f16_at(blk, 0, (1.0 + rng.f32().abs()) / 1024.0);
+                f16_at(blk, 2, rng.f32() / 256.0);
+            }
+            GgmlType::Q6_K => f16_at(blk, 208, (1.0 + rng.f32().abs()) / 2048.0),
+            _ => {
+                f16_at(blk, 0, (1.0 + rng.f32().abs()) / 32.0);
+                if ty == GgmlType::Q4_1 {
+                    f16_at(blk, 2, rng.f32() * 0.25);
+                }
+            }
         }
     }
     raw
+}
+
+/// Whether `ty` is a k-quant (256-weight super-blocks).
+pub fn k_quant(ty: GgmlType) -> bool {
+    ty.block_size() == 256
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -102,7 +123,7 @@ fn run(gpu: &Gpu, s: Shape) -> shaderlm::Result<(Check, usize)> {
     plan.write_input(gpu, tx, bytemuck::cast_slice(&x))?;
     plan.run(gpu, &StepVars::default())?;
     let got = plan.read_f32(y)?;
-    let wf = dequantize(s.ty, &raw)?;
+    let wf = dequantize_packed(s.ty, &raw)?;
     let want = matmul_q::reference(&x, &wf, s.bias.then_some(b.as_slice()), m, k, n);
     Ok((nmse(&got, &want, BOUND), w.parts().len()))
 }
@@ -121,13 +142,13 @@ fn fallback_gpu() -> Option<&'static Gpu> {
     Some(gpu_fallback())
 }
 
-/// A shape (positional, to keep the case tables short).
+/// A shape (positional, to keep the case tables short); K rounded up to whole blocks of `ty` (256 for k-quants).
 fn shape(ty: GgmlType, layout: Layout, (m, k, n): (usize, usize, usize), bias: bool, path: QPath) -> Shape {
     Shape {
         ty,
         layout,
         m,
-        k,
+        k: k.next_multiple_of(ty.block_size()),
         n,
         bias,
         path,
@@ -153,7 +174,7 @@ pub fn cases() -> Vec<Case> {
     for (i, &(k, n)) in gemv.iter().enumerate() {
         for (f, ty) in FORMATS.into_iter().enumerate() {
             for layout in layouts {
-                let bias = (i + f) % 2 == 0;
+                let bias = (i + f).is_multiple_of(2);
                 v.push(case("", shape(ty, layout, (1, k, n), bias, QPath::Auto), default_gpu));
             }
         }
@@ -206,9 +227,10 @@ pub fn cases() -> Vec<Case> {
     // W split into row parts (32 KiB bindings): one dispatch per part, the last one shorter. Tiled parts are whole
     // 32-row tiles: Q4 K=1024 (16 KiB per tile) 2 tiles a part, [1000, 1024] in 16 parts; Q8 [300, 256] 4 tiles a
     // part, 3 parts. Rows parts: Q4 K=1024 64 rows a part, 16 parts; Q8 [300, 256] 128 rows a part, 3 parts.
+    // (Q4_K packs as Q4, Q5_K and Q6_K as Q8.)
     for ty in FORMATS {
         for layout in layouts {
-            let (k, n, parts) = if ty == GgmlType::Q8_0 {
+            let (k, n, parts) = if Format::new(ty).is_ok_and(|f| f.q8()) {
                 (256, 300, 3)
             } else {
                 (1024, 1000, 16)
@@ -227,8 +249,9 @@ pub fn cases() -> Vec<Case> {
     }
     // Block constants of every f16 kind decode exactly: subnormal, zero, negative and normal scales (and Q4_1
     // mins), mixed per block. A decoder that flushes subnormals (a denormals-are-zero FPU mode) or drops the sign
-    // fails here: rows whose scales are all subnormal would come out zero.
-    for ty in FORMATS {
+    // fails here: rows whose scales are all subnormal would come out zero. (The 32-weight formats: k-quant blocks
+    // go through the same decoder once repacked.)
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
         for layout in layouts {
             let name = format!(
                 "{ty}_{}_f16_constants_of_every_kind",
@@ -265,16 +288,30 @@ pub fn cases() -> Vec<Case> {
                 plan.write_input(gpu, tx, bytemuck::cast_slice(&x))?;
                 plan.run(gpu, &StepVars::default())?;
                 let got = plan.read_f32(y)?;
-                let want = matmul_q::reference(&x, &dequantize(ty, &raw)?, None, 1, k, n);
+                let want = matmul_q::reference(&x, &dequantize_packed(ty, &raw)?, None, 1, k, n);
                 // The subnormal rows alone, so that their tiny values are not drowned by the others.
                 let sub = nmse(&got[..8], &want[..8], BOUND);
                 Ok(if sub.passed() { nmse(&got, &want, BOUND) } else { sub })
             }));
         }
     }
-    // Bad input gives an error value, never a node: K not a multiple of 32, a byte count that does not match
-    // [N, K], a type that is not packable, x of another K or dtype, a bias of the wrong length.
+    // Bad input gives an error value, never a node: K not a multiple of 32 (of 256 for a k-quant), a byte count
+    // that does not match [N, K] (a truncated k-quant tensor too), a type that is not packable, x of another K or
+    // dtype, a bias of the wrong length.
     v.push(Case::new("matmul_q", "bad_input_is_an_error", |gpu| {
+        let kq = random_blocks(GgmlType::Q6_K, 2, 512, 1);
+        let kq_errors = [
+            PackedWeight::upload(gpu, "w", GgmlType::Q6_K, 4, 256, &kq).is_ok(),
+            PackedWeight::upload(gpu, "w", GgmlType::Q6_K, 1, 1024, &kq).is_ok(),
+            PackedWeight::upload(gpu, "w", GgmlType::Q6_K, 2, 288, &kq[..2 * 9 * 26]).is_err(),
+            PackedWeight::upload(gpu, "w", GgmlType::Q6_K, 2, 512, &kq[..kq.len() - 1]).is_err(),
+            PackedWeight::upload(gpu, "w", GgmlType::Q6_K, 1, 512, &kq[..420]).is_ok(),
+            PackedWeight::upload(gpu, "w", GgmlType::Q4_K, 2, 512, &kq).is_err(),
+            PackedWeight::upload(gpu, "w", GgmlType::Q3_K, 2, 512, &kq).is_err(),
+        ];
+        if kq_errors != [true; 7] {
+            return Ok(exact(&kq_errors, &[true; 7]));
+        }
         let raw = random_blocks(GgmlType::Q4_0, 4, 64, 1);
         let w = PackedWeight::upload(gpu, "w", GgmlType::Q4_0, 4, 64, &raw)?;
         let mut g = Graph::new();
