@@ -6,6 +6,7 @@ mod common;
 mod devices;
 mod generate;
 mod info;
+mod quantize;
 
 use clap::{Args, Parser, Subcommand};
 use shaderlm::gpu::GpuOptions;
@@ -66,6 +67,8 @@ pub enum Command {
     },
     /// List every adapter with its features and key limits; `*` marks the one shaderlm would use.
     Devices,
+    /// Quantize a model to a Q4_0 / Q8_0 GGUF file or a 4-bit GPTQ Hugging Face directory, reporting the error.
+    Quantize(quantize::QuantizeArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -75,5 +78,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(a) => bench::run(a, &cli.device),
         Command::Info { model } => info::run(model),
         Command::Devices => devices::run(&cli.device),
+        Command::Quantize(a) => quantize::run(a, &cli.device),
     }
 }

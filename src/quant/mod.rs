@@ -14,6 +14,7 @@ pub mod q4_k;
 pub mod q5_k;
 pub mod q6_k;
 pub mod q8_0;
+pub mod quantize_model;
 
 use crate::error::{Error, Result};
 

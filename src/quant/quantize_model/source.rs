@@ -1,0 +1,301 @@
+//! The model being quantized: a GGUF file or a Hugging Face directory with its config and tokenizer, and its
+//! tensors by role, named in either convention. Llama's q/k rows are moved between the two RoPE layouts on the way:
+//! llama.cpp's converter permutes them for ggml's interleaved RoPE (pairs `(2j, 2j + 1)` of a head), a Hugging Face
+//! checkpoint keeps rotate-half order (pairs `(j, j + head_dim / 2)`).
+
+use crate::error::{Error, Result};
+use crate::loader::gguf::GgufFile;
+use crate::loader::safetensors::SafetensorsModel;
+use crate::model::load::tokenizer_from_gguf;
+use crate::model::weights::WeightSource;
+use crate::model::{Arch, LlamaConfig, Names};
+use crate::ops::rope::RopeStyle;
+use crate::tokenizer::Tokenizer;
+use std::path::{Path, PathBuf};
+
+/// What a tensor is in the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Embed,
+    Head,
+    FinalNorm,
+    AttnNorm,
+    Q,
+    K,
+    V,
+    O,
+    QBias,
+    KBias,
+    VBias,
+    QNorm,
+    KNorm,
+    FfnNorm,
+    Gate,
+    Up,
+    Down,
+}
+
+/// Per-layer roles in the order a layer runs them (and llama.cpp writes them).
+pub const LAYER_ROLES: [Role; 14] = [
+    Role::AttnNorm,
+    Role::Q,
+    Role::QBias,
+    Role::K,
+    Role::KBias,
+    Role::V,
+    Role::VBias,
+    Role::QNorm,
+    Role::KNorm,
+    Role::O,
+    Role::FfnNorm,
+    Role::Gate,
+    Role::Up,
+    Role::Down,
+];
+
+impl Role {
+    /// (GGUF name, Hugging Face name), without the layer prefix for per-layer roles.
+    fn names(self) -> (&'static str, &'static str) {
+        match self {
+            Role::Embed => ("token_embd.weight", "model.embed_tokens.weight"),
+            Role::Head => ("output.weight", "lm_head.weight"),
+            Role::FinalNorm => ("output_norm.weight", "model.norm.weight"),
+            Role::AttnNorm => ("attn_norm.weight", "input_layernorm.weight"),
+            Role::Q => ("attn_q.weight", "self_attn.q_proj.weight"),
+            Role::K => ("attn_k.weight", "self_attn.k_proj.weight"),
+            Role::V => ("attn_v.weight", "self_attn.v_proj.weight"),
+            Role::O => ("attn_output.weight", "self_attn.o_proj.weight"),
+            Role::QBias => ("attn_q.bias", "self_attn.q_proj.bias"),
+            Role::KBias => ("attn_k.bias", "self_attn.k_proj.bias"),
+            Role::VBias => ("attn_v.bias", "self_attn.v_proj.bias"),
+            Role::QNorm => ("attn_q_norm.weight", "self_attn.q_norm.weight"),
+            Role::KNorm => ("attn_k_norm.weight", "self_attn.k_norm.weight"),
+            Role::FfnNorm => ("ffn_norm.weight", "post_attention_layernorm.weight"),
+            Role::Gate => ("ffn_gate.weight", "mlp.gate_proj.weight"),
+            Role::Up => ("ffn_up.weight", "mlp.up_proj.weight"),
+            Role::Down => ("ffn_down.weight", "mlp.down_proj.weight"),
+        }
+    }
+
+    /// The decoder's linear layers (what GPTQ quantizes).
+    pub fn is_linear(self) -> bool {
+        matches!(
+            self,
+            Role::Q | Role::K | Role::V | Role::O | Role::Gate | Role::Up | Role::Down
+        )
+    }
+}
+
+/// One tensor of the model: a role, in layer `layer` for per-layer roles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelTensor {
+    pub role: Role,
+    pub layer: Option<usize>,
+}
+
+impl ModelTensor {
+    pub fn name(&self, names: Names) -> String {
+        let (g, h) = self.role.names();
+        match (self.layer, names) {
+            (None, Names::Gguf) => g.into(),
+            (None, Names::Hf) => h.into(),
+            (Some(i), Names::Gguf) => format!("blk.{i}.{g}"),
+            (Some(i), Names::Hf) => format!("model.layers.{i}.{h}"),
+        }
+    }
+}
+
+/// Where the model's tensors are.
+pub enum Container {
+    Gguf(GgufFile),
+    Hf(SafetensorsModel),
+}
+
+/// An opened input model.
+pub struct Source {
+    pub path: PathBuf,
+    pub cfg: LlamaConfig,
+    pub container: Container,
+}
+
+impl Source {
+    /// Open a GGUF file or a Hugging Face directory the engine can run.
+    pub fn open(path: &Path) -> Result<Source> {
+        if !path.exists() {
+            return Err(Error::File {
+                path: path.into(),
+                message: "no such file or directory".into(),
+            });
+        }
+        if path.is_file() {
+            let f = GgufFile::open(path)?;
+            let cfg = LlamaConfig::from_gguf(&f)?;
+            Ok(Source {
+                path: path.into(),
+                cfg,
+                container: Container::Gguf(f),
+            })
+        } else {
+            let cfg = LlamaConfig::from_hf(&path.join("config.json"))?;
+            let st = SafetensorsModel::open(path)?;
+            Ok(Source {
+                path: path.into(),
+                cfg,
+                container: Container::Hf(st),
+            })
+        }
+    }
+
+    /// The naming convention of the input.
+    pub fn names(&self) -> Names {
+        match self.container {
+            Container::Gguf(_) => Names::Gguf,
+            Container::Hf(_) => Names::Hf,
+        }
+    }
+
+    pub fn weights(&self) -> &dyn WeightSource {
+        match &self.container {
+            Container::Gguf(f) => f,
+            Container::Hf(st) => st,
+        }
+    }
+
+    /// The model's tokenizer (for calibration text).
+    pub fn tokenizer(&self) -> Result<Tokenizer> {
+        match &self.container {
+            Container::Gguf(f) => tokenizer_from_gguf(f),
+            Container::Hf(_) => Tokenizer::from_hf_dir(&self.path),
+        }
+    }
+
+    fn has(&self, name: &str) -> bool {
+        match &self.container {
+            Container::Gguf(f) => f.tensor(name).is_some(),
+            Container::Hf(st) => {
+                st.get(name).is_some()
+                    || name
+                        .strip_suffix(".weight")
+                        .is_some_and(|p| st.get(&format!("{p}.qweight")).is_some())
+            }
+        }
+    }
+
+    /// Every tensor the engine's Llama implementation reads that the file holds, in llama.cpp's order:
+    /// embedding, layers, final norm, head (absent when tied).
+    pub fn tensors(&self) -> Vec<ModelTensor> {
+        let names = self.names();
+        let mut out = vec![ModelTensor {
+            role: Role::Embed,
+            layer: None,
+        }];
+        for i in 0..self.cfg.n_layers {
+            for role in LAYER_ROLES {
+                out.push(ModelTensor { role, layer: Some(i) });
+            }
+        }
+        out.push(ModelTensor {
+            role: Role::FinalNorm,
+            layer: None,
+        });
+        if !self.cfg.tie_embeddings {
+            out.push(ModelTensor {
+                role: Role::Head,
+                layer: None,
+            });
+        }
+        out.retain(|t| self.has(&t.name(names)));
+        out
+    }
+
+    /// Whether q/k rows must be permuted between this input and an output in the `to` convention: only for the
+    /// Llama architecture, whose GGUF files hold them in ggml's interleaved order.
+    fn rope_permutation(&self, to: Names) -> Option<Permutation> {
+        match (self.names(), to) {
+            (Names::Gguf, Names::Hf) if self.cfg.rope_style == RopeStyle::Interleaved => Some(Permutation::ToHf),
+            (Names::Hf, Names::Gguf) if self.cfg.arch == Arch::Llama => Some(Permutation::ToGguf),
+            _ => None,
+        }
+    }
+
+    /// A tensor's row-major shape and values as f32 (dequantized), with q/k rows in the `to` convention's order.
+    pub fn read(&self, t: &ModelTensor, to: Names) -> Result<(Vec<usize>, Vec<f32>)> {
+        let h = self.weights().require(&t.name(self.names()))?;
+        let shape = h.shape.clone();
+        let mut v = h.to_f32()?;
+        let n: usize = shape.iter().product();
+        if v.len() != n {
+            return Err(Error::Invalid(format!(
+                "{}: {} values for shape {shape:?}",
+                h.name,
+                v.len()
+            )));
+        }
+        let heads = match t.role {
+            Role::Q | Role::QBias => Some(self.cfg.n_heads),
+            Role::K | Role::KBias => Some(self.cfg.n_kv_heads),
+            _ => None,
+        };
+        if let (Some(heads), Some(p)) = (heads, self.rope_permutation(to)) {
+            let cols = if shape.len() == 2 { shape[1] } else { 1 };
+            v = permute_rows(&v, heads, cols, p)?;
+        }
+        Ok((shape, v))
+    }
+}
+
+/// Which way q/k rows move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Permutation {
+    /// Rotate-half order to ggml's interleaved order (llama.cpp's converter, HF -> GGUF).
+    ToGguf,
+    /// Back (GGUF -> HF).
+    ToHf,
+}
+
+/// Permute the rows of `[heads * head_dim, cols]`: within each head, interleaved row `2j + i` is rotate-half row
+/// `i * head_dim / 2 + j` (`i` in 0..2, `j` in 0..head_dim / 2), the layout llama.cpp's converter makes by reshaping
+/// a head to `[2, head_dim / 2]` and swapping the two axes.
+pub fn permute_rows(v: &[f32], heads: usize, cols: usize, p: Permutation) -> Result<Vec<f32>> {
+    let rows = v.len() / cols.max(1);
+    if heads == 0 || cols == 0 || v.len() != rows * cols || !rows.is_multiple_of(2 * heads) {
+        return Err(Error::Invalid(format!(
+            "cannot permute {rows} rows as {heads} RoPE heads of an even size"
+        )));
+    }
+    let hd = rows / heads;
+    let half = hd / 2;
+    let mut out = vec![0f32; v.len()];
+    for h in 0..heads {
+        for i in 0..2 {
+            for j in 0..half {
+                let interleaved = h * hd + 2 * j + i;
+                let rotate_half = h * hd + i * half + j;
+                let (from, to) = match p {
+                    Permutation::ToGguf => (rotate_half, interleaved),
+                    Permutation::ToHf => (interleaved, rotate_half),
+                };
+                out[to * cols..(to + 1) * cols].copy_from_slice(&v[from * cols..(from + 1) * cols]);
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permutation_round_trips_and_moves_pairs() {
+        let (heads, hd, cols) = (3, 8, 2);
+        let v: Vec<f32> = (0..heads * hd * cols).map(|i| i as f32).collect();
+        let g = permute_rows(&v, heads, cols, Permutation::ToGguf).unwrap();
+        assert_eq!(permute_rows(&g, heads, cols, Permutation::ToHf).unwrap(), v);
+        // Head 1, rotate-half rows j = 1 and j + 4 = 5 become interleaved rows 2 and 3.
+        let row = |x: &[f32], r: usize| x[r * cols];
+        assert_eq!(row(&g, hd + 2), row(&v, hd + 1));
+        assert_eq!(row(&g, hd + 3), row(&v, hd + 5));
+        assert!(permute_rows(&v, 5, cols, Permutation::ToGguf).is_err());
+    }
+}
