@@ -28,7 +28,8 @@ fn tokens(n: usize, vocab: usize) -> Vec<u32> {
 }
 
 /// Feeds `tokens[..prompt]` in steps of at most `chunk` tokens, then decodes the rest one at a time, with a
-/// cache of `max_ctx` positions; returns (position, logits) of the last token of every step.
+/// cache of `max_ctx` positions, each step dense or sparse by the KV length it reaches (as the generator does);
+/// returns (position, logits) of the last token of every step.
 fn run_gpu(model: &Llama, tokens: &[u32], prompt: usize, chunk: usize, max_ctx: usize) -> Vec<(usize, Vec<f32>)> {
     let gpu = gpu();
     let cache = model.new_cache(gpu, max_ctx).unwrap();
@@ -40,7 +41,8 @@ fn run_gpu(model: &Llama, tokens: &[u32], prompt: usize, chunk: usize, max_ctx: 
     let mut pos = 0;
     while pos < tokens.len() {
         let n = if pos < prompt { chunk.min(prompt - pos) } else { 1 };
-        let mut step = model.step(gpu, &cache, n, out).unwrap();
+        let sparse = cache.sparse_at(&model.cfg, pos + n);
+        let mut step = model.step_with(gpu, &cache, n, out, sparse).unwrap();
         step.plan
             .write_input(gpu, step.ids, bytemuck::cast_slice(&tokens[pos..pos + n]))
             .unwrap();
@@ -146,4 +148,40 @@ fn minicpm_runs_with_tensors_split_across_bindings() {
     step.plan.run(small, &StepVars { pos: 0 }).unwrap();
     let e = nmse(&step.plan.read_f32(step.logits.unwrap()).unwrap(), &want[ids.len() - 1]);
     assert!(e < 1e-8, "nmse {e:.3e}");
+}
+
+/// A tiny sparse_config (windows 8/4 and 32/16, blocks of 16, dense below 48 keys; budget topk + local = 6: the
+/// init block, 2 local blocks and the query's own are forced, 2 more by score) so a 110-token run crosses dense_len
+/// and scores among up to 7 blocks: chunked prefill (sparse and dense steps, the prefill kernels) and decode (the
+/// split kernels), every step against the CPU reference replaying the same steps. Bound as above; the sparse run
+/// must also differ from a dense one, or the test would not see the selection at all.
+#[test]
+fn minicpm_sparse_attention_matches_the_cpu_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let sparse = serde_json::json!({"kernel_size": 8, "kernel_stride": 4, "block_size": 16, "init_blocks": 1,
+        "window_size": 32, "topk": 4, "use_nope": false, "dense_len": 48});
+    let t = write_minicpm(dir.path(), 21, Some(sparse));
+    let cfg = LlamaConfig::from_hf(&dir.path().join("config.json")).unwrap();
+    let st = SafetensorsModel::open(dir.path()).unwrap();
+    let model = Llama::load(gpu(), &st, cfg.clone(), Names::Hf, |_, _| {}).unwrap();
+    let (max_ctx, prompt, chunk) = (128, 90, 20);
+    let ids = tokens(110, t.vocab);
+    let mut steps: Vec<usize> = (0..prompt).step_by(chunk).map(|p| chunk.min(prompt - p)).collect();
+    steps.extend(std::iter::repeat_n(1, ids.len() - prompt));
+    let want = reference::logits_steps(&st, &cfg, Names::Hf, &ids, max_ctx, &steps).unwrap();
+    let mut dense_cfg = cfg.clone();
+    dense_cfg.sparse = None;
+    let dense = reference::logits_with(&st, &dense_cfg, Names::Hf, &ids, max_ctx).unwrap();
+    let apart = nmse(&dense[ids.len() - 1], &want[ids.len() - 1]);
+    assert!(
+        apart > 1e-6,
+        "sparse and dense attention agree (nmse {apart:.2e}): the selection is not exercised"
+    );
+    for (p, logits) in run_gpu(&model, &ids, prompt, chunk, max_ctx) {
+        let e = nmse(&logits, &want[p]);
+        eprintln!(
+            "DEBUG p {p} sparse-ref {e:.3e} dense-ref {:.3e}",
+            nmse(&logits, &dense[p])
+        );
+    }
 }

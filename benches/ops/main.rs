@@ -9,9 +9,13 @@ mod common;
 mod add;
 mod attention_decode;
 mod attention_prefill;
+mod attention_sparse;
+mod block_score;
+mod block_topk;
 mod embedding;
 mod embedding_q;
 mod gather_cols;
+mod kv_compress;
 mod kv_write;
 mod matmul;
 mod matmul_q;
@@ -38,8 +42,12 @@ fn all() -> Vec<Bench> {
     v.extend(attention_prefill::benches());
     v.extend(attention_decode::benches());
     v.extend(kv_write::benches());
+    v.extend(kv_compress::benches());
+    v.extend(block_score::benches());
     v.extend(matmul_q::benches());
     v.extend(embedding_q::benches());
+    v.extend(block_topk::benches());
+    v.extend(attention_sparse::benches());
     v.extend(gather_cols::benches());
     v
 }

@@ -22,6 +22,66 @@ pub struct ModelArgs {
     /// Tokens per prefill step.
     #[arg(long, default_value_t = 128)]
     pub chunk: usize,
+    #[command(flatten)]
+    pub attention: AttentionArgs,
+}
+
+/// InfLLM-v2 sparse attention: MiniCPM4 models bring their own `sparse_config`; any other Llama-family model can use
+/// it training-free with `--sparse-attention`. Unset values come from the model's config, else MiniCPM4's.
+#[derive(Args, Debug, Clone, Default)]
+pub struct AttentionArgs {
+    /// Attend sparsely past --sparse-dense-len keys (InfLLM-v2 block selection), also on models not trained for it.
+    #[arg(long, conflicts_with = "dense_attention")]
+    pub sparse_attention: bool,
+    /// Always attend densely, even on a model with a sparse_config.
+    #[arg(long)]
+    pub dense_attention: bool,
+    /// Keys per selectable block [default: 64].
+    #[arg(long, value_name = "N")]
+    pub sparse_block_size: Option<usize>,
+    /// Blocks chosen by score, besides the initial and local ones [default: 64].
+    #[arg(long, value_name = "N")]
+    pub sparse_topk: Option<usize>,
+    /// Leading blocks always attended [default: 1].
+    #[arg(long, value_name = "N")]
+    pub sparse_init_blocks: Option<usize>,
+    /// Recent keys always attended, a multiple of the block size [default: 2048].
+    #[arg(long, value_name = "N")]
+    pub sparse_window: Option<usize>,
+    /// KV lengths below this attend densely [default: 8192].
+    #[arg(long, value_name = "N")]
+    pub sparse_dense_len: Option<usize>,
+}
+
+impl AttentionArgs {
+    /// The sparse attention the session uses, from the model's own config and these flags.
+    pub fn apply(&self, cfg: &mut shaderlm::model::LlamaConfig) -> anyhow::Result<()> {
+        if self.dense_attention {
+            cfg.sparse = None;
+            return Ok(());
+        }
+        let tuned = [
+            self.sparse_block_size,
+            self.sparse_topk,
+            self.sparse_init_blocks,
+            self.sparse_window,
+            self.sparse_dense_len,
+        ]
+        .iter()
+        .any(Option::is_some);
+        if !self.sparse_attention && cfg.sparse.is_none() {
+            anyhow::ensure!(!tuned, "the --sparse-* settings need --sparse-attention for this model");
+            return Ok(());
+        }
+        let mut s = cfg.sparse.unwrap_or(shaderlm::model::SparseConfig::MINICPM4);
+        s.block_size = self.sparse_block_size.unwrap_or(s.block_size);
+        s.topk = self.sparse_topk.unwrap_or(s.topk);
+        s.init_blocks = self.sparse_init_blocks.unwrap_or(s.init_blocks);
+        s.window_size = self.sparse_window.unwrap_or(s.window_size);
+        s.dense_len = self.sparse_dense_len.unwrap_or(s.dense_len);
+        *cfg = cfg.clone().with_sparse(s)?;
+        Ok(())
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -103,11 +163,12 @@ impl ModelArgs {
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         bar.set_message(path.display().to_string());
-        let loaded = open(&gpu, &path, self.ctx, |i, n| {
+        let mut loaded = open(&gpu, &path, self.ctx, |i, n| {
             bar.set_length(n as u64);
             bar.set_position(i as u64);
         })
         .with_context(|| format!("loading {}", path.display()))?;
+        self.attention.apply(&mut loaded.model.cfg)?;
         bar.finish_and_clear();
         Ok((gpu, loaded))
     }

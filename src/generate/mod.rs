@@ -28,8 +28,10 @@ pub struct Generator<'a> {
     model: &'a Llama,
     cache: KvCache,
     outputs: StepOutputs,
-    decode: Option<Step>,
-    prefill: HashMap<usize, Step>,
+    /// Decode plans: dense, and sparse (past the model's `dense_len`).
+    decode: [Option<Step>; 2],
+    /// Prefill plans by (tokens, sparse).
+    prefill: HashMap<(usize, bool), Step>,
     /// Tokens whose K/V are in the cache, in order.
     pub tokens: Vec<u32>,
     /// Tokens per prefill step.
@@ -45,7 +47,7 @@ impl<'a> Generator<'a> {
             model,
             cache: model.new_cache(gpu, max_ctx)?,
             outputs,
-            decode: None,
+            decode: [None, None],
             prefill: HashMap::new(),
             tokens: Vec::new(),
             chunk: 128,
@@ -64,25 +66,29 @@ impl<'a> Generator<'a> {
 
     /// Build the plans now so that the first token pays no pipeline compile.
     pub fn warm_up(&mut self) -> Result<()> {
-        self.plan(1)?;
+        self.plan(1, self.tokens.len())?;
         Ok(())
     }
 
-    fn plan(&mut self, n: usize) -> Result<&mut Step> {
+    /// The plan of a step of `n` tokens at position `pos`: dense or sparse attention by the KV length it reaches.
+    fn plan(&mut self, n: usize, pos: usize) -> Result<&mut Step> {
+        let sparse = self.cache.sparse_at(&self.model.cfg, pos + n);
+        let (gpu, model, cache, outputs) = (self.gpu, self.model, &self.cache, self.outputs);
         if n == 1 {
-            if self.decode.is_none() {
-                self.decode = Some(self.model.step(self.gpu, &self.cache, 1, self.outputs)?);
+            let slot = &mut self.decode[usize::from(sparse)];
+            if slot.is_none() {
+                *slot = Some(model.step_with(gpu, cache, 1, outputs, sparse)?);
             }
-            return Ok(self.decode.as_mut().expect("just built"));
+            return Ok(slot.as_mut().expect("just built"));
         }
-        if !self.prefill.contains_key(&n) {
+        if !self.prefill.contains_key(&(n, sparse)) {
             if self.prefill.len() >= 8 {
                 self.prefill.clear();
             }
-            let step = self.model.step(self.gpu, &self.cache, n, self.outputs)?;
-            self.prefill.insert(n, step);
+            let step = model.step_with(gpu, cache, n, outputs, sparse)?;
+            self.prefill.insert((n, sparse), step);
         }
-        Ok(self.prefill.get_mut(&n).expect("just inserted"))
+        Ok(self.prefill.get_mut(&(n, sparse)).expect("just inserted"))
     }
 
     /// Run the model over `ids` (appended after the cached tokens); `self.result` then holds the last token's outputs.
@@ -109,17 +115,18 @@ impl<'a> Generator<'a> {
         let mut rest = ids;
         while !rest.is_empty() {
             let n = rest.len().min(chunk);
-            let pos = self.tokens.len() as u32;
-            let step = self.plan(n)?;
+            let pos = self.tokens.len();
+            let sparse = self.cache.sparse_at(&self.model.cfg, pos + n);
+            let step = self.plan(n, pos)?;
             step.plan.write_input(gpu, step.ids, bytemuck::cast_slice(&rest[..n]))?;
-            step.plan.run(gpu, &StepVars { pos })?;
+            step.plan.run(gpu, &StepVars { pos: pos as u32 })?;
             self.tokens.extend_from_slice(&rest[..n]);
             rest = &rest[n..];
             if rest.is_empty() {
                 let step = if n == 1 {
-                    self.decode.as_ref()
+                    self.decode[usize::from(sparse)].as_ref()
                 } else {
-                    self.prefill.get(&n)
+                    self.prefill.get(&(n, sparse))
                 }
                 .expect("planned");
                 let r = &mut self.result;
@@ -246,15 +253,16 @@ pub fn generate(
 impl Generator<'_> {
     /// Profile one decode step at the current position (per node: dispatches, traffic, GPU time).
     pub fn profile_decode(&mut self) -> Result<Vec<crate::graph::NodeProfile>> {
-        let pos = self.tokens.len() as u32;
+        let pos = self.tokens.len();
         let gpu = self.gpu;
-        let step = self.plan(1)?;
+        let step = self.plan(1, pos)?;
         step.plan.write_input(gpu, step.ids, bytemuck::cast_slice(&[0u32]))?;
-        step.plan.profile(gpu, &StepVars { pos })
+        step.plan.profile(gpu, &StepVars { pos: pos as u32 })
     }
 
     /// Dispatches of one decode step.
     pub fn decode_dispatches(&mut self) -> Result<usize> {
-        Ok(self.plan(1)?.plan.dispatch_count())
+        let pos = self.tokens.len();
+        Ok(self.plan(1, pos)?.plan.dispatch_count())
     }
 }

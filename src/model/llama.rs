@@ -3,6 +3,7 @@
 //! graph of one forward step.
 
 use super::config::{Arch, LlamaConfig};
+use super::sparse::{self, CompressedKeys};
 use super::weights::{load_vector, Linear, WeightSource};
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Gpu, GpuTensor};
@@ -119,6 +120,15 @@ pub struct KvCache {
     layers: Vec<(GpuTensor, GpuTensor)>,
     /// Longrope's divisors for this context size, f32 `[rope_dim / 2]`.
     rope_factors: Option<GpuTensor>,
+    /// Per layer: InfLLM-v2 compressed keys (when the model attends sparsely past `dense_len`).
+    sparse: Option<Vec<CompressedKeys>>,
+}
+
+impl KvCache {
+    /// Whether a step ending at KV length `kv_len` attends sparsely (the model's sparse config and this cache).
+    pub fn sparse_at(&self, cfg: &LlamaConfig, kv_len: usize) -> bool {
+        self.sparse.is_some() && cfg.sparse.is_some_and(|s| s.is_sparse(kv_len))
+    }
 }
 
 /// What a step graph returns.
@@ -278,10 +288,15 @@ impl Llama {
             )?),
             None => None,
         };
+        let sparse = match &c.sparse {
+            Some(s) => sparse::new_caches(gpu, s, c.n_layers, c.n_kv_heads, c.head_dim, max_ctx)?,
+            None => None,
+        };
         Ok(KvCache {
             max_ctx,
             layers,
             rope_factors,
+            sparse,
         })
     }
 
@@ -316,7 +331,29 @@ impl Llama {
     /// Record one forward step over `n_tokens` new tokens at positions `vars.pos ..`, writing their K/V into the
     /// cache; the outputs are those of the last token.
     pub fn step(&self, gpu: &Gpu, cache: &KvCache, n_tokens: usize, out: StepOutputs) -> Result<Step> {
+        self.step_with(gpu, cache, n_tokens, out, false)
+    }
+
+    /// [`Llama::step`] with InfLLM-v2 sparse attention when `sparse` (the cache must have compressed keys: see
+    /// [`KvCache::sparse_at`]); the compressed keys are kept up to date in dense steps too.
+    pub fn step_with(
+        &self,
+        gpu: &Gpu,
+        cache: &KvCache,
+        n_tokens: usize,
+        out: StepOutputs,
+        sparse: bool,
+    ) -> Result<Step> {
         let c = &self.cfg;
+        let sparse_cfg = match (&c.sparse, &cache.sparse) {
+            (Some(s), Some(_)) => Some(s),
+            _ if sparse => {
+                return Err(Error::Invalid(
+                    "sparse attention asked for a model or cache without compressed keys".into(),
+                ))
+            }
+            _ => None,
+        };
         if n_tokens == 0 || n_tokens > cache.max_ctx {
             return Err(Error::Invalid(format!(
                 "a step of {n_tokens} tokens (context {})",
@@ -359,7 +396,13 @@ impl Llama {
             let (q, k) = g.rope_pair(q, k, rope)?;
             let (kc, vc) = (g.external(k_cache), g.external(v_cache));
             g.kv_write_pair(k, v, kc, vc)?;
-            let a = if n_tokens <= crate::ops::attention_decode::MAX_TOKENS {
+            let compressed = match (sparse_cfg, &cache.sparse) {
+                (Some(s), Some(caches)) => Some(sparse::compress(&mut g, s, &caches[i], kc, n_tokens)?),
+                _ => None,
+            };
+            let a = if let (true, Some(s), Some(cc)) = (sparse, sparse_cfg, compressed) {
+                sparse::attention(&mut g, s, q, kc, vc, cc, cache.max_ctx, scale)?
+            } else if n_tokens <= crate::ops::attention_decode::MAX_TOKENS {
                 g.attention_decode(q, kc, vc, scale)?
             } else {
                 g.attention_prefill(q, kc, vc, scale)?

@@ -4,8 +4,9 @@ pub mod config;
 pub mod llama;
 pub mod load;
 pub mod reference;
+pub mod sparse;
 pub mod synthetic;
 pub mod weights;
 
-pub use config::{Arch, LlamaConfig};
+pub use config::{Arch, LlamaConfig, SparseConfig};
 pub use llama::{KvCache, Llama, Names, Step, StepOutputs};

@@ -5,6 +5,7 @@ use super::config::LlamaConfig;
 use super::llama::Names;
 use super::weights::WeightSource;
 use crate::error::Result;
+use crate::ops::attention_prefill::AttnShape;
 use crate::ops::rope::RopeStyle;
 
 fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
@@ -66,7 +67,39 @@ pub fn logits_with(
     ids: &[u32],
     max_ctx: usize,
 ) -> Result<Vec<Vec<f32>>> {
+    logits_steps(src, cfg, names, ids, max_ctx, &[ids.len()])
+}
+
+/// [`logits_with`] for `ids` fed in steps of `steps` tokens (summing to `ids.len()`): with sparse attention a step
+/// whose KV length reaches `dense_len` attends sparsely, every token of it (see `model::sparse`).
+pub fn logits_steps(
+    src: &dyn WeightSource,
+    cfg: &LlamaConfig,
+    names: Names,
+    ids: &[u32],
+    max_ctx: usize,
+    steps: &[usize],
+) -> Result<Vec<Vec<f32>>> {
     let c = cfg;
+    if steps.iter().sum::<usize>() != ids.len() || ids.len() > max_ctx {
+        return Err(crate::error::Error::Invalid(format!(
+            "reference: steps {steps:?} do not cover {} tokens within {max_ctx} positions",
+            ids.len()
+        )));
+    }
+    // Steps that attend sparsely: (first position, tokens). The session has compressed keys only when its
+    // context holds a C2 window and reaches dense_len (`sparse::new_caches`).
+    let sparse_steps: Vec<(usize, usize)> = match &c.sparse {
+        Some(s) if s.windows().1.count(max_ctx) > 0 && s.dense_len <= max_ctx => steps
+            .iter()
+            .scan(0, |pos, &n| {
+                *pos += n;
+                Some((*pos - n, n))
+            })
+            .filter(|&(pos, n)| s.is_sparse(pos + n))
+            .collect(),
+        _ => Vec::new(),
+    };
     let get = |name: &str| -> Result<Vec<f32>> { src.require(name)?.to_f32() };
     let l = |i: usize, hf: &str, gg: &str| match names {
         Names::Hf => format!("model.layers.{i}.{hf}"),
@@ -142,9 +175,36 @@ pub fn logits_with(
             vs.push(v);
         }
         let scale = 1.0 / (hd as f64).sqrt();
+        let mut sparse_att: Vec<Option<Vec<f32>>> = vec![None; n];
+        if let (Some(s), false) = (&c.sparse, sparse_steps.is_empty()) {
+            let cache = |rows: &[Vec<f32>]| {
+                let mut t = vec![0f32; nkv * max_ctx * hd];
+                for (p, r) in rows.iter().enumerate() {
+                    for h in 0..nkv {
+                        t[(h * max_ctx + p) * hd..][..hd].copy_from_slice(&r[h * hd..][..hd]);
+                    }
+                }
+                t
+            };
+            let (kc, vc) = (cache(&ks), cache(&vs));
+            for &(pos, len) in &sparse_steps {
+                let q: Vec<f32> = qs[pos..pos + len].concat();
+                let shape = AttnShape {
+                    n_tokens: len,
+                    n_heads: nh,
+                    n_kv: nkv,
+                    head_dim: hd,
+                    max_ctx,
+                };
+                let att = super::sparse::reference(s, &q, &kc, &vc, shape, pos);
+                for t in 0..len {
+                    sparse_att[pos + t] = Some(att[t * nh * hd..][..nh * hd].to_vec());
+                }
+            }
+        }
         for p in 0..n {
             let mut att = vec![0f32; nh * hd];
-            for hh in 0..nh {
+            for hh in (0..nh).filter(|_| sparse_att[p].is_none()) {
                 let kvh = hh / (nh / nkv);
                 let q = &qs[p][hh * hd..(hh + 1) * hd];
                 let scores: Vec<f64> = (0..=p)
@@ -160,6 +220,9 @@ pub fn logits_with(
                     let v: f64 = (0..=p).map(|j| e[j] * vs[j][kvh * hd + d] as f64).sum();
                     att[hh * hd + d] = (v / sum) as f32;
                 }
+            }
+            if let Some(a) = sparse_att[p].take() {
+                att = a;
             }
             let o = matvec(&wo, &att, c.hidden);
             h[p].iter_mut().zip(&o).for_each(|(a, b)| *a += b * c.mup.residual);

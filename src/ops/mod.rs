@@ -80,9 +80,13 @@ pub fn grid(n: usize, per: usize, max_per_dim: u32) -> [u32; 3] {
 pub mod add;
 pub mod attention_decode;
 pub mod attention_prefill;
+pub mod attention_sparse;
+pub mod block_score;
+pub mod block_topk;
 pub mod embedding;
 pub mod embedding_q;
 pub mod gather_cols;
+pub mod kv_compress;
 pub mod kv_write;
 pub mod matmul;
 pub mod matmul_q;
@@ -108,8 +112,12 @@ pub fn all_variants() -> Vec<ShaderKey> {
     v.extend(attention_prefill::variants());
     v.extend(attention_decode::variants());
     v.extend(kv_write::variants());
+    v.extend(kv_compress::variants());
+    v.extend(block_score::variants());
     v.extend(matmul_q::variants());
     v.extend(embedding_q::variants());
     v.extend(gather_cols::variants());
+    v.extend(block_topk::variants());
+    v.extend(attention_sparse::variants());
     v
 }

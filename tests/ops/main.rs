@@ -8,9 +8,13 @@ mod common;
 mod add;
 mod attention_decode;
 mod attention_prefill;
+mod attention_sparse;
+mod block_score;
+mod block_topk;
 mod embedding;
 mod embedding_q;
 mod gather_cols;
+mod kv_compress;
 mod kv_write;
 mod matmul;
 mod matmul_q;
@@ -37,8 +41,12 @@ fn all_cases() -> Vec<Case> {
     v.extend(attention_prefill::cases());
     v.extend(attention_decode::cases());
     v.extend(kv_write::cases());
+    v.extend(kv_compress::cases());
+    v.extend(block_score::cases());
     v.extend(matmul_q::cases());
     v.extend(embedding_q::cases());
+    v.extend(block_topk::cases());
+    v.extend(attention_sparse::cases());
     v.extend(gather_cols::cases());
     v
 }

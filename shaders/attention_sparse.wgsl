@@ -1,0 +1,247 @@
+// attention_sparse: InfLLM-v2 sparse attention (stage 6): causal GQA softmax attention of each query token over the
+// keys of its selected KV blocks only. The selection is per (token, KV head), shared by the group's query heads.
+// Source: Zhao et al., "InfLLM-V2: Dense-Sparse Switchable Attention for Seamless Short-to-Long Adaptation"
+// (arXiv 2509.24663), sparse attention over the blocks chosen by block_topk; flash-style online softmax (Dao et
+// al., FlashAttention) and, for decode, a split of the blocks across workgroups combined by a second dispatch
+// (Flash-Decoding), laid out like attention_decode.
+//
+// Cache layout: [n_kv, max_ctx, HD] f32, each head's positions contiguous (see kv_write). Query t sits at position
+// pos + t and sees keys < kv_end = min(pos + t + 1, max_ctx). Block b covers keys [b * block_size, (b + 1) *
+// block_size); a selected block contributes its keys below kv_end. Slots holding a block past the query's last
+// visible block (EMPTY padding included) are skipped. Scores are in the log2 domain (q pre-scaled by
+// scale * log2(e)).
+//
+// Dispatch 1 (default, or DIRECT): bindings 0 q [n_tokens, n_heads, HD] | 1 k_cache [n_kv, max_ctx, HD]
+//   | 2 v_cache [n_kv, max_ctx, HD] | 3 sel [n_tokens, n_kv, budget] u32 (ascending block ids, EMPTY-padded)
+//   | default: 4 part_o [n_tokens, n_heads, splits, HD] (written: unnormalized sum p * v) | 5 part_ml [n_tokens,
+//   n_heads, splits, 2] (written: running max m and sum l); DIRECT: 4 out [n_tokens, n_heads, HD] (written).
+//   Grid (splits, n_kv, n_tokens * row_blocks), workgroups of 64 (DIRECT: splits = 1). Workgroup (s, h, z) serves
+//   selection slots [s * slots_per_split, (s + 1) * slots_per_split) of token z / row_blocks and kv head h, for up
+//   to ROWS query heads of its group (row r: head h * group + r), so every row shares each key and value read.
+//   Per block, per tile of up to TK = 64 of its keys: (1) invocation t computes the scores of key t for every row
+//   (its K row streamed once, q rows in workgroup memory); (2) invocation r < rows updates row r's running max
+//   and sum and turns scores into weights; (3) invocation (rsub, c) accumulates p * V for column c (a vec4 of HD)
+//   of rows rsub, rsub + NSUB, ...: consecutive invocations read consecutive vec4s of one V row.
+// Dispatch 2 (COMBINE): bindings 0 part_o | 1 part_ml | 2 out [n_tokens, n_heads, HD] (written). Grid
+//   ceil(n_tokens * n_heads * HD / 4 / 64) workgroups of 64 (folded into y), one invocation per output vec4.
+// A row without any visible selected key (an empty selection) gets output 0.
+
+const HD4: u32 = HD / 4u;
+const WG: u32 = 64u;
+const NEG: f32 = -1.0e30;
+
+#if COMBINE
+struct Params {
+    n_rows: u32,   // n_tokens * n_heads
+    splits: u32,   // stride of the partials
+    n_active: u32, // splits launched this step (the host launches only those that can hold selected blocks)
+}
+
+@group(0) @binding(0) var<storage, read> part_o: array<vec4<f32>>;    // [n_tokens, n_heads, splits, HD]
+@group(0) @binding(1) var<storage, read> part_ml: array<vec2<f32>>;   // [n_tokens, n_heads, splits, 2]
+@group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>; // [n_tokens, n_heads, HD]
+@group(1) @binding(0) var<uniform> p: Params;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * WG;
+    if (i >= p.n_rows * HD4) {
+        return;
+    }
+    let row = i / HD4;
+    let c = i % HD4;
+    let base = row * p.splits;
+    var mx = NEG;
+    for (var s = 0u; s < p.n_active; s++) {
+        mx = max(mx, part_ml[base + s].x);
+    }
+    var num = vec4<f32>(0.0);
+    var den = 0.0;
+    for (var s = 0u; s < p.n_active; s++) {
+        let ml = part_ml[base + s];
+        let w = exp2(ml.x - mx);
+        den += w * ml.y;
+        num += w * part_o[(base + s) * HD4 + c];
+    }
+    out[i] = select(vec4<f32>(0.0), num / den, den > 0.0);
+}
+#else
+const LOG2E: f32 = 1.4426950408889634;
+const TK: u32 = 64u;                          // keys per tile (one per invocation in step 1)
+const NSUB: u32 = WG / HD4;                   // row subsets in step 3 (HD4 invocations each)
+const OWNR: u32 = (ROWS + NSUB - 1u) / NSUB;  // rows per invocation in step 3
+const EMPTY: u32 = 0xffffffffu;
+
+struct Params {
+    n_tokens: u32,
+    n_heads: u32,
+    n_kv: u32,
+    group: u32,
+    max_ctx: u32,
+    pos: u32,
+    budget: u32,          // selection slots per (token, kv head)
+    block_size: u32,
+    splits: u32,          // stride of the partials (1 when DIRECT)
+    slots_per_split: u32,
+    row_blocks: u32,      // ceil(group / ROWS)
+    scale: f32,
+}
+
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;             // [n_tokens, n_heads, HD]
+@group(0) @binding(1) var<storage, read> kc: array<vec4<f32>>;            // [n_kv, max_ctx, HD]
+@group(0) @binding(2) var<storage, read> vc: array<vec4<f32>>;            // [n_kv, max_ctx, HD]
+@group(0) @binding(3) var<storage, read> sel: array<u32>;                 // [n_tokens, n_kv, budget]
+#if DIRECT
+@group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;     // [n_tokens, n_heads, HD]
+#else
+@group(0) @binding(4) var<storage, read_write> part_o: array<vec4<f32>>;  // [n_tokens, n_heads, splits, HD]
+@group(0) @binding(5) var<storage, read_write> part_ml: array<vec2<f32>>; // [n_tokens, n_heads, splits, 2]
+#endif
+@group(1) @binding(0) var<uniform> p: Params;
+
+var<workgroup> qs: array<vec4<f32>, ROWS * HD4>;  // [ROWS, HD] pre-scaled queries of the workgroup's rows
+var<workgroup> sc: array<f32, ROWS * TK>;         // [ROWS, TK] scores, then weights, of the current tile
+var<workgroup> alpha: array<f32, ROWS>;           // [ROWS] rescale of each row's accumulator for this tile
+// [2] block id of the current slot, posted by invocation 0; alternating entries, so that posting the next slot's
+// id never meets a read of this one (workgroupUniformLoad has a barrier before its load).
+var<workgroup> blk: array<u32, 2>;
+#if DIRECT
+var<workgroup> lsum: array<f32, ROWS>;            // [ROWS] final softmax sums, for the normalization
+#endif
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let split = wg.x;
+    let kvh = wg.y;
+    let tok = wg.z / p.row_blocks;
+    let r0 = (wg.z % p.row_blocks) * ROWS;
+    let nr = min(ROWS, p.group - r0);
+    let kv_end = min(p.pos + tok + 1u, p.max_ctx);
+    let last_block = (kv_end - 1u) / p.block_size;  // selected ids past it hold no visible key
+    let s_begin = min(split * p.slots_per_split, p.budget);
+    let s_end = min(s_begin + p.slots_per_split, p.budget);
+    let sbase = (tok * p.n_kv + kvh) * p.budget;
+    let cbase = kvh * p.max_ctx * HD4;
+    let head0 = kvh * p.group + r0;  // query head of row 0
+
+    let qscale = p.scale * LOG2E;
+    for (var i = lid; i < nr * HD4; i += WG) {
+        qs[i] = q[(tok * p.n_heads + head0) * HD4 + i] * qscale;
+    }
+    // Row statistics, held by invocation lid for row lid (lid < nr).
+    var m = NEG;
+    var l = 0.0;
+    // Step 3 layout: invocation lid owns column c (a vec4 of HD) of rows rsub, rsub + NSUB, ... (rsub < NSUB).
+    let c = lid % HD4;
+    let rsub = lid / HD4;
+    var acc: array<vec4<f32>, OWNR>;
+    for (var k = 0u; k < OWNR; k++) {
+        acc[k] = vec4<f32>(0.0);
+    }
+
+    for (var slot = s_begin; slot < s_end; slot++) {
+        if (lid == 0u) {
+            blk[slot & 1u] = sel[sbase + slot];
+        }
+        let b = workgroupUniformLoad(&blk[slot & 1u]);
+        if (b > last_block) {
+            continue;  // EMPTY padding, or a block after the query's
+        }
+        let k_lo = b * p.block_size;
+        let k_hi = min(k_lo + p.block_size, kv_end);
+        for (var t0 = k_lo; t0 < k_hi; t0 += TK) {
+            let n = min(TK, k_hi - t0);
+            workgroupBarrier();  // weights of the previous tile consumed
+            // (1) scores of key t0 + lid for every row.
+            if (lid < n) {
+                var kr: array<vec4<f32>, HD4>;
+                let kb = cbase + (t0 + lid) * HD4;
+                for (var d = 0u; d < HD4; d++) {
+                    kr[d] = kc[kb + d];
+                }
+                for (var r = 0u; r < nr; r++) {
+                    var dt = vec4<f32>(0.0);
+                    for (var d = 0u; d < HD4; d++) {
+                        dt += qs[r * HD4 + d] * kr[d];
+                    }
+                    sc[r * TK + lid] = dt.x + dt.y + dt.z + dt.w;
+                }
+            }
+            workgroupBarrier();
+            // (2) online softmax of row lid over this tile's n keys (all visible: k_hi <= kv_end).
+            if (lid < nr) {
+                var tmax = NEG;
+                for (var j = 0u; j < n; j++) {
+                    tmax = max(tmax, sc[lid * TK + j]);
+                }
+                let m_new = max(m, tmax);
+                let a = exp2(m - m_new);
+                var sum = 0.0;
+                // Weights past the tile's end are 0 too: step 3 reads them in groups of 4.
+                for (var j = 0u; j < TK; j++) {
+                    let pj = select(0.0, exp2(sc[lid * TK + j] - m_new), j < n);
+                    sc[lid * TK + j] = pj;
+                    sum += pj;
+                }
+                l = l * a + sum;
+                m = m_new;
+                alpha[lid] = a;
+            }
+            workgroupBarrier();
+            // (3) acc(row, c) = acc * alpha + sum_j p_j * V[j][c] for this invocation's column c and rows
+            // rsub + k * NSUB: one load of V[j][c] serves all its rows; keys go 4 per iteration.
+            if (rsub < NSUB) {
+                for (var k = 0u; k < OWNR; k++) {
+                    acc[k] *= alpha[min(rsub + k * NSUB, ROWS - 1u)];
+                }
+                let vb = cbase + t0 * HD4 + c;
+                for (var j = 0u; j < n; j += 4u) {
+                    // Keys past the tile's end may be NaN (never written) or past the buffer: their weight is 0
+                    // and select drops whatever was loaded.
+                    let z = vec4<f32>(0.0);
+                    let v0 = vc[vb + j * HD4];
+                    let v1 = select(z, vc[vb + (j + 1u) * HD4], j + 1u < n);
+                    let v2 = select(z, vc[vb + (j + 2u) * HD4], j + 2u < n);
+                    let v3 = select(z, vc[vb + (j + 3u) * HD4], j + 3u < n);
+                    for (var k = 0u; k < OWNR; k++) {
+                        let r = rsub + k * NSUB;
+                        if (r < nr) {
+                            let pb = r * TK + j;
+                            acc[k] += sc[pb] * v0 + sc[pb + 1u] * v1 + sc[pb + 2u] * v2 + sc[pb + 3u] * v3;
+                        }
+                    }
+                }
+            }
+        }
+    }
+#if DIRECT
+    if (lid < nr) {
+        lsum[lid] = l;
+    }
+    workgroupBarrier();
+    if (rsub < NSUB) {
+        for (var k = 0u; k < OWNR; k++) {
+            let r = rsub + k * NSUB;
+            if (r < nr) {
+                let ls = lsum[r];
+                out[(tok * p.n_heads + head0 + r) * HD4 + c] = select(vec4<f32>(0.0), acc[k] / ls, ls > 0.0);
+            }
+        }
+    }
+#else
+    if (rsub < NSUB) {
+        for (var k = 0u; k < OWNR; k++) {
+            let r = rsub + k * NSUB;
+            if (r < nr) {
+                let slot = (tok * p.n_heads + head0 + r) * p.splits + split;
+                part_o[slot * HD4 + c] = acc[k];
+            }
+        }
+    }
+    if (lid < nr) {
+        let slot = (tok * p.n_heads + head0 + lid) * p.splits + split;
+        part_ml[slot] = vec2<f32>(m, l);
+    }
+#endif
+}
+#endif

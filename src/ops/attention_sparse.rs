@@ -1,0 +1,347 @@
+//! InfLLM-v2 sparse attention (stage 6): causal GQA attention of each query token over the keys of its selected KV
+//! blocks only (the `block_topk` selection), flash-style.
+//!
+//! Inputs as `attention_prefill` / `attention_decode` (q `[n_tokens, n_heads, head_dim]` at positions `vars.pos ..`,
+//! caches `[n_kv, max_ctx, head_dim]`, `scale`), plus `sel` `[n_tokens, n_kv, budget]` u32: for each token and KV
+//! head, ascending unique block ids padded with `block_topk::EMPTY`, shared by the query heads of that KV head's
+//! group. Block `b` covers keys `b * block_size .. (b + 1) * block_size`; query `t` attends to the keys of its
+//! selected blocks at positions `<= pos + t` (and `< max_ctx`); ids past the query's block are ignored. A
+//! selection that covers every block `0 ..= (pos + t) / block_size` gives dense causal attention. A row that sees
+//! no key (an empty selection; `block_topk` always selects the query's own block) gets output 0.
+//!
+//! Two variants, by chunk size: decode (`n_tokens <= MAX_TOKENS`) splits each selection's slots across workgroups
+//! (each writes a partial output with its running max and sum) and a second dispatch combines them, launching only
+//! the splits that can hold a selected block at this step (indirect dispatch, like `attention_decode`); prefill
+//! (longer chunks) runs one workgroup per (token, KV head, group of up to 16 query heads) over the whole selection.
+
+use super::attention_prefill::{AttnShape, HEAD_DIMS};
+use super::block_topk::query_block;
+use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
+use crate::error::{Error, Result};
+use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{Graph, TensorId};
+
+/// Most query tokens for the split (decode) variant; longer chunks use the prefill variant.
+pub const MAX_TOKENS: usize = 8;
+/// Most splits per (token, KV head) in the decode variant, and the fewest selection slots a split covers (4 blocks
+/// of 64 = 256 keys, like `attention_decode::MIN_SPLIT_KEYS`).
+pub const MAX_SPLITS: usize = 32;
+pub const MIN_SPLIT_SLOTS: usize = 4;
+/// Query heads of one GQA group per workgroup; a larger group takes more workgroups along z.
+const ROWS: usize = 16;
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct SparseParams {
+    n_tokens: u32,
+    n_heads: u32,
+    n_kv: u32,
+    group: u32,
+    max_ctx: u32,
+    pos: u32,
+    budget: u32,
+    block_size: u32,
+    splits: u32,
+    slots_per_split: u32,
+    row_blocks: u32,
+    scale: f32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct CombineParams {
+    n_rows: u32,
+    splits: u32,
+    /// Splits launched this step (the first `active`); the rest hold stale partials and are skipped.
+    active: u32,
+}
+
+/// How the selection slots are cut: `splits` workgroups of `slots` slots each (one of all slots for prefill).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotSplit {
+    pub splits: usize,
+    pub slots: usize,
+}
+
+/// The decode variant's split of `budget` slots: at least `MIN_SPLIT_SLOTS` slots each, at most `MAX_SPLITS`.
+pub fn split_for(budget: usize) -> SlotSplit {
+    let slots = budget.div_ceil(MAX_SPLITS).max(MIN_SPLIT_SLOTS);
+    SlotSplit {
+        splits: budget.div_ceil(slots).max(1),
+        slots,
+    }
+}
+
+#[derive(Debug)]
+pub struct AttentionSparse {
+    shape: AttnShape,
+    budget: usize,
+    block_size: usize,
+    scale: f32,
+    /// `Some` for the decode variant (split + combine), `None` for prefill.
+    split: Option<SlotSplit>,
+}
+
+fn main_key(head_dim: usize, direct: bool) -> ShaderKey {
+    ShaderKey::new("attention_sparse")
+        .def("HD", format!("{head_dim}u"))
+        .def("ROWS", format!("{ROWS}u"))
+        .flag("DIRECT", direct)
+}
+
+fn combine_key(head_dim: usize) -> ShaderKey {
+    ShaderKey::new("attention_sparse")
+        .def("HD", format!("{head_dim}u"))
+        .flag("COMBINE", true)
+}
+
+impl AttentionSparse {
+    fn row_blocks(&self) -> usize {
+        self.shape.group().div_ceil(ROWS)
+    }
+    fn slots(&self) -> SlotSplit {
+        self.split.unwrap_or(SlotSplit {
+            splits: 1,
+            slots: self.budget,
+        })
+    }
+    /// Splits that can hold a selected block this step: the selections are ascending unique ids up to the last
+    /// token's query block, so at most `qb_last + 1` slots are filled.
+    fn active_splits(&self, vars: &StepVars) -> usize {
+        let s = &self.shape;
+        let SlotSplit { splits, slots } = self.slots();
+        let nb = s.max_ctx.div_ceil(self.block_size);
+        let last = (vars.pos as usize + s.n_tokens).min(s.max_ctx).max(1) - 1;
+        let filled = (query_block(last, self.block_size, nb) + 1).min(self.budget);
+        filled.div_ceil(slots).clamp(1, splits)
+    }
+}
+
+impl Kernel for AttentionSparse {
+    fn name(&self) -> &'static str {
+        "attention_sparse"
+    }
+    /// Node tensors: 0 q, 1 k_cache, 2 v_cache, 3 sel, 4 out, then (decode) 5 partial_o, 6 partial_ml.
+    fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
+        let s = &self.shape;
+        let z = (s.n_tokens * self.row_blocks()) as u32;
+        match self.split {
+            None => vec![Dispatch {
+                shader: main_key(s.head_dim, true),
+                bindings: (0..5).map(Bind::Tensor).collect(),
+                workgroups: [1, s.n_kv as u32, z],
+            }],
+            Some(split) => vec![
+                Dispatch {
+                    shader: main_key(s.head_dim, false),
+                    bindings: [0, 1, 2, 3, 5, 6].map(Bind::Tensor).to_vec(),
+                    workgroups: [split.splits as u32, s.n_kv as u32, z],
+                },
+                Dispatch {
+                    shader: combine_key(s.head_dim),
+                    bindings: [5, 6, 4].map(Bind::Tensor).to_vec(),
+                    workgroups: grid(s.n_tokens * s.n_heads * s.head_dim / 4, 64, caps.max_workgroups_per_dim),
+                },
+            ],
+        }
+    }
+    fn params(&self, i: usize, vars: &StepVars) -> Params {
+        let s = &self.shape;
+        let split = self.slots();
+        if i == 0 {
+            Params::of(&SparseParams {
+                n_tokens: s.n_tokens as u32,
+                n_heads: s.n_heads as u32,
+                n_kv: s.n_kv as u32,
+                group: s.group() as u32,
+                max_ctx: s.max_ctx as u32,
+                pos: vars.pos,
+                budget: self.budget as u32,
+                block_size: self.block_size as u32,
+                splits: split.splits as u32,
+                slots_per_split: split.slots as u32,
+                row_blocks: self.row_blocks() as u32,
+                scale: self.scale,
+            })
+        } else {
+            Params::of(&CombineParams {
+                n_rows: (s.n_tokens * s.n_heads) as u32,
+                splits: split.splits as u32,
+                active: self.active_splits(vars) as u32,
+            })
+        }
+    }
+    /// Decode: only the splits that can hold selected blocks this step are launched.
+    fn step_workgroups(&self, i: usize, vars: &StepVars) -> Option<[u32; 3]> {
+        let s = &self.shape;
+        (i == 0 && self.split.is_some()).then(|| {
+            [
+                self.active_splits(vars) as u32,
+                s.n_kv as u32,
+                (s.n_tokens * self.row_blocks()) as u32,
+            ]
+        })
+    }
+    /// Assumes a full cache and full selections (cost has no step variables): each token attends to
+    /// `min(budget * block_size, max_ctx)` keys. Flops: QK^T and PV over them. Bytes read: K and V of those keys
+    /// once per (token, KV head, row block), q, the selections, and the partials (decode); written: output and
+    /// partials.
+    fn cost(&self) -> Cost {
+        let s = &self.shape;
+        let keys = (self.budget * self.block_size).min(s.max_ctx) as u64;
+        let rows = (s.n_tokens * s.n_kv * self.row_blocks()) as u64;
+        let kv = 2 * 4 * keys * s.head_dim as u64 * rows;
+        let act = 4 * (s.n_tokens * s.n_heads * s.head_dim) as u64;
+        let sel = 4 * (s.n_tokens * s.n_kv * self.budget) as u64;
+        let partials = self.split.map_or(0, |sp| {
+            4 * (s.n_tokens * s.n_heads * sp.splits * (s.head_dim + 2)) as u64
+        });
+        Cost {
+            bytes_read: kv + act + sel + partials,
+            bytes_written: partials + act,
+            flops: 4 * keys * (s.n_tokens * s.n_heads * s.head_dim) as u64,
+        }
+    }
+}
+
+impl Graph {
+    /// Causal attention of `q` `[n_tokens, n_heads, head_dim]` (f32, positions `vars.pos ..`) over the keys of the
+    /// blocks in `sel` `[n_tokens, n_kv, budget]` (u32, from `block_topk`) of the caches `[n_kv, max_ctx,
+    /// head_dim]`, scores scaled by `scale`. Returns `[n_tokens, n_heads, head_dim]` f32. The caches must already
+    /// hold this step's keys and values (`kv_write` before this node).
+    pub fn attention_sparse(
+        &mut self,
+        q: TensorId,
+        k_cache: TensorId,
+        v_cache: TensorId,
+        sel: TensorId,
+        block_size: usize,
+        scale: f32,
+    ) -> Result<TensorId> {
+        let op = "attention_sparse";
+        let shape = AttnShape::check(self, op, q, k_cache, v_cache)?;
+        let ss = self.shape(sel).to_vec();
+        if ss.len() != 3
+            || ss[0] != shape.n_tokens
+            || ss[1] != shape.n_kv
+            || ss[2] == 0
+            || self.dtype(sel) != DType::U32
+        {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "sel {ss:?} {:?}: expected u32 [n_tokens = {}, n_kv = {}, budget >= 1]",
+                    self.dtype(sel),
+                    shape.n_tokens,
+                    shape.n_kv
+                ),
+            ));
+        }
+        if block_size == 0 || block_size > u32::MAX as usize / 2 || !scale.is_finite() {
+            return Err(Error::shape(
+                op,
+                format!("block_size {block_size} (need >= 1), scale {scale} (need finite)"),
+            ));
+        }
+        let budget = ss[2];
+        let row_blocks = shape.group().div_ceil(ROWS);
+        if shape.n_tokens * row_blocks > u16::MAX as usize || shape.n_tokens * shape.n_kv * budget > u32::MAX as usize {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "{} tokens x {row_blocks} row blocks, budget {budget}: too large",
+                    shape.n_tokens
+                ),
+            ));
+        }
+        let (n, h, d) = (shape.n_tokens, shape.n_heads, shape.head_dim);
+        let split = (n <= MAX_TOKENS).then(|| split_for(budget));
+        let kernel = AttentionSparse {
+            shape,
+            budget,
+            block_size,
+            scale,
+            split,
+        };
+        let inputs = [q, k_cache, v_cache, sel];
+        let outs = match split {
+            Some(sp) => self.add_node(
+                kernel,
+                &inputs,
+                &[
+                    ("attn_out", &[n, h, d], DType::F32),
+                    ("attn_partial_o", &[n, h, sp.splits, d], DType::F32),
+                    ("attn_partial_ml", &[n, h, sp.splits, 2], DType::F32),
+                ],
+            )?,
+            None => self.add_node(kernel, &inputs, &[("attn_out", &[n, h, d], DType::F32)])?,
+        };
+        Ok(outs[0])
+    }
+}
+
+/// CPU reference in f64 with a two-pass softmax: query `t` (position `pos + t`) of head `h` attends to the keys
+/// `j <= pos + t`, `j < max_ctx`, of the distinct blocks in its KV head's row of `sel` `[n_tokens, n_kv, budget]`
+/// (ids past its block ignored); no key gives 0. Returns `[n_tokens, n_heads, head_dim]`.
+#[allow(clippy::too_many_arguments)]
+pub fn reference(
+    q: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    sel: &[u32],
+    s: AttnShape,
+    block_size: usize,
+    pos: usize,
+    scale: f32,
+) -> Vec<f32> {
+    let (hd, ctx) = (s.head_dim, s.max_ctx);
+    let budget = sel.len() / (s.n_tokens * s.n_kv).max(1);
+    let mut out = vec![0f32; s.n_tokens * s.n_heads * hd];
+    for t in 0..s.n_tokens {
+        let end = (pos + t + 1).min(ctx);
+        for kvh in 0..s.n_kv {
+            let mut blocks: Vec<usize> = sel[(t * s.n_kv + kvh) * budget..][..budget]
+                .iter()
+                .map(|&b| b as usize)
+                .filter(|&b| b <= (end - 1) / block_size)
+                .collect();
+            blocks.sort_unstable();
+            blocks.dedup();
+            let keys: Vec<usize> = blocks
+                .iter()
+                .flat_map(|&b| b * block_size..((b + 1) * block_size).min(end))
+                .collect();
+            for h in kvh * s.group()..(kvh + 1) * s.group() {
+                let qr = &q[(t * s.n_heads + h) * hd..][..hd];
+                let scores: Vec<f64> = keys
+                    .iter()
+                    .map(|&j| {
+                        let kr = &k_cache[(kvh * ctx + j) * hd..][..hd];
+                        qr.iter().zip(kr).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() * scale as f64
+                    })
+                    .collect();
+                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let mut sum = 0f64;
+                let mut acc = vec![0f64; hd];
+                for (&j, &sc) in keys.iter().zip(&scores) {
+                    let p = (sc - max).exp();
+                    sum += p;
+                    let vr = &v_cache[(kvh * ctx + j) * hd..][..hd];
+                    acc.iter_mut().zip(vr).for_each(|(a, &v)| *a += p * v as f64);
+                }
+                let o = &mut out[(t * s.n_heads + h) * hd..][..hd];
+                if sum > 0.0 {
+                    o.iter_mut().zip(&acc).for_each(|(o, a)| *o = (a / sum) as f32);
+                }
+            }
+        }
+    }
+    out
+}
+
+pub fn variants() -> Vec<ShaderKey> {
+    HEAD_DIMS
+        .iter()
+        .flat_map(|&d| [main_key(d, false), main_key(d, true), combine_key(d)])
+        .collect()
+}

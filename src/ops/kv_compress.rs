@@ -1,0 +1,220 @@
+//! InfLLM-v2 compressed keys: keep a cache of window means of one layer's K cache up to date, one step at a time.
+//!
+//! Window `i` covers key positions `[i * stride, i * stride + size)` and its compressed key is the mean of those
+//! keys: `C[i] = mean(K[i * stride .. i * stride + size])` (InfLLM-V2, arXiv 2509.24663, section 3; the `CompressK`
+//! mean pooling of MiniCPM4's model code and of OpenBMB/infllmv2_cuda_impl's tests; FastDeploy's
+//! `docs/features/infllmv2_attention.md`: "each summary is the mean of K vectors in one complete window"). Only
+//! complete windows exist: a cache of `max_ctx` positions has `(max_ctx - size) / stride + 1` of them, and a prefix
+//! of `len` keys holds [`Window::count`]`(len)`. MiniCPM4 keeps two such caches per layer: C1 with (size 32,
+//! stride 16) scores blocks, C2 with (128, 64) approximates the softmax normalizer (see `block_score`).
+//!
+//! Cache layout: `[n_kv_heads, n_windows, head_dim]` f32, each head's windows contiguous, beside the K cache
+//! `[n_kv_heads, max_ctx, head_dim]` of `kv_write`. A step feeding `n_tokens` keys at positions `pos .. pos +
+//! n_tokens` completes exactly the windows whose end `i * stride + size` falls in `(pos, pos + n_tokens]`; this op
+//! computes those (and only those) from the K cache, so it runs after the step's `kv_write` and keeps the cache
+//! current in dense and sparse steps alike. Steps must cover positions in order without gaps (as decoding does);
+//! then incremental updates equal one computation over the whole prefix.
+
+use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
+use crate::error::{Error, Result};
+use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{Graph, TensorId};
+
+/// Workgroup size of the shader.
+const WG: usize = 64;
+/// Workgroups per grid dimension before folding into y (WebGPU's guaranteed minimum).
+const MAX_PER_DIM: u32 = 65535;
+
+/// Compression windows: window `i` covers positions `[i * stride, i * stride + size)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Window {
+    pub size: usize,
+    pub stride: usize,
+}
+
+impl Window {
+    /// Complete windows within positions `0 .. len` (those ending at or before `len`).
+    pub fn count(&self, len: usize) -> usize {
+        if len < self.size || self.stride == 0 {
+            0
+        } else {
+            (len - self.size) / self.stride + 1
+        }
+    }
+
+    /// Windows completed by a step covering positions `pos .. pos + n_tokens`: `first .. end`.
+    pub fn completed(&self, pos: usize, n_tokens: usize) -> std::ops::Range<usize> {
+        self.count(pos)..self.count(pos + n_tokens)
+    }
+
+    /// Most windows one step of `n_tokens` can complete (window ends are `stride` apart).
+    pub fn most_per_step(&self, n_tokens: usize) -> usize {
+        n_tokens.div_ceil(self.stride.max(1))
+    }
+
+    pub(crate) fn check(&self, op: &'static str) -> Result<()> {
+        if self.size == 0 || self.stride == 0 {
+            return Err(Error::shape(
+                op,
+                format!("window {self:?}: size and stride must be >= 1"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Shapes of a compressed-key cache and the K cache it summarizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompressShape {
+    pub n_kv: usize,
+    pub max_ctx: usize,
+    pub head_dim: usize,
+    pub window: Window,
+}
+
+impl CompressShape {
+    /// Windows the cache holds: every complete window of a full K cache.
+    pub fn n_windows(&self) -> usize {
+        self.window.count(self.max_ctx)
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct CompressParams {
+    n_kv: u32,
+    hd4: u32,
+    max_ctx: u32,
+    n_windows: u32,
+    size: u32,
+    stride: u32,
+    /// First window completed this step, and how many.
+    first: u32,
+    count: u32,
+    inv_size: f32,
+}
+
+#[derive(Debug)]
+pub struct KvCompress {
+    shape: CompressShape,
+    n_tokens: usize,
+}
+
+impl KvCompress {
+    /// Windows the static grid covers: the most a step can complete.
+    fn max_windows(&self) -> usize {
+        self.shape
+            .window
+            .most_per_step(self.n_tokens)
+            .min(self.shape.n_windows())
+    }
+    fn items(&self, windows: usize) -> usize {
+        windows * self.shape.n_kv * self.shape.head_dim / 4
+    }
+}
+
+impl Kernel for KvCompress {
+    fn name(&self) -> &'static str {
+        "kv_compress"
+    }
+    /// Node tensors: 0 k_cache, 1 c_cache.
+    fn dispatches(&self, _: &Caps) -> Vec<Dispatch> {
+        vec![Dispatch {
+            shader: ShaderKey::new("kv_compress"),
+            bindings: vec![Bind::Tensor(0), Bind::Tensor(1)],
+            workgroups: grid(self.items(self.max_windows()), WG, MAX_PER_DIM),
+        }]
+    }
+    fn params(&self, _: usize, vars: &StepVars) -> Params {
+        let s = &self.shape;
+        let done = s.window.completed(vars.pos as usize, self.n_tokens);
+        let (first, end) = (done.start.min(s.n_windows()), done.end.min(s.n_windows()));
+        Params::of(&CompressParams {
+            n_kv: s.n_kv as u32,
+            hd4: (s.head_dim / 4) as u32,
+            max_ctx: s.max_ctx as u32,
+            n_windows: s.n_windows() as u32,
+            size: s.window.size as u32,
+            stride: s.window.stride as u32,
+            first: first as u32,
+            // The grid covers max_windows(); a step never completes more (a guard all the same).
+            count: (end - first).min(self.max_windows()) as u32,
+            inv_size: 1.0 / s.window.size as f32,
+        })
+    }
+    /// The most a step computes: `max_windows` windows of `size` keys read, one row written each.
+    fn cost(&self) -> Cost {
+        let s = &self.shape;
+        let rows = (self.max_windows() * s.n_kv) as u64;
+        let row_bytes = 4 * s.head_dim as u64;
+        Cost {
+            bytes_read: rows * s.window.size as u64 * row_bytes,
+            bytes_written: rows * row_bytes,
+            flops: rows * (s.window.size * s.head_dim) as u64,
+        }
+    }
+}
+
+impl Graph {
+    /// Update `c_cache` `[n_kv, window.count(max_ctx), head_dim]` with the windows of `k_cache` `[n_kv, max_ctx,
+    /// head_dim]` (both f32) completed by this step's `n_tokens` keys at positions `vars.pos ..`: an effect node,
+    /// recorded after the step's `kv_write`. `head_dim` must be a multiple of 4.
+    pub fn kv_compress(&mut self, k_cache: TensorId, c_cache: TensorId, n_tokens: usize, window: Window) -> Result<()> {
+        window.check("kv_compress")?;
+        let (ks, cs) = (self.shape(k_cache).to_vec(), self.shape(c_cache).to_vec());
+        let f32s = self.dtype(k_cache) == DType::F32 && self.dtype(c_cache) == DType::F32;
+        let bad = |why: &str| {
+            Err(Error::shape(
+                "kv_compress",
+                format!("k_cache {ks:?}, c_cache {cs:?}, window {window:?}, {n_tokens} tokens: {why}"),
+            ))
+        };
+        if ks.len() != 3 || cs.len() != 3 || !f32s {
+            return bad("expected f32 k_cache [n_kv, max_ctx, head_dim] and c_cache [n_kv, n_windows, head_dim]");
+        }
+        let shape = CompressShape {
+            n_kv: ks[0],
+            max_ctx: ks[1],
+            head_dim: ks[2],
+            window,
+        };
+        if shape.n_kv == 0 || shape.head_dim == 0 || !shape.head_dim.is_multiple_of(4) {
+            return bad("need n_kv >= 1 and head_dim a nonzero multiple of 4");
+        }
+        if shape.n_windows() == 0 {
+            return bad("the K cache is shorter than one window");
+        }
+        if cs != [shape.n_kv, shape.n_windows(), shape.head_dim] {
+            return bad(&format!(
+                "c_cache must be [n_kv, (max_ctx - size) / stride + 1, head_dim] = {:?}",
+                [shape.n_kv, shape.n_windows(), shape.head_dim]
+            ));
+        }
+        if n_tokens == 0 || n_tokens > shape.max_ctx {
+            return bad("need 1 <= n_tokens <= max_ctx");
+        }
+        self.add_effect(KvCompress { shape, n_tokens }, &[k_cache, c_cache])
+    }
+}
+
+/// CPU reference (means in f64, stored as f32): write into `c_cache` `[n_kv, n_windows, head_dim]` the windows of
+/// `k_cache` `[n_kv, max_ctx, head_dim]` completed by a step of `n_tokens` keys at `pos` (windows past the cache
+/// dropped). `pos = 0, n_tokens = len` computes every window of a prefix of `len` keys at once.
+pub fn reference(k_cache: &[f32], c_cache: &mut [f32], s: CompressShape, pos: usize, n_tokens: usize) {
+    let (hd, n) = (s.head_dim, s.n_windows());
+    let done = s.window.completed(pos, n_tokens);
+    for h in 0..s.n_kv {
+        for i in done.start.min(n)..done.end.min(n) {
+            for d in 0..hd {
+                let sum: f64 = (0..s.window.size)
+                    .map(|j| k_cache[(h * s.max_ctx + i * s.window.stride + j) * hd + d] as f64)
+                    .sum();
+                c_cache[(h * n + i) * hd + d] = (sum / s.window.size as f64) as f32;
+            }
+        }
+    }
+}
+
+pub fn variants() -> Vec<ShaderKey> {
+    vec![ShaderKey::new("kv_compress")]
+}
