@@ -349,3 +349,51 @@ fn bench_runs_a_synthetic_model_and_names_unknown_shapes() {
         &["unknown weight type"],
     );
 }
+
+#[test]
+fn sparse_attention_flags_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_gguf_chat(&path, 3, GgmlType::F32);
+    let p = path.to_str().unwrap();
+    let gen = |extra: &[&str]| {
+        let args = [
+            &["generate", "-m", p, "--prompt", "hello", "-n", "2", "--temp", "0"][..],
+            extra,
+        ]
+        .concat();
+        shaderlm(&args, dir.path())
+    };
+    fails_with(&gen(&["--sparse-topk", "4"]), &["--sparse-attention"]);
+    fails_with(
+        &gen(&["--sparse-attention", "--sparse-window", "100"]),
+        &["sparse attention settings do not fit together"],
+    );
+    fails_with(
+        &gen(&["--sparse-attention", "--dense-attention"]),
+        &["cannot be used with"],
+    );
+    // A context too short for one compressed window stays dense: the run succeeds.
+    let out = gen(&["--sparse-attention", "--sparse-dense-len", "4", "--ctx", "64"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Past dense_len with small blocks: the sparse kernels run through the command line.
+    let long = "hello world ".repeat(20);
+    let sparse = [
+        "--sparse-attention",
+        "--sparse-dense-len",
+        "32",
+        "--sparse-block-size",
+        "16",
+        "--sparse-window",
+        "32",
+        "--sparse-topk",
+        "2",
+    ];
+    let args = [
+        &["generate", "-m", p, "--prompt", &long, "-n", "4", "--temp", "0"][..],
+        &sparse[..],
+    ]
+    .concat();
+    let out = shaderlm(&args, dir.path());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
