@@ -1,15 +1,19 @@
 // matmul_q_rows: y[m, row0 + r] = x[m, :] . W[r, :] (+ bias[row0 + r]) for block-quantized W (Q4_0, Q4_1, Q8_0,
-// and k-quants repacked to 32-weight blocks) in the row-major layout (src/quant/pack.rs, Layout::Rows), over one row part of W: the GPU path. A workgroup owns
-// 4 rows of W and TM rows of x; its lanes stride along K one u32 quant word at a time (consecutive lanes read
-// consecutive words: coalesced), dequantize in registers with f32 accumulation, then reduce across the workgroup
-// (subgroupAdd plus workgroup memory with SUBGROUPS, a workgroup-memory tree otherwise). TM = 1 is the GEMV;
-// TM > 1 reuses each weight word for TM tokens (prefill).
+// and k-quants repacked to 32-weight blocks) in the row-major layout (src/quant/pack.rs, Layout::Rows), over one
+// row part of W: the GPU path. A workgroup owns 4 rows of W and TM rows of x; its lanes stride along K one u32
+// quant word at a time (consecutive lanes read consecutive words: coalesced), dequantize in registers with f32
+// accumulation, then reduce across the workgroup (subgroupAdd plus workgroup memory with SUBGROUPS, a
+// workgroup-memory tree otherwise). TM = 1 is the GEMV; TM > 1 reuses each weight word for TM tokens (prefill).
 // Q4_0: d * (sum q x - 8 sum x); MIN (Q4_1, Q4_K; Q5_K with Q8): d * sum q x + m * sum x; Q8_0: d * sum q x;
 // Q8 + S16 (Q6_K): words 4..8 of a block take the second scale instead of d (per word).
+// F16 (adapters with SHADER_F16): the quants are dequantized to f16 once per word (Q4 as q - 8, Q8 as q / 8, mins
+// adjusted to match); the products with x rounded to f16 and each word's sum of them (8 products per row for Q4,
+// 4 for Q8) are f16, then scaled and accumulated in f32, so the error does not grow with K. A word whose x has a
+// value of magnitude X16_MAX or more is summed in f32 for that token (f16 range; lib/quant_rows.wgsl).
 // Bindings: 0 x [M, K] f32 | 1 wq [rows, G * WB] u32 quant words | 2 ws [rows, ceil(G/2)] u32 f16 scale pairs |
 //   3 wm [rows, ceil(G/2)] u32 f16 pairs of second constants (mins, or S16 scales; PAIR only) | then bias [N] f32
 //   (BIAS only) | then y [M, N] f32 (written: columns row0..row0+rows).
-// Defs: TM, Q8, MIN, S16, PAIR (MIN or S16), XSUM (unused here), SUBGROUPS, BIAS. Workgroup size 64.
+// Defs: TM, Q8, MIN, S16, PAIR (MIN or S16), XSUM (unused here), SUBGROUPS, BIAS, F16. Workgroup size 64.
 // Grid: ceil(rows / 4) workgroups (folded into y past the per-dimension limit) x 1 x ceil(M / TM).
 
 #include "lib/quant_params.wgsl"
@@ -99,7 +103,75 @@ fn main(
 #if S16
         d = select(d, mn, i >= 4u);  // weights 16..32 of the block take the second scale
 #endif
+#if F16
+        // The 4 rows' quants in f16, dequantized once for the TM tokens (lib/quant_rows.wgsl), centred where there
+        // is a min: MIN blocks hold d q + m = d (q - c) + (m + c d).
+#if Q8
+        let d8 = 8.0 * d;  // q8_bytes_h gives q / 8
+#if MIN
+        let mc = mn + 16.0 * d;  // Q5_K: q in 0..32, centred on 16
+        let h0 = q8_bytes_h(q.x) - 2.0h;
+        let h1 = q8_bytes_h(q.y) - 2.0h;
+        let h2 = q8_bytes_h(q.z) - 2.0h;
+        let h3 = q8_bytes_h(q.w) - 2.0h;
+#else
+        let h0 = q8_bytes_h(q.x);
+        let h1 = q8_bytes_h(q.y);
+        let h2 = q8_bytes_h(q.z);
+        let h3 = q8_bytes_h(q.w);
+#endif
+#else
+#if MIN
+        let mc = mn + 8.0 * d;
+#endif
+        let a0 = q4_lo_h(q.x);
+        let a1 = q4_lo_h(q.y);
+        let a2 = q4_lo_h(q.z);
+        let a3 = q4_lo_h(q.w);
+        let b0 = q4_hi_h(q.x);
+        let b1 = q4_hi_h(q.y);
+        let b2 = q4_hi_h(q.z);
+        let b3 = q4_hi_h(q.w);
+#endif
+#endif
         for (var t = 0u; t < TM; t++) {
+#if F16
+#if Q8
+            let xa = x[xt[t] + 8u * b + i];
+            var s: vec4<f32>;
+            if (all(abs(xa) < vec4<f32>(X16_MAX))) {
+                let ha = vec4<f16>(xa);
+                s = vec4<f32>(vec4<f16>(dot(h0, ha), dot(h1, ha), dot(h2, ha), dot(h3, ha)));
+            } else {
+                s = vec4<f32>(dot(vec4<f32>(h0), xa), dot(vec4<f32>(h1), xa), dot(vec4<f32>(h2), xa),
+                    dot(vec4<f32>(h3), xa));
+            }
+#if MIN
+            acc[t] += d8 * s + mc * dot(xa, vec4<f32>(1.0));
+#else
+            acc[t] += d8 * s;
+#endif
+#else
+            let xa = x[xt[t] + 8u * b + i];
+            let xb = x[xt[t] + 8u * b + 4u + i];
+            var s: vec4<f32>;
+            if (all(max(abs(xa), abs(xb)) < vec4<f32>(X16_MAX))) {
+                let ha = vec4<f16>(xa);
+                let hb = vec4<f16>(xb);
+                s = vec4<f32>(vec4<f16>(dot(a0, ha) + dot(b0, hb), dot(a1, ha) + dot(b1, hb),
+                    dot(a2, ha) + dot(b2, hb), dot(a3, ha) + dot(b3, hb)));
+            } else {
+                s = vec4<f32>(dot(vec4<f32>(a0), xa) + dot(vec4<f32>(b0), xb),
+                    dot(vec4<f32>(a1), xa) + dot(vec4<f32>(b1), xb), dot(vec4<f32>(a2), xa) + dot(vec4<f32>(b2), xb),
+                    dot(vec4<f32>(a3), xa) + dot(vec4<f32>(b3), xb));
+            }
+#if MIN
+            acc[t] += d * s + mc * dot(xa + xb, vec4<f32>(1.0));
+#else
+            acc[t] += d * s;
+#endif
+#endif
+#else
 #if Q8
             let xa = x[xt[t] + 8u * b + i];
             let s = vec4<f32>(dot(q8_bytes(q.x), xa), dot(q8_bytes(q.y), xa), dot(q8_bytes(q.z), xa),
@@ -119,6 +191,7 @@ fn main(
             acc[t] += d * s + mn * xs;
 #else
             acc[t] += d * (s - 8.0 * xs);
+#endif
 #endif
 #endif
         }

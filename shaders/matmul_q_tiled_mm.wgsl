@@ -1,8 +1,9 @@
 // matmul_q_tiled_mm: y[m, row0 + r] = x[m, :] . W[r, :] (+ bias[row0 + r]) for block-quantized W (Q4_0, Q4_1,
-// Q8_0, and k-quants repacked to 32-weight blocks) in the chunk-tiled layout (src/quant/pack.rs, Layout::Tiled), over one row part of W: the prefill (M > 1)
-// path for CPU adapters. Like matmul_q_tiled (4 rows per invocation, 8 invocations streaming one 32-row tile, one
-// 32-weight block per loop step) but each invocation also owns TM rows of x, so every quant word loaded and
-// dequantized serves TM tokens (register blocking; the dequantized values are shared across the token loop).
+// Q8_0, and k-quants repacked to 32-weight blocks) in the chunk-tiled layout (src/quant/pack.rs, Layout::Tiled),
+// over one row part of W: the prefill (M > 1) path for CPU adapters. Like matmul_q_tiled (4 rows per invocation,
+// 8 invocations streaming one 32-row tile, one 32-weight block per loop step) but each invocation also owns TM rows
+// of x, so every quant word loaded and dequantized serves TM tokens (register blocking; the dequantized values are
+// shared across the token loop).
 // Q4_0's offset, the minimums and Q6_K's second scale are applied per block as in matmul_q_tiled.
 // x (in storage: M rows of it rarely fit one uniform binding): with SUBGROUPS each lane loads one vec4 of a token's
 // block and the 8 are broadcast; else uniform loads.

@@ -15,11 +15,13 @@ mod block_topk;
 mod embedding;
 mod embedding_q;
 mod gather_cols;
+mod infllm;
 mod kv_compress;
 mod kv_write;
 mod matmul;
 mod matmul_q;
 mod overhead;
+mod read_sum;
 mod rms_norm;
 mod rope;
 mod silu_mul;
@@ -48,7 +50,9 @@ fn all() -> Vec<Bench> {
     v.extend(embedding_q::benches());
     v.extend(block_topk::benches());
     v.extend(attention_sparse::benches());
+    v.extend(infllm::benches());
     v.extend(gather_cols::benches());
+    v.extend(read_sum::benches());
     v
 }
 

@@ -1,6 +1,7 @@
 //! matmul_q throughput: the GEMV (decode) at the projection shapes of the three models (N x K: SmolLM2 FFN down and
 //! up, its 49152 x 576 LM head, Qwen2.5-0.5B FFN down, a 2048 x 8192 and Llama3-8B's FFN down), for each format
-//! and both layouts; the GEMM for a 128-token chunk; and the f16 `matmul` GEMV at the same shapes as a baseline.
+//! and both layouts; the GEMM for a 128-token chunk; f32 vs f16 arithmetic in the rows layout; and the f16 `matmul`
+//! GEMV at the same shapes as a baseline.
 //! GB/s counts the packed weight bytes (quants, scales, mins) plus x and y. The k-quants Q4_K and Q6_K (Q4_K_M's
 //! two types), at the shapes whose K is whole 256-weight super-blocks: their packed bytes are the repacked 32-weight
 //! blocks (Q4_K 20 bytes per 32 weights, Q6_K 36), not the file's (18, 26.25).
@@ -9,6 +10,7 @@ use crate::common::{plan_of, Bench, MODELS};
 use crate::embedding_q::blocks;
 use shaderlm::gpu::{DType, GpuTensor};
 use shaderlm::ops::matmul::MatmulPath;
+use shaderlm::ops::matmul_q::{QMath, QPath};
 use shaderlm::quant::pack::{Layout, PackedWeight};
 use shaderlm::quant::GgmlType;
 
@@ -114,9 +116,45 @@ pub fn benches() -> Vec<Bench> {
             }
         }
     }
+    // f32 vs f16 arithmetic in the rows layout, the one with f16 kernels (forced; `Auto` picks by adapter): the GEMV
+    // at 2048 x 8192 and Llama3-8B's FFN down, and the GEMM for a 128-token chunk through SmolLM2's FFN down.
+    let maths = [("f32", QMath::F32), ("f16", QMath::F16)];
+    let tokens = 128;
+    for (n, k) in [(2048, 8192), (MODELS[2].1, MODELS[2].2)] {
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K] {
+            for (mname, math) in maths {
+                v.push(Bench::new(
+                    format!("matmul_q gemv {ty} rows {mname} {n}x{k}"),
+                    move |gpu| {
+                        let w = PackedWeight::upload_with(gpu, "w", ty, Layout::Rows, n, k, &blocks(ty, n, k))?;
+                        plan_of(gpu, |g| {
+                            let x = g.input("x", &[1, k], DType::F32);
+                            g.matmul_q_math(x, &w, None, QPath::Auto, math)?;
+                            Ok(vec![(x, k, DType::F32)])
+                        })
+                    },
+                ));
+            }
+        }
+    }
+    let (n, k) = (MODELS[0].1, MODELS[0].2);
+    for ty in [GgmlType::Q4_0, GgmlType::Q8_0] {
+        for (mname, math) in maths {
+            v.push(Bench::new(
+                format!("matmul_q gemm {ty} rows {mname} {tokens}x{n}x{k}"),
+                move |gpu| {
+                    let w = PackedWeight::upload_with(gpu, "w", ty, Layout::Rows, n, k, &blocks(ty, n, k))?;
+                    plan_of(gpu, |g| {
+                        let x = g.input("x", &[tokens, k], DType::F32);
+                        g.matmul_q_math(x, &w, None, QPath::Auto, math)?;
+                        Ok(vec![(x, tokens * k, DType::F32)])
+                    })
+                },
+            ));
+        }
+    }
     // Prefill: a 128-token chunk through SmolLM2's FFN up and Qwen's FFN down (and, for the k-quants, whose K must
     // be whole super-blocks, SmolLM2's FFN down instead of its up).
-    let tokens = 128;
     for (n, k) in [(MODELS[0].1, MODELS[0].2), (MODELS[1].1, MODELS[1].2)] {
         for layout in [Layout::Tiled, Layout::Rows] {
             for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {

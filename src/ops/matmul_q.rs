@@ -1,6 +1,6 @@
 //! Quantized dense layer `y[.., N] = x[.., K] · W[N, K]^T (+ bias[N])`, W in Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K
 //! packed by [`crate::quant::pack`] (k-quants as 32-weight blocks) and dequantized in registers (W4A16 / W8A16, f32
-//! accumulation): a GEMV for one token
+//! accumulation; f16 products on GPUs with SHADER_F16, [`QMath`]): a GEMV for one token
 //! and a GEMM that reuses each weight load for several tokens, in the kernel family of W's layout (chunk-tiled for
 //! CPU adapters, row-major for GPUs). One dispatch per row part of W.
 
@@ -20,6 +20,30 @@ pub enum QPath {
     Gemv,
     /// Several rows of x per invocation (tiled) or workgroup (rows) share each weight load.
     Gemm,
+}
+
+/// Arithmetic of the dequantized products. f16 (adapters with SHADER_F16, rows-layout kernels): quants dequantized
+/// to f16, the products and each quant word's partial sum (up to 8 products) in f16, scales and the running sum in
+/// f32; a word whose x holds a value of 512 or more is summed in f32 (f16 range). The tiled layout, which only CPU
+/// adapters get, has no f16 kernel: on lavapipe a Q4 f16 tiled GEMV measured 2 to 10x slower than the f32 one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum QMath {
+    /// f16 where the adapter has it and [`f16_default`] says so, f32 otherwise.
+    #[default]
+    Auto,
+    /// f32 everywhere.
+    F32,
+    /// f16 wherever the adapter has SHADER_F16 and W's layout has an f16 kernel (rows); f32 otherwise.
+    F16,
+}
+
+/// Whether [`QMath::Auto`] computes in f16 on an adapter with SHADER_F16: not yet anywhere. lavapipe has no f16
+/// ALU (LLVM widens each f16 operation to f32 and rounds back): its rows-layout f16 GEMV and GEMM measured 1.1 to
+/// 2.6x slower than f32. On GPUs the GEMV is bound by weight reads, not arithmetic, and the f16 path has not been
+/// timed on one yet; it costs precision (NMSE ~2e-7 per matmul instead of ~1e-11), so it stays opt-in
+/// ([`QMath::F16`]) until a GPU measurement shows a gain.
+pub fn f16_default(_caps: &Caps) -> bool {
+    false
 }
 
 /// Invocations per workgroup of the tiled kernels: one tile of 32 rows (8 lanes), so that even a 192-row matrix
@@ -62,6 +86,7 @@ pub struct MatmulQ {
     /// Device bytes of W (quants, scales, mins).
     wbytes: u64,
     path: QPath,
+    math: QMath,
 }
 
 /// The subgroup broadcast of x in the tiled kernels needs 8 lanes per subgroup.
@@ -89,13 +114,14 @@ fn tiled_key(format: Format, bias: bool, xu: Option<usize>, subgroups: bool, tm:
     key
 }
 
-/// A rows-layout kernel with `tm` rows of x per workgroup (1: the GEMV).
-fn rows_key(format: Format, bias: bool, subgroups: bool, tm: usize) -> ShaderKey {
+/// A rows-layout kernel with `tm` rows of x per workgroup (1: the GEMV), with f16 products when `f16`.
+fn rows_key(format: Format, bias: bool, subgroups: bool, tm: usize, f16: bool) -> ShaderKey {
     format
         .shader_flags(ShaderKey::new("matmul_q_rows"))
         .flag("BIAS", bias)
         .flag("SUBGROUPS", subgroups)
         .def("TM", format!("{tm}u"))
+        .flag("F16", f16)
 }
 
 impl MatmulQ {
@@ -123,6 +149,16 @@ impl MatmulQ {
         (fits && self.path() == QPath::Gemv).then_some(self.m * self.k / 4)
     }
 
+    /// Whether the kernel computes its products in f16.
+    fn f16(&self, caps: &Caps) -> bool {
+        let has = caps.f16 && self.layout == Layout::Rows;
+        match self.math {
+            QMath::Auto => has && f16_default(caps),
+            QMath::F32 => false,
+            QMath::F16 => has,
+        }
+    }
+
     fn key(&self, caps: &Caps) -> ShaderKey {
         let gemm = self.path() == QPath::Gemm;
         match self.layout {
@@ -133,7 +169,7 @@ impl MatmulQ {
                 subgroups8(caps),
                 gemm.then_some(TM_TILED),
             ),
-            Layout::Rows => rows_key(self.format, self.bias, caps.subgroups, self.tm()),
+            Layout::Rows => rows_key(self.format, self.bias, caps.subgroups, self.tm(), self.f16(caps)),
         }
     }
 }
@@ -209,6 +245,18 @@ impl Graph {
         bias: Option<TensorId>,
         path: QPath,
     ) -> Result<TensorId> {
+        self.matmul_q_math(x, w, bias, path, QMath::Auto)
+    }
+
+    /// [`Graph::matmul_q_with`] with the arithmetic chosen by the caller too.
+    pub fn matmul_q_math(
+        &mut self,
+        x: TensorId,
+        w: &PackedWeight,
+        bias: Option<TensorId>,
+        path: QPath,
+        math: QMath,
+    ) -> Result<TensorId> {
         let xs = self.shape(x).to_vec();
         let bs = bias.map(|b| self.shape(b).to_vec());
         let (n, k) = (w.n, w.k);
@@ -259,6 +307,7 @@ impl Graph {
             parts,
             wbytes: w.bytes(),
             path,
+            math,
         };
         let mut inputs = vec![x];
         for t in tensors.into_iter().flatten() {
@@ -285,8 +334,9 @@ pub fn reference(x: &[f32], w: &[f32], bias: Option<&[f32]>, m: usize, k: usize,
     y
 }
 
-/// Every variant: layout x path x format x bias x subgroups; the tiled GEMV also with x in a uniform of the model
-/// sizes' lengths (`XN` only sizes an array: the smallest, the largest of 64 KiB, and K/4 of the benched models).
+/// Every variant: layout x path x format x bias x subgroups (x f16 in the rows layout); the tiled GEMV also with x
+/// in a uniform of the model sizes' lengths (`XN` only sizes an array: the smallest, the largest of 64 KiB, and K/4
+/// of the benched models).
 /// Q4_K's blocks are Q4_1 blocks, so it shares Q4_1's variants.
 pub fn variants() -> Vec<ShaderKey> {
     let mut v = Vec::new();
@@ -300,7 +350,9 @@ pub fn variants() -> Vec<ShaderKey> {
                     v.push(tiled_key(format, bias, Some(xn), sg, None));
                 }
                 for tm in [1, TM_ROWS] {
-                    v.push(rows_key(format, bias, sg, tm));
+                    for f16 in [false, true] {
+                        v.push(rows_key(format, bias, sg, tm, f16));
+                    }
                 }
             }
         }

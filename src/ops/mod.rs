@@ -90,6 +90,7 @@ pub mod kv_compress;
 pub mod kv_write;
 pub mod matmul;
 pub mod matmul_q;
+pub mod read_sum;
 pub mod rms_norm;
 pub mod rope;
 pub mod rows;
@@ -117,6 +118,7 @@ pub fn all_variants() -> Vec<ShaderKey> {
     v.extend(matmul_q::variants());
     v.extend(embedding_q::variants());
     v.extend(gather_cols::variants());
+    v.extend(read_sum::variants());
     v.extend(block_topk::variants());
     v.extend(attention_sparse::variants());
     v

@@ -18,6 +18,7 @@ mod kv_compress;
 mod kv_write;
 mod matmul;
 mod matmul_q;
+mod read_sum;
 mod rms_norm;
 mod rope;
 mod rows;
@@ -48,6 +49,7 @@ fn all_cases() -> Vec<Case> {
     v.extend(block_topk::cases());
     v.extend(attention_sparse::cases());
     v.extend(gather_cols::cases());
+    v.extend(read_sum::cases());
     v
 }
 

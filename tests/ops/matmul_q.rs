@@ -15,17 +15,34 @@
 //! growing like sqrt(j), the NMSE is about eps^2 L^2 / (2K) <= eps^2 K / 2 for one chain over all of K; with
 //! K = 4096 and the 4x fold that is 2.9e-11. The bound leaves 30x margin, while one wrong nibble order, scale, block
 //! or row offset gives 1e-3 or more (k-quant cases measure 1e-14..1e-11).
+//!
+//! The f16 arithmetic (rows layout, forced with `QMath::F16`; the cases named `_f16`): over the same grid, with the
+//! bound derived from f16's unit roundoff u = 2^-11. Each product w x is formed from x rounded to f16 (one rounding)
+//! and rounded (another); an f16 partial sum of L <= 8 products adds at most L - 1 roundings of partial sums whose
+//! squares average at most the sum of the L terms' squares; the scale and the running sum are f32 (negligible).
+//! With independent relative errors of variance u^2 / 3, an output's error variance is at most
+//! u^2 (L + 1) / 3 sum_k (w_k x_k)^2, so the bound is 10 u^2 (L + 1) / 3 sum (w x)^2 / sum y^2 (plus the f32
+//! bound): 10x the expected NMSE, which a sum of squared Gaussian errors exceeds with probability under 0.2% even
+//! for one output. For x uniform in [-1, 1] and random quants sum (w x)^2 / sum y^2 is about 1, so the bound is
+//! about 7e-6 and the cases measure 1e-8..6e-7 (f32: 1e-14..1e-11). Cases with identical values everywhere (the
+//! f16 range cases) have errors of one sign and use the worst case instead: ((L + 1) u)^2 sum (sum |w x|)^2 /
+//! sum y^2. x entries below f16's smallest normal 2^-14 lose relative precision: their absolute error (2^-25) is
+//! negligible here.
 
 use crate::common::{exact, gpu_fallback, nmse, Case, Check, Rng};
 use shaderlm::gpu::{DType, Gpu, GpuOptions, GpuTensor};
 use shaderlm::graph::{Graph, Plan};
-use shaderlm::ops::matmul_q::{self, QPath};
+use shaderlm::ops::matmul_q::{self, QMath, QPath};
 use shaderlm::ops::StepVars;
 use shaderlm::quant::pack::{dequantize_packed, Format, Layout, PackedWeight, PACKABLE};
 use shaderlm::quant::GgmlType;
 use std::sync::OnceLock;
 
 const BOUND: f64 = 1e-9;
+/// f16's unit roundoff (11-bit significand).
+const U16: f64 = 1.0 / 2048.0;
+/// Most products in one f16 partial sum of the f16 kernels.
+const L16: f64 = 8.0;
 
 const FORMATS: [GgmlType; 6] = PACKABLE;
 
@@ -86,6 +103,7 @@ struct Shape {
     n: usize,
     bias: bool,
     path: QPath,
+    math: QMath,
 }
 
 impl Shape {
@@ -100,24 +118,44 @@ impl Shape {
             QPath::Gemv => "gemv",
             QPath::Gemm => "gemm",
         };
-        format!("{}_{layout}_{path}_m{}_k{}_n{}{b}", self.ty, self.m, self.k, self.n)
+        let math = match self.math {
+            QMath::Auto => "",
+            QMath::F32 => "_f32",
+            QMath::F16 => "_f16",
+        };
+        format!(
+            "{}_{layout}_{path}_m{}_k{}_n{}{b}{math}",
+            self.ty, self.m, self.k, self.n
+        )
     }
 }
 
 /// Run one matmul_q on `gpu` and compare with the reference; returns (check, parts of W).
 fn run(gpu: &Gpu, s: Shape) -> shaderlm::Result<(Check, usize)> {
+    run_with(gpu, s, |_, _| {}, false)
+}
+
+/// [`run`] with x (uniform in [-1, 1]) and the raw blocks edited by `edit` first; with `worst`, the f16 bound is the
+/// worst case (for data whose rounding errors need not be independent).
+fn run_with(
+    gpu: &Gpu,
+    s: Shape,
+    edit: impl Fn(&mut [f32], &mut [u8]),
+    worst: bool,
+) -> shaderlm::Result<(Check, usize)> {
     let (m, k, n) = (s.m, s.k, s.n);
     let seed = (m * 1_000_003 + k * 1009 + n) as u64 + s.ty.id() as u64;
-    let raw = random_blocks(s.ty, n, k, seed);
+    let mut raw = random_blocks(s.ty, n, k, seed);
     let mut rng = Rng::new(seed ^ 0x5eed);
-    let x = rng.vec(m * k, 1.0);
+    let mut x = rng.vec(m * k, 1.0);
+    edit(&mut x, &mut raw);
     let b = rng.vec(n, 1.0);
     let w = PackedWeight::upload_with(gpu, "w", s.ty, s.layout, n, k, &raw)?;
     let bt = GpuTensor::upload_f32(gpu, "bias", &[n], &b)?;
     let mut g = Graph::new();
     let tx = g.input("x", &[m, k], DType::F32);
     let tb = s.bias.then(|| g.external(&bt));
-    let y = g.matmul_q_with(tx, &w, tb, s.path)?;
+    let y = g.matmul_q_math(tx, &w, tb, s.path, s.math)?;
     g.output(y);
     let mut plan = Plan::new(gpu, g)?;
     plan.write_input(gpu, tx, bytemuck::cast_slice(&x))?;
@@ -125,7 +163,12 @@ fn run(gpu: &Gpu, s: Shape) -> shaderlm::Result<(Check, usize)> {
     let got = plan.read_f32(y)?;
     let wf = dequantize_packed(s.ty, &raw)?;
     let want = matmul_q::reference(&x, &wf, s.bias.then_some(b.as_slice()), m, k, n);
-    Ok((nmse(&got, &want, BOUND), w.parts().len()))
+    let max = if worst {
+        worst_bound(s.math, &x, &wf, &want, k)
+    } else {
+        bound(s.math, &x, &wf, &want, k)
+    };
+    Ok((nmse(&got, &want, max), w.parts().len()))
 }
 
 fn case(prefix: &str, s: Shape, on: fn() -> Option<&'static Gpu>) -> Case {
@@ -152,6 +195,60 @@ fn shape(ty: GgmlType, layout: Layout, (m, k, n): (usize, usize, usize), bias: b
         n,
         bias,
         path,
+        math: QMath::Auto,
+    }
+}
+
+/// The NMSE bound of a case computed with `math` (f32 on the test adapter unless forced to f16), for x [m, k], the
+/// dequantized w [n, k] and the reference y [m, n]: f16 arithmetic adds 10 u^2 (L + 1) / 3 sum (w x)^2 / sum y^2.
+fn bound(math: QMath, x: &[f32], w: &[f32], want: &[f32], k: usize) -> f64 {
+    if math != QMath::F16 {
+        return BOUND;
+    }
+    let (m, n) = (x.len() / k, w.len() / k);
+    let mut t2 = 0f64;
+    for i in 0..m {
+        for j in 0..n {
+            let (xr, wr) = (&x[i * k..(i + 1) * k], &w[j * k..(j + 1) * k]);
+            t2 += xr
+                .iter()
+                .zip(wr)
+                .map(|(a, b)| (*a as f64 * *b as f64).powi(2))
+                .sum::<f64>();
+        }
+    }
+    let y2: f64 = want.iter().map(|v| (*v as f64).powi(2)).sum();
+    BOUND + 10.0 * U16 * U16 * (L16 + 1.0) / 3.0 * t2 / y2
+}
+
+/// The worst-case form of [`bound`]: every term's error at most (L + 1) u |w x| (x's rounding, the product's and
+/// L - 1 additions, to first order; 1.1 covers the rest), all of one sign: ((L + 1) u)^2 sum (sum |w x|)^2 / sum y^2.
+fn worst_bound(math: QMath, x: &[f32], w: &[f32], want: &[f32], k: usize) -> f64 {
+    if math != QMath::F16 {
+        return BOUND;
+    }
+    let (m, n) = (x.len() / k, w.len() / k);
+    let mut e2 = 0f64;
+    for i in 0..m {
+        for j in 0..n {
+            let (xr, wr) = (&x[i * k..(i + 1) * k], &w[j * k..(j + 1) * k]);
+            e2 += xr
+                .iter()
+                .zip(wr)
+                .map(|(a, b)| (*a as f64 * *b as f64).abs())
+                .sum::<f64>()
+                .powi(2);
+        }
+    }
+    let y2: f64 = want.iter().map(|v| (*v as f64).powi(2)).sum();
+    BOUND + 1.1 * ((L16 + 1.0) * U16).powi(2) * e2 / y2
+}
+
+/// The case of `s` on the test adapter, and in the rows layout (the one with f16 kernels) also forced to f16.
+fn both_maths(v: &mut Vec<Case>, s: Shape) {
+    v.push(case("", s, default_gpu));
+    if s.layout == Layout::Rows {
+        v.push(case("", Shape { math: QMath::F16, ..s }, default_gpu));
     }
 }
 
@@ -175,7 +272,7 @@ pub fn cases() -> Vec<Case> {
         for (f, ty) in FORMATS.into_iter().enumerate() {
             for layout in layouts {
                 let bias = (i + f).is_multiple_of(2);
-                v.push(case("", shape(ty, layout, (1, k, n), bias, QPath::Auto), default_gpu));
+                both_maths(&mut v, shape(ty, layout, (1, k, n), bias, QPath::Auto));
             }
         }
     }
@@ -193,7 +290,7 @@ pub fn cases() -> Vec<Case> {
         for (f, ty) in FORMATS.into_iter().enumerate() {
             for layout in layouts {
                 let bias = (i + f) % 2 == 1;
-                v.push(case("", shape(ty, layout, mkn, bias, QPath::Auto), default_gpu));
+                both_maths(&mut v, shape(ty, layout, mkn, bias, QPath::Auto));
             }
         }
     }
@@ -208,7 +305,7 @@ pub fn cases() -> Vec<Case> {
                 ((2, 576, 129), QPath::Gemm),
                 ((5, 4096, 33), QPath::Gemv),
             ] {
-                v.push(case("", shape(ty, layout, mkn, true, path), default_gpu));
+                both_maths(&mut v, shape(ty, layout, mkn, true, path));
             }
         }
     }
@@ -235,8 +332,14 @@ pub fn cases() -> Vec<Case> {
             } else {
                 (1024, 1000, 16)
             };
-            for m in [1, 5] {
-                let s = shape(ty, layout, (m, k, n), true, QPath::Auto);
+            for (m, math) in [(1, QMath::Auto), (5, QMath::Auto), (1, QMath::F16), (5, QMath::F16)] {
+                if math == QMath::F16 && layout == Layout::Tiled {
+                    continue;
+                }
+                let s = Shape {
+                    math,
+                    ..shape(ty, layout, (m, k, n), true, QPath::Auto)
+                };
                 v.push(Case::new("matmul_q", format!("split{parts}_{}", s.name()), move |_| {
                     let (check, got) = run(gpu_split(), s)?;
                     if got != parts {
@@ -252,10 +355,15 @@ pub fn cases() -> Vec<Case> {
     // fails here: rows whose scales are all subnormal would come out zero. (The 32-weight formats: k-quant blocks
     // go through the same decoder once repacked.)
     for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
-        for layout in layouts {
+        for (layout, math) in [
+            (Layout::Tiled, QMath::Auto),
+            (Layout::Rows, QMath::Auto),
+            (Layout::Rows, QMath::F16),
+        ] {
             let name = format!(
-                "{ty}_{}_f16_constants_of_every_kind",
-                if layout == Layout::Tiled { "tiled" } else { "rows" }
+                "{ty}_{}_f16_constants_of_every_kind{}",
+                if layout == Layout::Tiled { "tiled" } else { "rows" },
+                if math == QMath::F16 { "_f16_math" } else { "" }
             );
             v.push(Case::new("matmul_q", name, move |gpu| {
                 let (n, k) = (40, 128);
@@ -282,19 +390,87 @@ pub fn cases() -> Vec<Case> {
                 let w = PackedWeight::upload_with(gpu, "w", ty, layout, n, k, &raw)?;
                 let mut g = Graph::new();
                 let tx = g.input("x", &[1, k], DType::F32);
-                let y = g.matmul_q(tx, &w, None)?;
+                let y = g.matmul_q_math(tx, &w, None, QPath::Auto, math)?;
                 g.output(y);
                 let mut plan = Plan::new(gpu, g)?;
                 plan.write_input(gpu, tx, bytemuck::cast_slice(&x))?;
                 plan.run(gpu, &StepVars::default())?;
                 let got = plan.read_f32(y)?;
-                let want = matmul_q::reference(&x, &dequantize_packed(ty, &raw)?, None, 1, k, n);
+                let wf = dequantize_packed(ty, &raw)?;
+                let want = matmul_q::reference(&x, &wf, None, 1, k, n);
                 // The subnormal rows alone, so that their tiny values are not drowned by the others.
-                let sub = nmse(&got[..8], &want[..8], BOUND);
-                Ok(if sub.passed() { nmse(&got, &want, BOUND) } else { sub })
+                let sub = nmse(&got[..8], &want[..8], bound(math, &x, &wf[..8 * k], &want[..8], k));
+                Ok(if sub.passed() {
+                    nmse(&got, &want, bound(math, &x, &wf, &want, k))
+                } else {
+                    sub
+                })
             }));
         }
     }
+    // f16 range: x values of magnitude X16_MAX = 512 or more make their quant word sum in f32 (an f16 sum of 8
+    // products of them could overflow; x beyond 65504 is infinite in f16 already). Outliers of 600, -5000, 1e5 and
+    // 512 in a few words: a kernel without the guard gives infinities here.
+    for ty in FORMATS {
+        let s = Shape {
+            math: QMath::F16,
+            ..shape(ty, Layout::Rows, (2, 1024, 129), false, QPath::Auto)
+        };
+        v.push(Case::new(
+            "matmul_q",
+            format!("{}_x_outliers_sum_in_f32", s.name()),
+            move |gpu| {
+                let outliers = |x: &mut [f32], _: &mut [u8]| {
+                    for (i, v) in [(5, 600.0), (100, -5000.0), (1500, 1e5), (2047, 512.0)] {
+                        x[i] = v;
+                    }
+                };
+                Ok(run_with(gpu, s, outliers, false)?.0)
+            },
+        ));
+    }
+    // The worst case around the limit: every quant the largest in magnitude in f16 form (nibble 0, centred to -8;
+    // Q8 byte -128, as -16), every x the same, so each f16 partial sum is 64 x. Just under the limit (511.75) that
+    // is 32752: finite, in f16. Over it (1100) it would be 70400, past 65504: infinite unless summed in f32, so a
+    // guard that is missing or set above 1023 fails here. All errors have one sign: the worst-case bound.
+    for (ty, byte) in [(GgmlType::Q4_0, 0u8), (GgmlType::Q8_0, 0x80)] {
+        let s = Shape {
+            math: QMath::F16,
+            ..shape(ty, Layout::Rows, (2, 1024, 129), false, QPath::Auto)
+        };
+        for (name, xv) in [("under", 511.75f32), ("over", 1100.0)] {
+            v.push(Case::new(
+                "matmul_q",
+                format!("{}_worst_quants_x_{name}_f16_limit", s.name()),
+                move |gpu| {
+                    let edit = |x: &mut [f32], raw: &mut [u8]| {
+                        x.fill(xv);
+                        for blk in raw.chunks_exact_mut(ty.type_size()) {
+                            blk[2..].fill(byte);
+                        }
+                    };
+                    Ok(run_with(gpu, s, edit, true)?.0)
+                },
+            ));
+        }
+    }
+    // Forcing f16 takes effect where the adapter has f16: Q4_0 at K = 4096 then has an NMSE of about 2e-7 (f16
+    // rounding), far above what f32 arithmetic gives (about 1e-11). Without f16 the same run must match f32's bound.
+    v.push(Case::new("matmul_q", "f16_forced_rounds_in_f16", |gpu| {
+        let s = Shape {
+            math: QMath::F16,
+            ..shape(GgmlType::Q4_0, Layout::Rows, (1, 4096, 576), false, QPath::Auto)
+        };
+        let (check, _) = run(gpu, s)?;
+        Ok(match check {
+            Check::Nmse { value, .. } if gpu.caps.f16 && value < 1e-8 => {
+                println!("f16_forced_rounds_in_f16: NMSE {value:.2e} is f32's, not f16's");
+                exact(&[false], &[true])
+            }
+            Check::Nmse { value, .. } if !gpu.caps.f16 => Check::Nmse { value, max: BOUND },
+            other => other,
+        })
+    }));
     // Bad input gives an error value, never a node: K not a multiple of 32 (of 256 for a k-quant), a byte count
     // that does not match [N, K] (a truncated k-quant tensor too), a type that is not packable, x of another K or
     // dtype, a bias of the wrong length.
