@@ -85,6 +85,7 @@ fn check(name: &str) {
         logits: true,
         argmax: true,
         topk: 0,
+        router: false,
     };
     let mut gen = Generator::new(gpu, &loaded.model, loaded.ctx, outputs).unwrap();
     // Teacher-forced: feed the reference's tokens; every step's argmax and top-5 logits must agree. Up to the

@@ -20,6 +20,7 @@ mod kv_compress;
 mod kv_write;
 mod matmul;
 mod matmul_q;
+mod moe_ffn;
 mod overhead;
 mod read_sum;
 mod rms_norm;
@@ -47,6 +48,7 @@ fn all() -> Vec<Bench> {
     v.extend(kv_compress::benches());
     v.extend(block_score::benches());
     v.extend(matmul_q::benches());
+    v.extend(moe_ffn::benches());
     v.extend(embedding_q::benches());
     v.extend(block_topk::benches());
     v.extend(attention_sparse::benches());

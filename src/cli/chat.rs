@@ -35,6 +35,7 @@ pub fn run(args: &ChatArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         logits: params.needs_logits(),
         argmax: !params.needs_logits(),
         topk: 0,
+        router: false,
     };
     let mut gen = Generator::new(&gpu, &loaded.model, loaded.ctx, outputs)?;
     gen.chunk = args.model.chunk;

@@ -36,6 +36,9 @@ pub struct GenerateArgs {
     /// Most tokens to generate.
     #[arg(long, short = 'n', default_value_t = 128)]
     pub max_tokens: usize,
+    /// Print BlockFFN expert sparsity per layer (token-level, and chunk-level over 8 tokens) at the end.
+    #[arg(long)]
+    pub stats: bool,
     /// Stop when the text contains this (repeatable).
     #[arg(long)]
     pub stop: Vec<String>,
@@ -107,6 +110,7 @@ pub fn run(args: &GenerateArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         logits: params.needs_logits(),
         argmax: !params.needs_logits(),
         topk: if args.json { 10 } else { 0 },
+        router: args.stats,
     };
     let mut gen = Generator::new(&gpu, &loaded.model, loaded.ctx, outputs)?;
     gen.chunk = args.model.chunk;
@@ -149,5 +153,11 @@ pub fn run(args: &GenerateArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         out.decode_tok_s(),
         out.stopped_by
     );
+    if args.stats {
+        match &gen.moe_stats {
+            Some(st) => eprintln!("BlockFFN expert sparsity:\n{}", st.report()),
+            None => eprintln!("--stats: this model has no BlockFFN experts"),
+        }
+    }
     Ok(())
 }

@@ -1,6 +1,8 @@
 //! Generation: prefill in chunks, decode one token per submission, sampling, stop rules, streaming, timings.
 //! The decode plan is built once and reused; the per-token loop allocates nothing on the host.
 
+pub mod stats;
+
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::model::{KvCache, Llama, Step, StepOutputs};
@@ -37,6 +39,8 @@ pub struct Generator<'a> {
     /// Tokens per prefill step.
     pub chunk: usize,
     pub result: StepResult,
+    /// BlockFFN sparsity counts, when the outputs include the router weights.
+    pub moe_stats: Option<stats::MoeStats>,
 }
 
 impl<'a> Generator<'a> {
@@ -52,6 +56,10 @@ impl<'a> Generator<'a> {
             tokens: Vec::new(),
             chunk: 128,
             result: StepResult::default(),
+            moe_stats: match (&model.cfg.moe, outputs.router) {
+                (Some(m), true) => Some(stats::MoeStats::new(model.cfg.n_layers, m.experts)),
+                _ => None,
+            },
         })
     }
 
@@ -122,13 +130,21 @@ impl<'a> Generator<'a> {
             step.plan.run(gpu, &StepVars { pos: pos as u32 })?;
             self.tokens.extend_from_slice(&rest[..n]);
             rest = &rest[n..];
-            if rest.is_empty() {
-                let step = if n == 1 {
-                    self.decode[usize::from(sparse)].as_ref()
-                } else {
-                    self.prefill.get(&(n, sparse))
+            let step = if n == 1 {
+                self.decode[usize::from(sparse)].as_ref()
+            } else {
+                self.prefill.get(&(n, sparse))
+            }
+            .expect("planned");
+            if let Some(st) = &mut self.moe_stats {
+                for (layer, &r) in step.router.iter().enumerate() {
+                    let mut buf = std::mem::take(&mut st.buf);
+                    step.plan.read_into(r, &mut buf)?;
+                    st.add(layer, &buf);
+                    st.buf = buf;
                 }
-                .expect("planned");
+            }
+            if rest.is_empty() {
                 let r = &mut self.result;
                 if let Some(id) = step.logits {
                     step.plan.read_into(id, &mut r.logits)?;

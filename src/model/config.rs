@@ -67,6 +67,32 @@ impl LongRope {
     }
 }
 
+/// BlockFFN's mixture of experts (thunlp/BlockFFN, `BlockMLP`) in place of the SwiGLU FFN: a ReLU router with a
+/// norm picks, per token, the experts whose (ungated) SiLU FFNs are summed, each weighted by its router value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MoeConfig {
+    /// `num_experts`.
+    pub experts: usize,
+    /// `expert_size`: rows of each expert's up projection.
+    pub expert_size: usize,
+    /// `ffn_type` `block` (`up_proj [E, de, hidden]`, `down_proj [E, hidden, de]`) rather than `block_linear`
+    /// (`up_proj [E*de, hidden]`, `down_proj [hidden, E*de]`).
+    pub per_expert_tensors: bool,
+    pub norm: RouterNormKind,
+}
+
+/// `norm_after_router`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RouterNormKind {
+    None,
+    /// `r / (sum(r) * norm_scale + eps)`.
+    Sum {
+        scale: f32,
+    },
+    /// RMSNorm with `router_norm.weight` and the model's `rms_norm_eps`.
+    Rms,
+}
+
 /// InfLLM-v2 trainable sparse attention (`sparse_config` in a MiniCPM4 config.json), also applied training-free to
 /// other models by `--sparse-attention`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,6 +172,8 @@ pub struct LlamaConfig {
     pub longrope: Option<LongRope>,
     /// Sparse attention (InfLLM-v2): from the model's config, or asked for on the command line.
     pub sparse: Option<SparseConfig>,
+    /// BlockFFN experts instead of the SwiGLU FFN (`ffn` is then unused).
+    pub moe: Option<MoeConfig>,
 }
 
 fn bad(path: &Path, message: impl Into<String>) -> Error {
@@ -249,6 +277,7 @@ impl LlamaConfig {
             mup: Mup::default(),
             longrope: None,
             sparse: None,
+            moe: None,
         }
         .check(f.path())
     }
@@ -316,6 +345,11 @@ impl LlamaConfig {
         } else {
             Mup::default()
         };
+        let moe = match v.get("ffn_type").and_then(|t| t.as_str()) {
+            Some("block" | "block_linear") if arch == Arch::MiniCpm => Some(moe_config(path, &v)?),
+            None | Some("dense" | "mlp") => None,
+            Some(other) => return Err(bad(path, format!("ffn_type {other:?} is not supported"))),
+        };
         let sparse = match v.get("sparse_config").filter(|s| !s.is_null()) {
             Some(s) if arch == Arch::MiniCpm => Some(sparse_config(path, s)?),
             _ => None,
@@ -324,7 +358,11 @@ impl LlamaConfig {
             arch,
             n_layers,
             hidden,
-            ffn: need("intermediate_size")?,
+            ffn: if moe.is_some() {
+                num("intermediate_size").map_or(1, |x| x as usize)
+            } else {
+                need("intermediate_size")?
+            },
             n_heads,
             n_kv_heads: num("num_key_value_heads").map_or(n_heads, |x| x as usize),
             head_dim,
@@ -341,6 +379,7 @@ impl LlamaConfig {
             mup,
             longrope,
             sparse,
+            moe,
         }
         .check(path)
     }
@@ -423,4 +462,49 @@ fn sparse_config(path: &Path, s: &serde_json::Value) -> Result<SparseConfig> {
         dense_len: get("dense_len", d.dense_len),
     }
     .check(path)
+}
+
+/// BlockFFN's fields of config.json (`ffn_type` block / block_linear). The `BlockMLP` class defaults
+/// (`norm_after_router` "sum", `norm_scale` 1) apply where the file says nothing.
+fn moe_config(path: &Path, v: &serde_json::Value) -> Result<MoeConfig> {
+    let num = |k: &str| v.get(k).and_then(|x| x.as_u64()).map(|x| x as usize);
+    let text = |k: &str| v.get(k).and_then(|x| x.as_str());
+    let (Some(experts), Some(expert_size)) = (num("num_experts"), num("expert_size")) else {
+        return Err(bad(path, "a BlockFFN config needs num_experts and expert_size"));
+    };
+    if experts == 0 || experts > crate::ops::moe_common::MAX_EXPERTS || expert_size == 0 {
+        return Err(bad(
+            path,
+            format!("{experts} experts of size {expert_size}: unsupported"),
+        ));
+    }
+    if !expert_size.is_multiple_of(crate::ops::moe_common::DE_ALIGN) {
+        return Err(bad(path, format!("expert_size {expert_size} is not a multiple of 32")));
+    }
+    if num("num_shared_experts").unwrap_or(0) > 0 {
+        return Err(bad(path, "BlockFFN shared experts are not supported"));
+    }
+    if let Some(act) = text("router_act").filter(|a| *a != "relu") {
+        return Err(bad(path, format!("router_act {act:?} is not supported (relu only)")));
+    }
+    if let Some(act) = text("hidden_act").filter(|a| *a != "silu") {
+        return Err(bad(
+            path,
+            format!("hidden_act {act:?} is not supported for experts (silu only)"),
+        ));
+    }
+    let norm = match text("norm_after_router").unwrap_or("sum") {
+        "none" => RouterNormKind::None,
+        "sum" => RouterNormKind::Sum {
+            scale: v.get("norm_scale").and_then(|x| x.as_f64()).unwrap_or(1.0) as f32,
+        },
+        "rms" => RouterNormKind::Rms,
+        other => return Err(bad(path, format!("norm_after_router {other:?} is not supported"))),
+    };
+    Ok(MoeConfig {
+        experts,
+        expert_size,
+        per_expert_tensors: text("ffn_type") == Some("block"),
+        norm,
+    })
 }

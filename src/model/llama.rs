@@ -2,6 +2,7 @@
 //! scalings and longrope), one implementation over any weight format: loading, per-session KV caches, and the
 //! graph of one forward step.
 
+use super::blockffn::BlockFfn;
 use super::config::{Arch, LlamaConfig};
 use super::sparse::{self, CompressedKeys};
 use super::weights::{load_vector, Linear, WeightSource};
@@ -100,8 +101,18 @@ struct Layer {
     q_norm: Option<GpuTensor>, // [head_dim]
     k_norm: Option<GpuTensor>, // [head_dim]
     ffn_norm: GpuTensor,       // [hidden]
-    ffn_in: FfnIn,
-    down: Linear, // [hidden, ffn]
+    ffn: Ffn,
+}
+
+/// A layer's feed-forward block.
+enum Ffn {
+    /// SwiGLU: `down(silu(gate x) * up x)`.
+    SwiGlu {
+        input: FfnIn,
+        down: Linear, /* [hidden, ffn] */
+    },
+    /// BlockFFN's routed experts.
+    Block(BlockFfn),
 }
 
 /// A loaded model: weights only. Each session has its own [`KvCache`].
@@ -140,6 +151,8 @@ pub struct StepOutputs {
     pub argmax: bool,
     /// Read back the top-k ids and logits of the last token (0 = none).
     pub topk: usize,
+    /// Read back each BlockFFN layer's router weights `[n_tokens, E]` (sparsity statistics).
+    pub router: bool,
 }
 
 /// A planned forward step over `n_tokens` tokens.
@@ -150,6 +163,8 @@ pub struct Step {
     pub logits: Option<TensorId>,
     pub argmax: Option<TensorId>,
     pub topk: Option<(TensorId, TensorId)>,
+    /// Router weights `[n_tokens, E]` of each BlockFFN layer, when asked for.
+    pub router: Vec<TensorId>,
 }
 
 impl Llama {
@@ -217,23 +232,28 @@ impl Llama {
                     None
                 },
                 ffn_norm: vector(n(W::FfnNorm), c.hidden)?,
-                ffn_in: {
-                    let (gate, up) = (src.require(&n(W::Gate))?, src.require(&n(W::Up))?);
-                    for t in [&gate, &up] {
-                        if t.shape != [c.ffn, c.hidden] {
-                            let want = format!("{}: {:?}, expected [{}, {}]", t.name, t.shape, c.ffn, c.hidden);
-                            return Err(Error::shape("load", want));
-                        }
-                    }
-                    match Linear::load_stacked(gpu, &format!("blk.{i}.ffn_gate_up"), &[gate, up])? {
-                        Some(l) => FfnIn::Stacked(l),
-                        None => FfnIn::Split {
-                            gate: linear(n(W::Gate), c.ffn, c.hidden)?,
-                            up: linear(n(W::Up), c.ffn, c.hidden)?,
+                ffn: match &c.moe {
+                    Some(m) => Ffn::Block(BlockFfn::load(gpu, src, c, m, i)?),
+                    None => Ffn::SwiGlu {
+                        input: {
+                            let (gate, up) = (src.require(&n(W::Gate))?, src.require(&n(W::Up))?);
+                            for t in [&gate, &up] {
+                                if t.shape != [c.ffn, c.hidden] {
+                                    let want = format!("{}: {:?}, expected [{}, {}]", t.name, t.shape, c.ffn, c.hidden);
+                                    return Err(Error::shape("load", want));
+                                }
+                            }
+                            match Linear::load_stacked(gpu, &format!("blk.{i}.ffn_gate_up"), &[gate, up])? {
+                                Some(l) => FfnIn::Stacked(l),
+                                None => FfnIn::Split {
+                                    gate: linear(n(W::Gate), c.ffn, c.hidden)?,
+                                    up: linear(n(W::Up), c.ffn, c.hidden)?,
+                                },
+                            }
                         },
-                    }
+                        down: linear(n(W::Down), c.hidden, c.ffn)?,
+                    },
                 },
-                down: linear(n(W::Down), c.hidden, c.ffn)?,
             });
         }
         progress(c.n_layers, c.n_layers);
@@ -307,11 +327,18 @@ impl Llama {
             .layers
             .iter()
             .map(|l| {
-                let ffn_in = match &l.ffn_in {
-                    FfnIn::Stacked(w) => w.bytes(),
-                    FfnIn::Split { gate, up } => gate.bytes() + up.bytes(),
+                let ffn = match &l.ffn {
+                    Ffn::SwiGlu {
+                        input: FfnIn::Stacked(w),
+                        down,
+                    } => w.bytes() + down.bytes(),
+                    Ffn::SwiGlu {
+                        input: FfnIn::Split { gate, up },
+                        down,
+                    } => gate.bytes() + up.bytes() + down.bytes(),
+                    Ffn::Block(b) => b.bytes(),
                 };
-                ffn_in + [&l.q, &l.k, &l.v, &l.o, &l.down].iter().map(|w| w.bytes()).sum::<u64>()
+                ffn + [&l.q, &l.k, &l.v, &l.o].iter().map(|w| w.bytes()).sum::<u64>()
             })
             .sum();
         head + layers
@@ -371,6 +398,7 @@ impl Llama {
         let scale = 1.0 / (c.head_dim as f32).sqrt();
         // The FFN output still to be added to `h`: fused into the next norm (one dispatch for add + norm).
         let mut pending: Option<TensorId> = None;
+        let mut router = Vec::new();
         for (i, (l, (k_cache, v_cache))) in self.layers.iter().zip(&cache.layers).enumerate() {
             g.set_prefix(&format!("blk.{i}."));
             let w = g.external(&l.attn_norm);
@@ -412,18 +440,31 @@ impl Llama {
             let w = g.external(&l.ffn_norm);
             let (sum, x) = g.add_scaled_rms_norm(h, o, alpha, w, c.rms_eps)?;
             h = sum;
-            let m = match &l.ffn_in {
-                FfnIn::Stacked(w) => {
-                    let gu = w.forward(&mut g, x, None)?; // [n, 2 * ffn]: gate then up
-                    g.silu_mul_fused(gu)?
+            pending = Some(match &l.ffn {
+                Ffn::SwiGlu { input, down } => {
+                    let m = match input {
+                        FfnIn::Stacked(w) => {
+                            let gu = w.forward(&mut g, x, None)?; // [n, 2 * ffn]: gate then up
+                            g.silu_mul_fused(gu)?
+                        }
+                        FfnIn::Split { gate, up } => {
+                            let gate = gate.forward(&mut g, x, None)?;
+                            let up = up.forward(&mut g, x, None)?;
+                            g.silu_mul(gate, up)?
+                        }
+                    };
+                    down.forward(&mut g, m, None)?
                 }
-                FfnIn::Split { gate, up } => {
-                    let gate = gate.forward(&mut g, x, None)?;
-                    let up = up.forward(&mut g, x, None)?;
-                    g.silu_mul(gate, up)?
+                Ffn::Block(b) => {
+                    let m = c.moe.as_ref().expect("a BlockFFN layer has a MoE config");
+                    let (y, r) = b.forward(&mut g, x, m, c.rms_eps)?; // [n, hidden], [n, E]
+                    if out.router {
+                        g.output(r);
+                        router.push(r);
+                    }
+                    y
                 }
-            };
-            pending = Some(l.down.forward(&mut g, m, None)?);
+            });
         }
         g.set_prefix("");
         let w = g.external(&self.norm);
@@ -466,6 +507,7 @@ impl Llama {
             logits: step_logits,
             argmax,
             topk,
+            router,
         })
     }
 }

@@ -1,5 +1,6 @@
 //! Models: hyper-parameters, weights from any format, and one implementation per architecture family.
 
+pub mod blockffn;
 pub mod config;
 pub mod llama;
 pub mod load;

@@ -54,6 +54,9 @@ fn rope(v: &mut [f32], pos: usize, cfg: &LlamaConfig, max_ctx: usize) {
     }
 }
 
+/// A per-token function of the forward (one layer's FFN).
+type TokenFn = Box<dyn Fn(&[f32]) -> Vec<f32>>;
+
 /// Logits `[vocab]` at every position of `ids` (one causal pass), for a session of `cfg.context` positions.
 pub fn logits(src: &dyn WeightSource, cfg: &LlamaConfig, names: Names, ids: &[u32]) -> Result<Vec<Vec<f32>>> {
     logits_with(src, cfg, names, ids, cfg.context)
@@ -137,9 +140,21 @@ pub fn logits_steps(
         let kn = opt(l(i, "self_attn.k_norm.weight", "attn_k_norm.weight"))?;
         let an = get(&l(i, "input_layernorm.weight", "attn_norm.weight"))?;
         let fnw = get(&l(i, "post_attention_layernorm.weight", "ffn_norm.weight"))?;
-        let wg = get(&l(i, "mlp.gate_proj.weight", "ffn_gate.weight"))?;
-        let wu = get(&l(i, "mlp.up_proj.weight", "ffn_up.weight"))?;
-        let wd = get(&l(i, "mlp.down_proj.weight", "ffn_down.weight"))?;
+        // The FFN of one normed token: SwiGLU, or BlockFFN's experts.
+        let ffn: TokenFn = match &c.moe {
+            Some(m) => Box::new(super::blockffn::reference(src, c, m, i)?),
+            None => {
+                let wg = get(&l(i, "mlp.gate_proj.weight", "ffn_gate.weight"))?;
+                let wu = get(&l(i, "mlp.up_proj.weight", "ffn_up.weight"))?;
+                let wd = get(&l(i, "mlp.down_proj.weight", "ffn_down.weight"))?;
+                let (ffn, hidden) = (c.ffn, c.hidden);
+                Box::new(move |x: &[f32]| {
+                    let (g, u) = (matvec(&wg, x, ffn), matvec(&wu, x, ffn));
+                    let m: Vec<f32> = g.iter().zip(&u).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
+                    matvec(&wd, &m, hidden)
+                })
+            }
+        };
         let add = |v: &mut Vec<f32>, b: &Option<Vec<f32>>| {
             if let Some(b) = b {
                 v.iter_mut().zip(b).for_each(|(x, y)| *x += y);
@@ -227,9 +242,7 @@ pub fn logits_steps(
             let o = matvec(&wo, &att, c.hidden);
             h[p].iter_mut().zip(&o).for_each(|(a, b)| *a += b * c.mup.residual);
             let x = rms_norm(&h[p], &fnw, c.rms_eps);
-            let (g, u) = (matvec(&wg, &x, c.ffn), matvec(&wu, &x, c.ffn));
-            let m: Vec<f32> = g.iter().zip(&u).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
-            let d = matvec(&wd, &m, c.hidden);
+            let d = ffn(&x);
             h[p].iter_mut().zip(&d).for_each(|(a, b)| *a += b * c.mup.residual);
         }
     }

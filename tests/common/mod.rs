@@ -1,4 +1,5 @@
 //! Helpers shared by the integration tests.
 
+pub mod blockffn;
 pub mod minicpm;
 pub mod tiny;

@@ -1,0 +1,135 @@
+// moe_down_q_tiled: BlockFFN's sparse down projection (Song et al. 2025, arXiv 2507.08771) with block-quantized
+// weights (Q4_0, Q4_1, Q8_0, and k-quants repacked to 32-weight blocks) in the chunk-tiled layout for CPU adapters
+// (src/quant/pack.rs, Layout::Tiled):
+//   y[m, o] = sum over the experts ex in the active list of Wdown[o, ex*de .. +de] . h[m, ex*de .. +de]
+// W is [hidden, E*de] (PyTorch `block_linear` down_proj; `block` [E, hidden, de] permuted to [hidden, E, de]) packed
+// as one matrix with K = E*de; an expert's columns are de/32 consecutive blocks of every row, contiguous in a tile.
+// As matmul_q_tiled(_mm): a workgroup of 8 invocations streams one tile of 32 output rows (4 per invocation), one
+// block per loop step, TM tokens per invocation; the block loop runs over the listed experts' blocks only.
+// With SUBGROUPS (subgroup size >= 8) each lane loads one vec4 of a token's block of h and the 8 are broadcast.
+// Bindings: 0 h [M, E*de] f32 | 1 wq [tiles, G, WB, 8] vec4<u32> | 2 ws [tiles, G, 8] vec2<u32> f16 scales
+//   (vec4<u32> d, d, m, m for PAIR) | 3 alist [1 + E] u32 | 4 y [M, hidden] f32 (written).
+// Defs: the format's flags (Q8, MIN, S16, PAIR, XSUM: Format::shader_flags), SUBGROUPS, TM tokens per invocation
+//   (1, 4 with T4, 8 with T4 and T8). Workgroup size 8.
+// Grid: ceil(M / TM) x ceil(hidden / 32) workgroups (the second folded into z past the per-dimension limit): token
+//   blocks vary fastest, so workgroups that run together share their tile of W.
+
+#include "lib/moe_common.wgsl"
+
+@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;   // [M, E*de/4] (h)
+@group(0) @binding(1) var<storage, read> wq: array<vec4<u32>>;  // [tiles, G, WB, 8] 4 rows' words
+#if PAIR
+@group(0) @binding(2) var<storage, read> ws: array<vec4<u32>>;  // [tiles, G, 8] (d01, d23, m01, m23) f16 pairs
+#else
+@group(0) @binding(2) var<storage, read> ws: array<vec2<u32>>;  // [tiles, G, 8] (d01, d23) f16 pairs
+#endif
+@group(0) @binding(3) var<storage, read> alist: array<u32>;    // [1 + E]
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;   // [M, hidden]
+
+#include "lib/quant_tiled.wgsl"
+
+// One token's contribution of a block: its x block starts at vec4 index `at` (plus this lane's vector with
+// SUBGROUPS, already in `at`).
+fn tok(w: WBlock, at: u32, sl: u32) -> vec4<f32> {
+#if SUBGROUPS
+    return block_dot(w, x_block(x[at], sl));
+#else
+    return block_dot(w, x_block(at));
+#endif
+}
+
+// Rows r0..r0+4 of token m, for tokens inside the chunk and rows inside hidden.
+fn put(m: u32, r0: u32, acc: vec4<f32>) {
+    if (m < p.m) {
+        let yb = m * p.rows;
+        for (var j = 0u; j < 4u; j++) {
+            if (r0 + j < p.rows) {
+                y[yb + r0 + j] = acc[j];
+            }
+        }
+    }
+}
+
+@compute @workgroup_size(8)
+fn main(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lane: u32,
+#if SUBGROUPS
+    @builtin(subgroup_invocation_id) sl: u32,
+#endif
+) {
+    let tile = wg.y + wg.z * nwg.y;
+    if (tile >= p.tiles) {
+        return;  // uniform across the workgroup
+    }
+    let wstep = WB * 8u;
+    let m0 = wg.x * TM;
+#if SUBGROUPS
+    let xl = sl & 7u;
+#else
+    let xl = 0u;
+    let sl = 0u;
+#endif
+    // First h vector of each token (tokens past M re-read the last one; their sums are not written). The token
+    // blocks are written out (not arrays in loops) so that each dequantized block is shared by the tokens.
+    let last = p.m - 1u;
+    let x0 = min(m0, last) * p.xv + xl;
+    var a0 = vec4<f32>(0.0);
+#if T4
+    let x1 = min(m0 + 1u, last) * p.xv + xl;
+    let x2 = min(m0 + 2u, last) * p.xv + xl;
+    let x3 = min(m0 + 3u, last) * p.xv + xl;
+    var a1 = vec4<f32>(0.0);
+    var a2 = vec4<f32>(0.0);
+    var a3 = vec4<f32>(0.0);
+#endif
+#if T8
+    let x4 = min(m0 + 4u, last) * p.xv + xl;
+    let x5 = min(m0 + 5u, last) * p.xv + xl;
+    let x6 = min(m0 + 6u, last) * p.xv + xl;
+    let x7 = min(m0 + 7u, last) * p.xv + xl;
+    var a4 = vec4<f32>(0.0);
+    var a5 = vec4<f32>(0.0);
+    var a6 = vec4<f32>(0.0);
+    var a7 = vec4<f32>(0.0);
+#endif
+    let count = alist[0];
+    for (var s = 0u; s < count; s++) {
+        let g0 = alist[1u + s] * p.per_expert;  // first block of the expert in every row
+        var wi = (tile * p.groups + g0) * wstep + lane;
+        var si = (tile * p.groups + g0) * 8u + lane;
+        var xo = g0 * 8u;  // vec4 offset of the block in a row of h
+        for (var g = 0u; g < p.per_expert; g++) {
+            let w = w_block(wi, si);
+            a0 += tok(w, x0 + xo, sl);
+#if T4
+            a1 += tok(w, x1 + xo, sl);
+            a2 += tok(w, x2 + xo, sl);
+            a3 += tok(w, x3 + xo, sl);
+#endif
+#if T8
+            a4 += tok(w, x4 + xo, sl);
+            a5 += tok(w, x5 + xo, sl);
+            a6 += tok(w, x6 + xo, sl);
+            a7 += tok(w, x7 + xo, sl);
+#endif
+            wi += wstep;
+            si += 8u;
+            xo += 8u;
+        }
+    }
+    let r0 = tile * 32u + lane * 4u;
+    put(m0, r0, a0);
+#if T4
+    put(m0 + 1u, r0, a1);
+    put(m0 + 2u, r0, a2);
+    put(m0 + 3u, r0, a3);
+#endif
+#if T8
+    put(m0 + 4u, r0, a4);
+    put(m0 + 5u, r0, a5);
+    put(m0 + 6u, r0, a6);
+    put(m0 + 7u, r0, a7);
+#endif
+}

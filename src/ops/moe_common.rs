@@ -1,0 +1,272 @@
+//! Shared pieces of BlockFFN's sparse-expert kernels ([`super::moe_up`], [`super::moe_down`]): the weight forms they
+//! read, their parameter block (`shaders/lib/moe_common.wgsl`), shader keys and tokens per invocation.
+//!
+//! Weight arrangement (the loader's contract): both matrices are ordinary `[N, K]` row-major weights, so the same
+//! tensors also feed the dense matmul ops (the dense fallback) unchanged.
+//! * up: `[E * de, hidden]`, expert `e` owning rows `e*de .. (e+1)*de`: PyTorch `block_linear` `up_proj` as stored,
+//!   and `block` `up_proj` `[E, de, hidden]` is the same memory.
+//! * down: `[hidden, E * de]`, expert `e` owning columns `e*de .. (e+1)*de` of every row: PyTorch `block_linear`
+//!   `down_proj` as stored; `block` `down_proj` `[E, hidden, de]` must be permuted to `[hidden, E, de]` at load.
+//!
+//! Each is a dense f32 / f16 [`GpuTensor`](crate::gpu::GpuTensor) or a [`PackedWeight`] (any packable format, either
+//! layout), in one binding (one part). `de` must be a multiple of 32: an expert is whole 32-row tiles (tiled up),
+//! whole 32-weight blocks of every row (quantized down), and whole workgroups of rows.
+
+use super::Params;
+use crate::error::{Error, Result};
+use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{Graph, TensorId};
+use crate::quant::pack::{Format, Layout, PackedWeight, PACKABLE, QK};
+
+/// An expert weight matrix as the sparse kernels take it.
+#[derive(Clone, Copy, Debug)]
+pub enum MoeWeight<'a> {
+    /// A graph tensor of f32 or f16 (`DType::F16`: packed pairs), `[N, K]`.
+    Dense(TensorId),
+    /// Block-quantized and packed by [`crate::quant::pack`]; its buffers become graph externals.
+    Quant(&'a PackedWeight),
+}
+
+/// What the kernels need to know about a weight to choose a shader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightKind {
+    Dense(DType),
+    Quant(Format, Layout),
+}
+
+/// Largest expert count: the router's workgroup bitmask holds 1024 bits.
+pub const MAX_EXPERTS: usize = 1024;
+/// Expert sizes are multiples of this.
+pub const DE_ALIGN: usize = 32;
+/// Workgroup size of the dense kernels on CPU adapters (one llvmpipe SIMD chunk).
+pub const WG_DENSE_CPU: usize = 8;
+/// WebGPU's guaranteed minimum of `max_compute_workgroups_per_dimension` (the grid's z: blocks of tokens).
+const MAX_GROUPS: usize = 65535;
+
+/// The parameter block of every moe_up / moe_down shader (`Params` in `shaders/lib/moe_common.wgsl`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct MoeParams {
+    pub m: u32,
+    pub experts: u32,
+    pub de: u32,
+    /// Rows of W, also the output row length: `E * de` (up), hidden (down).
+    pub rows: u32,
+    /// Dense W: row stride in elements of the shader's `w` (vec4 of f32, or vec4<u32> of 8 halves).
+    pub kv: u32,
+    /// x row stride in vec4s.
+    pub xv: u32,
+    /// Quantized W: 32-blocks per row.
+    pub groups: u32,
+    /// Quantized W, tiled layout: 32-row tiles.
+    pub tiles: u32,
+    /// up (quantized): workgroups per expert; down (quantized): 32-blocks per expert.
+    pub per_expert: u32,
+}
+
+impl MoeParams {
+    pub fn block(&self) -> Params {
+        Params::of(self)
+    }
+}
+
+/// Tokens per invocation (or per workgroup, rows layout) for `m` tokens: one for decode, else register blocks of
+/// 4 or 8 tokens that share each weight load (tokens past `m` in a block are recomputed and not written).
+pub fn tokens_per_invocation(kind: WeightKind, m: usize) -> usize {
+    match (kind, m) {
+        (_, 1) => 1,
+        (WeightKind::Quant(_, Layout::Rows), _) => 4,
+        (_, m) if m <= 4 => 4,
+        _ => 8,
+    }
+}
+
+/// Grid z for `m` tokens in blocks of `tm`, checked against the per-dimension limit.
+pub fn token_blocks(op: &'static str, m: usize, tm: usize) -> Result<u32> {
+    let z = m.div_ceil(tm);
+    if z > MAX_GROUPS {
+        return Err(Error::shape(op, format!("{m} tokens are too many for one dispatch")));
+    }
+    Ok(z as u32)
+}
+
+/// Whether the kernel for `kind` uses subgroups on this adapter: the tiled kernels broadcast x across 8 lanes
+/// (subgroup size >= 8), the rows kernels reduce with subgroupAdd.
+pub fn subgroups_for(kind: WeightKind, caps: &Caps) -> bool {
+    match kind {
+        WeightKind::Dense(_) => false,
+        WeightKind::Quant(_, Layout::Tiled) => caps.subgroups && caps.subgroup_size >= 8,
+        WeightKind::Quant(_, Layout::Rows) => caps.subgroups,
+    }
+}
+
+/// Which adapter type the dense kernels' workgroup sizes are chosen for. `Auto` follows the adapter; the others
+/// force one (tests and benches run the GPU sizes on a CPU adapter this way).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Target {
+    #[default]
+    Auto,
+    CpuAdapter,
+    Gpu,
+}
+
+impl Target {
+    fn cpu(self, caps: &Caps) -> bool {
+        match self {
+            Target::Auto => caps.cpu_adapter,
+            Target::CpuAdapter => true,
+            Target::Gpu => false,
+        }
+    }
+}
+
+/// Workgroup size of the dense up kernel: 8 on CPU adapters; on GPUs the largest of 32, 16, 8 whose 4 rows per
+/// invocation tile an expert (`de % (4 * WG) == 0`).
+pub fn wg_dense_up(caps: &Caps, target: Target, de: usize) -> usize {
+    if target.cpu(caps) {
+        return WG_DENSE_CPU;
+    }
+    [32, 16, 8].into_iter().find(|w| de.is_multiple_of(4 * w)).unwrap_or(8)
+}
+
+/// Workgroup size of the dense down kernel: 8 on CPU adapters, 64 on GPUs.
+pub fn wg_dense_down(caps: &Caps, target: Target) -> usize {
+    if target.cpu(caps) {
+        WG_DENSE_CPU
+    } else {
+        64
+    }
+}
+
+/// The shader variant of `op` ("up" or "down") for a weight kind, `tm` tokens per invocation, workgroup size `wg`
+/// (dense kernels only) and subgroups (quantized kernels only; see [`subgroups_for`]).
+pub fn key(op: &str, kind: WeightKind, tm: usize, wg: usize, subgroups: bool) -> ShaderKey {
+    match kind {
+        WeightKind::Dense(dtype) => ShaderKey::new(if op == "up" { "moe_up_dense" } else { "moe_down_dense" })
+            .flag("WH", dtype == DType::F16)
+            .flag("VEC", true)
+            .def("TM", format!("{tm}u"))
+            .def("WG", format!("{wg}u"))
+            .flag("K2", tm == 1),
+        WeightKind::Quant(format, layout) => {
+            let name = match (op, layout) {
+                ("up", Layout::Tiled) => "moe_up_q_tiled",
+                ("up", Layout::Rows) => "moe_up_q_rows",
+                (_, Layout::Tiled) => "moe_down_q_tiled",
+                (_, Layout::Rows) => "moe_down_q_rows",
+            };
+            let key = format
+                .shader_flags(ShaderKey::new(name))
+                .flag("SUBGROUPS", subgroups)
+                .def("TM", format!("{tm}u"));
+            // The tiled kernels write their token blocks out (T4: 4 tokens, T8: 8).
+            match layout {
+                Layout::Tiled => key.flag("T4", tm >= 4).flag("T8", tm >= 8),
+                Layout::Rows => key,
+            }
+        }
+    }
+}
+
+/// Every variant of `op` ("up" or "down") the kernels can ask for.
+pub fn variants(op: &str) -> Vec<ShaderKey> {
+    let mut v = Vec::new();
+    let wgs: &[usize] = if op == "up" { &[8, 16, 32] } else { &[8, 64] };
+    for dtype in [DType::F32, DType::F16] {
+        for tm in [1, 4, 8] {
+            for &wg in wgs {
+                v.push(key(op, WeightKind::Dense(dtype), tm, wg, false));
+            }
+        }
+    }
+    // Q4_K's blocks are Q4_1 blocks: the same variants.
+    for ty in PACKABLE.into_iter().filter(|&t| t != crate::quant::GgmlType::Q4_K) {
+        let format = Format::new(ty).expect("a packable format");
+        for sg in [false, true] {
+            let tiled = WeightKind::Quant(format, Layout::Tiled);
+            for tm in [1, 4, 8] {
+                v.push(key(op, tiled, tm, 8, sg));
+            }
+            for tm in [1, 4] {
+                v.push(key(op, WeightKind::Quant(format, Layout::Rows), tm, 64, sg));
+            }
+        }
+    }
+    v
+}
+
+/// A weight checked to be `[n, k]` in one binding: its kind, the graph tensors the kernel binds (in binding order)
+/// and its device bytes.
+pub struct BoundWeight {
+    pub kind: WeightKind,
+    pub inputs: Vec<TensorId>,
+    pub bytes: u64,
+}
+
+/// Check `w` is an `[n, k]` weight the sparse kernels can read, and add its tensors to the graph.
+pub fn bind_weight(g: &mut Graph, op: &'static str, w: MoeWeight<'_>, n: usize, k: usize) -> Result<BoundWeight> {
+    match w {
+        MoeWeight::Dense(t) => {
+            let (shape, dtype) = (g.shape(t).to_vec(), g.dtype(t));
+            if shape != [n, k] {
+                return Err(Error::shape(op, format!("weight {shape:?}, expected [{n}, {k}]")));
+            }
+            let align = if dtype == DType::F16 { 8 } else { 4 };
+            if !matches!(dtype, DType::F32 | DType::F16) || !k.is_multiple_of(align) {
+                return Err(Error::shape(
+                    op,
+                    format!("dense weight must be f32 (K % 4 == 0) or f16 (K % 8 == 0), got {dtype:?} K = {k}"),
+                ));
+            }
+            if g.desc(t).parts().len() != 1 {
+                return Err(Error::shape(op, "the weight is split into several bindings"));
+            }
+            Ok(BoundWeight {
+                kind: WeightKind::Dense(dtype),
+                inputs: vec![t],
+                bytes: dtype.bytes(k) * n as u64,
+            })
+        }
+        MoeWeight::Quant(pw) => {
+            if pw.n != n || pw.k != k || !k.is_multiple_of(QK) {
+                return Err(Error::shape(
+                    op,
+                    format!("{} weight [{}, {}], expected [{n}, {k}]", pw.format.ty, pw.n, pw.k),
+                ));
+            }
+            if pw.parts().len() != 1 {
+                return Err(Error::shape(op, "the packed weight is split into several bindings"));
+            }
+            let mut inputs = vec![g.external(&pw.quants), g.external(&pw.scales)];
+            if let Some(m) = &pw.mins {
+                inputs.push(g.external(m));
+            }
+            Ok(BoundWeight {
+                kind: WeightKind::Quant(pw.format, pw.layout),
+                inputs,
+                bytes: pw.bytes(),
+            })
+        }
+    }
+}
+
+/// Check the active-expert list: u32 `[1 + E]`.
+pub fn check_active(g: &Graph, op: &'static str, active: TensorId, experts: usize) -> Result<()> {
+    if g.shape(active) != [1 + experts] || g.dtype(active) != DType::U32 {
+        return Err(Error::shape(
+            op,
+            format!(
+                "active list {:?} {:?}, expected u32 [{}]",
+                g.shape(active),
+                g.dtype(active),
+                1 + experts
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// SiLU in f64, for the references.
+pub fn silu(v: f64) -> f64 {
+    v / (1.0 + (-v).exp())
+}

@@ -1,0 +1,170 @@
+//! BlockFFN sparse down projection (Song et al. 2025, arXiv 2507.08771): `y[m] = sum over the experts e in the
+//! active list of Wdown[:, e*de .. (e+1)*de] . h[m, e*de .. (e+1)*de]`, a GEMV / GEMM whose reduction runs over the
+//! listed experts' column blocks only. Weights: see [`super::moe_common`].
+
+use super::moe_common::{
+    bind_weight, check_active, key, subgroups_for, token_blocks, tokens_per_invocation, variants as all_keys,
+    wg_dense_down, MoeParams, MoeWeight, Target, WeightKind, DE_ALIGN, MAX_EXPERTS,
+};
+use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
+use crate::error::{Error, Result};
+use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{Graph, TensorId};
+use crate::quant::pack::{Layout, QK, TILE};
+
+/// Output rows per workgroup of the rows-layout kernel.
+const ROWS_PER_GROUP: usize = 4;
+
+#[derive(Debug)]
+pub struct MoeDown {
+    m: usize,
+    hidden: usize,
+    de: usize,
+    experts: usize,
+    kind: WeightKind,
+    weight_inputs: usize,
+    wbytes: u64,
+    target: Target,
+}
+
+impl MoeDown {
+    fn tm(&self) -> usize {
+        tokens_per_invocation(self.kind, self.m)
+    }
+}
+
+impl Kernel for MoeDown {
+    fn name(&self) -> &'static str {
+        "moe_down"
+    }
+    fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
+        let wg = wg_dense_down(caps, self.target);
+        let groups = match self.kind {
+            WeightKind::Dense(_) => self.hidden.div_ceil(4 * wg),
+            WeightKind::Quant(_, Layout::Tiled) => self.hidden.div_ceil(TILE),
+            WeightKind::Quant(_, Layout::Rows) => self.hidden.div_ceil(ROWS_PER_GROUP),
+        };
+        let [y, z, _] = grid(groups, 1, caps.max_workgroups_per_dim);
+        vec![Dispatch {
+            shader: key("down", self.kind, self.tm(), wg, subgroups_for(self.kind, caps)),
+            // h, weight buffers, active, then y.
+            bindings: (0..self.weight_inputs + 3).map(Bind::Tensor).collect(),
+            workgroups: [self.m.div_ceil(self.tm()) as u32, y, z],
+        }]
+    }
+    fn params(&self, _: usize, _: &StepVars) -> Params {
+        let k = self.experts * self.de;
+        let kv = match self.kind {
+            WeightKind::Dense(DType::F16) => k / 8,
+            _ => k / 4,
+        };
+        MoeParams {
+            m: self.m as u32,
+            experts: self.experts as u32,
+            de: self.de as u32,
+            rows: self.hidden as u32,
+            kv: kv as u32,
+            xv: (k / 4) as u32,
+            groups: (k / QK) as u32,
+            tiles: self.hidden.div_ceil(TILE) as u32,
+            per_expert: (self.de / QK) as u32,
+        }
+        .block()
+    }
+    /// The cost with every expert active (an upper bound: the real share is known only on the device).
+    fn cost(&self) -> Cost {
+        let (m, k, n) = (self.m as u64, (self.experts * self.de) as u64, self.hidden as u64);
+        Cost {
+            bytes_read: self.wbytes + 4 * m * k + 4 * (1 + self.experts as u64),
+            bytes_written: 4 * m * n,
+            flops: 2 * m * n * k,
+        }
+    }
+}
+
+impl Graph {
+    /// BlockFFN's sparse down projection: `h` [.., E*de] f32 (from [`Graph::moe_up`]), `w` the down weight
+    /// `[hidden, E*de]`, `active` u32 `[1 + E]` → `y` [.., hidden] f32, summed over the listed experts only.
+    pub fn moe_down(&mut self, h: TensorId, w: MoeWeight<'_>, active: TensorId, de: usize) -> Result<TensorId> {
+        self.moe_down_with(h, w, active, de, Target::Auto)
+    }
+
+    /// [`Graph::moe_down`] with the dense kernel's workgroup size chosen for `target` (tests and benches).
+    pub fn moe_down_with(
+        &mut self,
+        h: TensorId,
+        w: MoeWeight<'_>,
+        active: TensorId,
+        de: usize,
+        target: Target,
+    ) -> Result<TensorId> {
+        let hs = self.shape(h).to_vec();
+        let bad = |why: String| Error::shape("moe_down", format!("h {hs:?}, de {de}: {why}"));
+        let Some(&k) = hs.last() else {
+            return Err(bad("h needs a last dim".into()));
+        };
+        if de == 0 || !de.is_multiple_of(DE_ALIGN) || !k.is_multiple_of(de) {
+            return Err(bad(format!(
+                "de must be a positive multiple of {DE_ALIGN} dividing h's last dim"
+            )));
+        }
+        let (m, experts) = (hs[..hs.len() - 1].iter().product::<usize>(), k / de);
+        if m == 0 || experts == 0 || experts > MAX_EXPERTS {
+            return Err(bad(format!("empty, or more than {MAX_EXPERTS} experts")));
+        }
+        if self.dtype(h) != DType::F32 {
+            return Err(bad("h must be f32".into()));
+        }
+        check_active(self, "moe_down", active, experts)?;
+        let hidden = match w {
+            MoeWeight::Dense(t) => self.shape(t).first().copied().unwrap_or(0),
+            MoeWeight::Quant(pw) => pw.n,
+        };
+        if hidden == 0 || m * k > u32::MAX as usize || m * hidden > u32::MAX as usize {
+            return Err(bad(format!("hidden {hidden}: empty or too large for 32-bit indices")));
+        }
+        let bound = bind_weight(self, "moe_down", w, hidden, k)?;
+        let kernel = MoeDown {
+            m,
+            hidden,
+            de,
+            experts,
+            kind: bound.kind,
+            weight_inputs: bound.inputs.len(),
+            wbytes: bound.bytes,
+            target,
+        };
+        token_blocks("moe_down", m, kernel.tm())?;
+        let mut inputs = vec![h];
+        inputs.extend(&bound.inputs);
+        inputs.push(active);
+        let mut out = hs.clone();
+        *out.last_mut().expect("h has a last dim") = hidden;
+        Ok(self.add_node(kernel, &inputs, &[("moe_down", &out, DType::F32)])?[0])
+    }
+}
+
+/// CPU reference in f64: `h` [m, E*de], `w` [hidden, E*de] (dequantized or rounded to f16), `experts` the active
+/// list → `y` [m, hidden] summed over the listed experts' column blocks.
+pub fn reference(h: &[f32], w: &[f32], experts: &[u32], m: usize, hidden: usize, de: usize) -> Vec<f32> {
+    let k = w.len() / hidden;
+    let mut y = vec![0f32; m * hidden];
+    for t in 0..m {
+        for o in 0..hidden {
+            let mut s = 0f64;
+            for &e in experts {
+                let c = e as usize * de;
+                for j in c..c + de {
+                    s += h[t * k + j] as f64 * w[o * k + j] as f64;
+                }
+            }
+            y[t * hidden + o] = s as f32;
+        }
+    }
+    y
+}
+
+/// Every shader variant of the sparse down projection.
+pub fn variants() -> Vec<ShaderKey> {
+    all_keys("down")
+}
