@@ -37,13 +37,12 @@ pub enum QMath {
     F16,
 }
 
-/// Whether [`QMath::Auto`] computes in f16 on an adapter with SHADER_F16: not yet anywhere. lavapipe has no f16
-/// ALU (LLVM widens each f16 operation to f32 and rounds back): its rows-layout f16 GEMV and GEMM measured 1.1 to
-/// 2.6x slower than f32. On GPUs the GEMV is bound by weight reads, not arithmetic, and the f16 path has not been
-/// timed on one yet; it costs precision (NMSE ~2e-7 per matmul instead of ~1e-11), so it stays opt-in
-/// ([`QMath::F16`]) until a GPU measurement shows a gain.
-pub fn f16_default(_caps: &Caps) -> bool {
-    false
+/// Whether [`QMath::Auto`] computes in f16 on an adapter with SHADER_F16: on GPUs, as the W4A16 design asks, not on
+/// CPU adapters. lavapipe has no f16 ALU (LLVM widens each f16 operation to f32 and rounds back): its rows-layout f16
+/// GEMV and GEMM measured 1.1 to 2.6x slower than f32. The GPU choice is not yet backed by a GPU timing; the GEMV is
+/// bound by weight reads there, and f16 costs some precision (NMSE ~2e-7 per matmul instead of ~1e-11).
+pub fn f16_default(caps: &Caps) -> bool {
+    !caps.cpu_adapter
 }
 
 /// Invocations per workgroup of the tiled kernels: one tile of 32 rows (8 lanes), so that even a 192-row matrix
