@@ -31,40 +31,7 @@ const WG: u32 = 64u;
 const NEG: f32 = -1.0e30;
 
 #if COMBINE
-struct Params {
-    n_rows: u32,   // n_tokens * n_heads
-    splits: u32,   // stride of the partials
-    n_active: u32, // splits launched this step (the host launches only those that can hold selected blocks)
-}
-
-@group(0) @binding(0) var<storage, read> part_o: array<vec4<f32>>;    // [n_tokens, n_heads, splits, HD]
-@group(0) @binding(1) var<storage, read> part_ml: array<vec2<f32>>;   // [n_tokens, n_heads, splits, 2]
-@group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>; // [n_tokens, n_heads, HD]
-@group(1) @binding(0) var<uniform> p: Params;
-
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * WG;
-    if (i >= p.n_rows * HD4) {
-        return;
-    }
-    let row = i / HD4;
-    let c = i % HD4;
-    let base = row * p.splits;
-    var mx = NEG;
-    for (var s = 0u; s < p.n_active; s++) {
-        mx = max(mx, part_ml[base + s].x);
-    }
-    var num = vec4<f32>(0.0);
-    var den = 0.0;
-    for (var s = 0u; s < p.n_active; s++) {
-        let ml = part_ml[base + s];
-        let w = exp2(ml.x - mx);
-        den += w * ml.y;
-        num += w * part_o[(base + s) * HD4 + c];
-    }
-    out[i] = select(vec4<f32>(0.0), num / den, den > 0.0);
-}
+#include "lib/attn_combine.wgsl"
 #else
 const LOG2E: f32 = 1.4426950408889634;
 const TK: u32 = 64u;                          // keys per tile (one per invocation in step 1)
