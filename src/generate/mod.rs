@@ -74,13 +74,17 @@ impl<'a> Generator<'a> {
 
     /// Build the plans now so that the first token pays no pipeline compile.
     pub fn warm_up(&mut self) -> Result<()> {
-        self.plan(1, self.tokens.len())?;
+        self.plan(1, self.sparse_at(self.tokens.len() + 1))?;
         Ok(())
     }
 
-    /// The plan of a step of `n` tokens at position `pos`: dense or sparse attention by the KV length it reaches.
-    fn plan(&mut self, n: usize, pos: usize) -> Result<&mut Step> {
-        let sparse = self.cache.sparse_at(&self.model.cfg, pos + n);
+    /// Whether a step reaching KV length `kv_len` attends sparsely.
+    fn sparse_at(&self, kv_len: usize) -> bool {
+        self.cache.sparse_at(&self.model.cfg, kv_len)
+    }
+
+    /// The plan of a step of `n` tokens, with dense or sparse attention, built on first use.
+    fn plan(&mut self, n: usize, sparse: bool) -> Result<&mut Step> {
         let (gpu, model, cache, outputs) = (self.gpu, self.model, &self.cache, self.outputs);
         if n == 1 {
             let slot = &mut self.decode[usize::from(sparse)];
@@ -124,8 +128,8 @@ impl<'a> Generator<'a> {
         while !rest.is_empty() {
             let n = rest.len().min(chunk);
             let pos = self.tokens.len();
-            let sparse = self.cache.sparse_at(&self.model.cfg, pos + n);
-            let step = self.plan(n, pos)?;
+            let sparse = self.sparse_at(pos + n);
+            let step = self.plan(n, sparse)?;
             step.plan.write_input(gpu, step.ids, bytemuck::cast_slice(&rest[..n]))?;
             step.plan.run(gpu, &StepVars { pos: pos as u32 })?;
             self.tokens.extend_from_slice(&rest[..n]);
@@ -271,14 +275,14 @@ impl Generator<'_> {
     pub fn profile_decode(&mut self) -> Result<Vec<crate::graph::NodeProfile>> {
         let pos = self.tokens.len();
         let gpu = self.gpu;
-        let step = self.plan(1, pos)?;
+        let step = self.plan(1, self.sparse_at(pos + 1))?;
         step.plan.write_input(gpu, step.ids, bytemuck::cast_slice(&[0u32]))?;
         step.plan.profile(gpu, &StepVars { pos: pos as u32 })
     }
 
     /// Dispatches of one decode step.
     pub fn decode_dispatches(&mut self) -> Result<usize> {
-        let pos = self.tokens.len();
-        Ok(self.plan(1, pos)?.plan.dispatch_count())
+        let sparse = self.sparse_at(self.tokens.len() + 1);
+        Ok(self.plan(1, sparse)?.plan.dispatch_count())
     }
 }

@@ -9,13 +9,13 @@
 //! a per-expert `down_proj` is transposed once at load.
 
 use super::config::{LlamaConfig, MoeConfig, RouterNormKind};
-use super::weights::{load_vector, HostData, HostTensor, Linear, WeightSource};
+use super::weights::{load_vector, HostData, Linear, WeightSource};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, GpuTensor};
 use crate::graph::{Graph, TensorId};
 use crate::ops::moe_common::MoeWeight;
 use crate::ops::moe_ffn::{MoeFfn, MoePath};
-use crate::ops::moe_router::{HostNorm, RouterNorm};
+use crate::ops::moe_router::{HostNorm, RouterNorm, SUM_EPS};
 
 /// One layer's experts on the device.
 pub struct BlockFfn {
@@ -85,16 +85,12 @@ impl BlockFfn {
         let half = matches!(router.data, HostData::F16(_));
         let (up, down) = host_experts(src, cfg, m, i)?;
         let matrix = |n: &str, shape: [usize; 2], v: Vec<f32>| {
-            let t = HostTensor {
-                name: name(i, n),
-                shape: shape.to_vec(),
-                data: HostData::F32(v),
-            };
-            if half {
-                GpuTensor::upload_f16(gpu, &t.name, &t.shape, &t.to_f32()?).map(Linear::Dense)
+            let upload = if half {
+                GpuTensor::upload_f16
             } else {
-                Linear::load(gpu, &t)
-            }
+                GpuTensor::upload_f32
+            };
+            upload(gpu, &name(i, n), &shape, &v).map(Linear::Dense)
         };
         Ok(BlockFfn {
             router: Linear::load(gpu, &router)?,
@@ -124,7 +120,7 @@ impl BlockFfn {
         }
         let norm = match (m.norm, &self.norm) {
             (RouterNormKind::None, _) => RouterNorm::None,
-            (RouterNormKind::Sum { scale }, _) => RouterNorm::Sum { scale, eps: 1e-5 },
+            (RouterNormKind::Sum { scale }, _) => RouterNorm::Sum { scale, eps: SUM_EPS },
             (RouterNormKind::Rms, Some(w)) => RouterNorm::Rms {
                 weight: g.external(w),
                 eps,
@@ -160,7 +156,7 @@ pub fn reference(
     Ok(move |x: &[f32]| {
         let host = match (norm, &norm_w) {
             (RouterNormKind::None, _) => HostNorm::None,
-            (RouterNormKind::Sum { scale }, _) => HostNorm::Sum { scale, eps: 1e-5 },
+            (RouterNormKind::Sum { scale }, _) => HostNorm::Sum { scale, eps: SUM_EPS },
             (RouterNormKind::Rms, w) => HostNorm::Rms {
                 weight: w.as_deref().unwrap_or(&[]),
                 eps,

@@ -372,8 +372,8 @@ impl Llama {
         sparse: bool,
     ) -> Result<Step> {
         let c = &self.cfg;
-        let sparse_cfg = match (&c.sparse, &cache.sparse) {
-            (Some(s), Some(_)) => Some(s),
+        let sparse_keys = match (&c.sparse, &cache.sparse) {
+            (Some(s), Some(keys)) => Some((s, keys)),
             _ if sparse => {
                 return Err(Error::Invalid(
                     "sparse attention asked for a model or cache without compressed keys".into(),
@@ -424,11 +424,11 @@ impl Llama {
             let (q, k) = g.rope_pair(q, k, rope)?;
             let (kc, vc) = (g.external(k_cache), g.external(v_cache));
             g.kv_write_pair(k, v, kc, vc)?;
-            let compressed = match (sparse_cfg, &cache.sparse) {
-                (Some(s), Some(caches)) => Some(sparse::compress(&mut g, s, &caches[i], kc, n_tokens)?),
-                _ => None,
+            let compressed = match sparse_keys {
+                Some((s, keys)) => Some((s, sparse::compress(&mut g, s, &keys[i], kc, n_tokens)?)),
+                None => None,
             };
-            let a = if let (true, Some(s), Some(cc)) = (sparse, sparse_cfg, compressed) {
+            let a = if let (true, Some((s, cc))) = (sparse, compressed) {
                 sparse::attention(&mut g, s, q, kc, vc, cc, cache.max_ctx, scale)?
             } else if n_tokens <= crate::ops::attention_decode::MAX_TOKENS {
                 g.attention_decode(q, kc, vc, scale)?

@@ -12,6 +12,9 @@ use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::{Graph, TensorId};
 
+/// The epsilon of BlockFFN's `"sum"` router norm (a constant in `BlockMLP`, not a config field).
+pub const SUM_EPS: f32 = 1e-5;
+
 /// The model's `norm_after_router`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum RouterNorm {
