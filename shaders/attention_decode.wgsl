@@ -4,8 +4,10 @@
 // partial output with its own running max and sum; a second dispatch combines the splits.
 //
 // Cache layout: [n_kv, max_ctx, HD] f32, each head's positions contiguous (see kv_write). Query i sits at position
-// pos + i and sees keys 0 ..= pos + i; kv_len = pos + n_q. Split s covers keys [s * c, min((s + 1) * c, kv_len))
-// with c = max(ceil(kv_len / splits), 256): splits past kv_len are empty and write m = NEG, l = 0, o = 0, which the combine
+// pos + i and sees keys 0 ..= pos + i, or with a sliding window (window > 0) keys pos + i + 1 - window ..= pos + i;
+// kv_len = pos + n_q, and the keys any row sees start at kv_begin (query 0's first). Split s covers keys
+// [kv_begin + s * c, min(kv_begin + (s + 1) * c, kv_len)) with c = max(ceil((kv_len - kv_begin) / splits), 256):
+// splits past kv_len are empty and write m = NEG, l = 0, o = 0, which the combine
 // weighs by exp2(NEG - M) = 0. Scores are in the log2 domain (q pre-scaled by scale * log2(e)).
 //
 // Dispatch 1 (default): bindings 0 q [n_q, n_heads, HD] | 1 k_cache [n_kv, max_ctx, HD] | 2 v_cache [n_kv, max_ctx, HD]
@@ -42,6 +44,7 @@ struct Params {
     pos: u32,
     splits: u32,
     scale: f32,
+    window: u32,
 }
 
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;             // [n_q, n_heads, HD]
@@ -70,10 +73,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let r0 = wg.z * ROWS;
     let nr = min(ROWS, p.n_q * p.group - r0);
     let kv_len = min(p.pos + p.n_q, p.max_ctx);
+    let kv_begin = select(0u, p.pos + 1u - p.window, p.window > 0u && p.pos + 1u > p.window);
     // At least MIN_CHUNK keys per split: short contexts use few splits and the rest exit at once, which
     // matters where each workgroup's barriers are expensive (CPU adapters) and costs nothing elsewhere.
-    let chunk = max((kv_len + p.splits - 1u) / p.splits, MIN_CHUNK);
-    let k_begin = min(split * chunk, kv_len);
+    let chunk = max((kv_len - kv_begin + p.splits - 1u) / p.splits, MIN_CHUNK);
+    let k_begin = min(kv_begin + split * chunk, kv_len);
     let k_end = min(k_begin + chunk, kv_len);
     let cbase = kvh * p.max_ctx * HD4;
 
@@ -85,7 +89,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     // Row statistics, held by invocation lid for row lid (lid < nr).
     var m = NEG;
     var l = 0.0;
-    let my_end = min(p.pos + row_token(r0 + min(lid, nr - 1u)) + 1u, k_end);  // keys < my_end visible to row lid
+    let my_tok = row_token(r0 + min(lid, nr - 1u));
+    let my_end = min(p.pos + my_tok + 1u, k_end);  // keys < my_end visible to row lid
+    // Keys >= my_begin visible to row lid.
+    let my_begin = select(0u, p.pos + my_tok + 1u - p.window, p.window > 0u && p.pos + my_tok + 1u > p.window);
     // Step 3 layout: invocation lid owns column c (a vec4 of HD) of rows rsub, rsub + NSUB, ... (rsub < NSUB).
     let c = lid % HD4;
     let rsub = lid / HD4;
@@ -116,8 +123,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         // (2) online softmax of row lid over this tile; masked keys get weight 0.
         if (lid < nr) {
             let vis = select(0u, min(n, my_end - t0), my_end > t0);
+            let lo = min(select(0u, my_begin - t0, my_begin > t0), vis);
             var tmax = NEG;
-            for (var j = 0u; j < vis; j++) {
+            for (var j = lo; j < vis; j++) {
                 tmax = max(tmax, sc[lid * TK + j]);
             }
             let m_new = max(m, tmax);
@@ -125,7 +133,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             var sum = 0.0;
             // Weights of keys past the tile's end are 0 too: step 3 reads them in groups of 4.
             for (var j = 0u; j < TK; j++) {
-                let pj = select(0.0, exp2(sc[lid * TK + j] - m_new), j < vis);
+                let pj = select(0.0, exp2(sc[lid * TK + j] - m_new), j >= lo && j < vis);
                 sc[lid * TK + j] = pj;
                 sum += pj;
             }

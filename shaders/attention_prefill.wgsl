@@ -5,12 +5,15 @@
 //
 // Bindings: 0 q [n_tokens, n_heads, HD] f32 | 1 k_cache [n_kv, max_ctx, HD] f32 | 2 v_cache [n_kv, max_ctx, HD] f32
 //           | 3 out [n_tokens, n_heads, HD] f32 (written)
-// Params: n_tokens, n_heads, n_kv, group (= n_heads / n_kv), max_ctx, pos (absolute position of query 0), scale.
+// Params: n_tokens, n_heads, n_kv, group (= n_heads / n_kv), max_ctx, pos (absolute position of query 0), scale,
+// window (sliding-window attention: query i sees only the last `window` keys, pos + i + 1 - window ..= pos + i;
+// 0 for none).
 // Defs: HD (head_dim, a multiple of 4), BK (keys per tile).
 // Grid: (ceil(n_tokens * group / 64), n_kv) workgroups of 64. Workgroup (x, y) serves kv head y and 64 "rows":
 // row r = token * group + g is query `token` of head y * group + g, so the query heads of one GQA group and
 // consecutive tokens share each K/V tile. One invocation per row holds q and its output accumulator privately.
-// Query i sits at position pos + i and sees keys 0 ..= pos + i; the workgroup walks the keys its last row sees.
+// Query i sits at position pos + i and sees keys 0 ..= pos + i (the last `window` of them with a window); the
+// workgroup walks the keys from its first row's first to its last row's last.
 // Scores are kept in the log2 domain (q is pre-scaled by scale * log2(e)) so that exp2 does the softmax.
 
 const HD4: u32 = HD / 4;
@@ -27,6 +30,7 @@ struct Params {
     max_ctx: u32,
     pos: u32,
     scale: f32,
+    window: u32,
 }
 
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;          // [n_tokens, n_heads, HD]
@@ -51,6 +55,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let tok = row / p.group;
     let head = kvh * p.group + row % p.group;
     let my_end = min(p.pos + tok + 1u, p.max_ctx);
+    // First key the row sees, and the first any row of the workgroup sees (uniform: its first row's).
+    let my_begin = select(0u, p.pos + tok + 1u - p.window, p.window > 0u && p.pos + tok + 1u > p.window);
+    let tok0 = row0 / p.group;
+    let kv_begin = select(0u, p.pos + tok0 + 1u - p.window, p.window > 0u && p.pos + tok0 + 1u > p.window);
 
     var qv: array<vec4<f32>, HD4>;
     var acc: array<vec4<f32>, HD4>;
@@ -64,7 +72,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     var l = 0.0;
     let cbase = kvh * p.max_ctx * HD4;
 
-    for (var t0 = 0u; t0 < kv_end; t0 += BK) {
+    for (var t0 = kv_begin - kv_begin % BK; t0 < kv_end; t0 += BK) {
         let n = min(BK, kv_end - t0);
         workgroupBarrier();  // everyone is done with the previous tile
         for (var i = lid; i < BK * HD4; i += WG) {
@@ -79,7 +87,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         workgroupBarrier();
         // Rows whose last visible key is before this tile skip it (only on the diagonal tiles of a chunk).
-        if (t0 < my_end) {
+        if (t0 < my_end && t0 + BK > my_begin) {
             var s: array<f32, BK>;
             var tmax = NEG;
             for (var j = 0u; j < BK; j++) {
@@ -87,7 +95,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 for (var d = 0u; d < HD4; d++) {
                     dt += qv[d] * ks[j * HD4 + d];
                 }
-                let sj = select(NEG, dt.x + dt.y + dt.z + dt.w, t0 + j < my_end);
+                let seen = t0 + j < my_end && t0 + j >= my_begin;
+                let sj = select(NEG, dt.x + dt.y + dt.z + dt.w, seen);
                 s[j] = sj;
                 tmax = max(tmax, sj);
             }
@@ -98,7 +107,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 acc[d] *= alpha;
             }
             for (var j = 0u; j < BK; j++) {
-                let pj = select(0.0, exp2(s[j] - m_new), t0 + j < my_end);
+                let pj = select(0.0, exp2(s[j] - m_new), t0 + j < my_end && t0 + j >= my_begin);
                 l += pj;
                 for (var d = 0u; d < HD4; d++) {
                     acc[d] += pj * vs[j * HD4 + d];

@@ -1,10 +1,12 @@
-// silu_mul: y = silu(gate) * up = gate / (1 + exp(-gate)) * up, elementwise over n f32 values (the SwiGLU
+// silu_mul: y = silu(gate) * up (or gelu_tanh(gate) * up with GELU) = gate / (1 + exp(-gate)) * up, elementwise over n f32 values (the SwiGLU
 // activation of Llama-style FFNs; Shazeer 2020, "GLU Variants Improve Transformer").
 // Bindings (VEC4, when n % 4 == 0: the same data as n / 4 vec4 units):
 //   0 gate [n] f32 | 1 up [n] f32 | 2 y [n] f32 (written)
 // Params: units (n, or n / 4 with VEC4). Grid: ceil(units / 256) workgroups of 256 (folded into y past the
 // per-dimension limit), one unit per invocation.
 // gate below about -88: exp(-gate) overflows to +inf and silu(gate) is -0, as in IEEE (no NaN).
+// GELU (GeGLU, Gemma): gelu_tanh(gate) * up instead, with gelu_tanh(x) = 0.5 x (1 + tanh(u)),
+// u = sqrt(2 / pi) (x + 0.044715 x^3), computed as x / (1 + exp(-2u)) (the same identity, no tanh overflow).
 
 struct Params {
     units: u32,
@@ -42,6 +44,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (i < p.units) {
         let gu = gate_up(i);
         let g = gu[0];
+#if GELU
+        let u2 = 1.5957691216057308 * (g + 0.044715 * g * g * g);  // 2 u
+        y[i] = g / (1.0 + exp(-u2)) * gu[1];
+#else
         y[i] = g / (1.0 + exp(-g)) * gu[1];
+#endif
     }
 }

@@ -64,7 +64,9 @@ fn config_reads_mup_longrope_and_sparse_config() {
     assert_eq!(c.mup.emb, 12.0);
     assert!((c.mup.residual - 0.35 / (t.layers as f32).sqrt()).abs() < 1e-7);
     assert_eq!(c.mup.logit, 16.0 / t.hidden as f32);
-    let l = c.longrope.as_ref().unwrap();
+    let shaderlm::model::config::RopeScaling::LongRope(l) = &c.rope_scaling else {
+        panic!("not longrope: {:?}", c.rope_scaling)
+    };
     assert_eq!(l.original_max, ORIGINAL_MAX);
     // sqrt(1 + ln(256 / 32) / ln(32)) = sqrt(1.6)
     assert!((l.attn_factor - 1.6f32.sqrt()).abs() < 1e-6, "{}", l.attn_factor);

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::tiny::{write_gguf, write_gguf_types, write_hf, Tiny};
+use common::tiny::{write_gguf, write_gguf_types, write_hf, Tiny, GEMMA_WINDOW};
 use shaderlm::gpu::{Gpu, GpuOptions};
 use shaderlm::loader::gguf::GgufFile;
 use shaderlm::loader::safetensors::SafetensorsModel;
@@ -131,4 +131,42 @@ fn tiny_llama_gguf_with_gate_and_up_stored_differently() {
     let f = GgufFile::open(&path).unwrap();
     let cfg = LlamaConfig::from_gguf(&f).unwrap();
     check(&f, cfg, Names::Gguf, &tokens(12, 101), 10);
+}
+
+#[test]
+fn tiny_gemma3_safetensors_and_gguf_are_one_model() {
+    // 17 tokens, prompt 13: sliding windows of 5 keys on layers 0..5 cut into every prompt row past the 5th and
+    // every decode step; layer 5 is global. The HF directory (norms stored as w, x * (1 + w)) and the GGUF (1 + w)
+    // hold the same model, so both must match the reference and therefore each other.
+    let t = Tiny::gemma3();
+    let ids = tokens(17, 101);
+    let dir = tempfile::tempdir().unwrap();
+    write_hf(dir.path(), &t, 6, false);
+    let cfg = LlamaConfig::from_hf(&dir.path().join("config.json")).unwrap();
+    assert_eq!(cfg.arch, shaderlm::model::Arch::Gemma3);
+    assert_eq!((0..6).map(|i| cfg.layer_window(i)).collect::<Vec<_>>(), {
+        let mut w = vec![Some(GEMMA_WINDOW); 5];
+        w.push(None);
+        w
+    });
+    assert_eq!(cfg.layer_rope(0).0, 10000.0);
+    assert_eq!(cfg.layer_rope(5).0, 1000000.0);
+    let st = SafetensorsModel::open(dir.path()).unwrap();
+    let hf_logits = reference::logits(&st, &cfg, Names::Hf, &ids).unwrap();
+    check(&st, cfg.clone(), Names::Hf, &ids, 13);
+    let path = dir.path().join("tiny.gguf");
+    write_gguf(&path, &t, 6, GgmlType::F32);
+    let f = GgufFile::open(&path).unwrap();
+    let gcfg = LlamaConfig::from_gguf(&f).unwrap();
+    assert_eq!(gcfg.sliding, cfg.sliding);
+    let gguf_logits = reference::logits(&f, &gcfg, Names::Gguf, &ids).unwrap();
+    for (a, b) in hf_logits.iter().zip(&gguf_logits) {
+        assert!(nmse(a, b) < 1e-10, "HF and GGUF layouts differ: {:e}", nmse(a, b));
+    }
+    check(&f, gcfg, Names::Gguf, &ids, 13);
+    // Without the window the logits change: the test would notice a kernel that ignores it.
+    let mut no_window = LlamaConfig::from_hf(&dir.path().join("config.json")).unwrap();
+    no_window.sliding.as_mut().unwrap().window = 1000;
+    let wide = reference::logits(&st, &no_window, Names::Hf, &ids).unwrap();
+    assert!(nmse(&wide[16], &hf_logits[16]) > 1e-4);
 }

@@ -77,6 +77,64 @@ fn special_tokens_are_atomic_and_stop_generation() {
 }
 
 #[test]
+fn only_special_tokens_end_a_turn() {
+    // Qwen's vocabulary has an ordinary text token "</s>" (HTML, XML): it must not stop generation, while a
+    // CONTROL token with the same text does.
+    let mut spec = gpt2_spec("smollm");
+    spec.tokens.push("</s>".into());
+    spec.token_types.push(TOKEN_NORMAL);
+    let text_id = spec.tokens.len() as u32 - 1;
+    let tok = Tokenizer::from_vocab(&spec).unwrap();
+    assert!(!tok.is_stop(text_id), "a NORMAL </s> token ends the turn");
+    assert!(tok.is_stop(tok.token_id("<|im_end|>").unwrap()));
+    spec.token_types[text_id as usize] = TOKEN_CONTROL;
+    let tok = Tokenizer::from_vocab(&spec).unwrap();
+    assert!(tok.is_stop(text_id), "a CONTROL </s> token does not end the turn");
+}
+
+#[test]
+fn hugging_face_eos_lists_and_special_flags_decide_the_stop_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = gpt2_spec("smollm");
+    spec.tokens.push("</s>".into());
+    spec.token_types.push(TOKEN_NORMAL);
+    let text_id = spec.tokens.len() as u32 - 1;
+    let tok = Tokenizer::from_vocab(&spec).unwrap();
+    std::fs::write(dir.path().join("tokenizer.json"), tok.to_json().unwrap()).unwrap();
+    let config = serde_json::json!({"eos_token": "<|endoftext|>", "add_bos_token": false});
+    std::fs::write(dir.path().join("tokenizer_config.json"), config.to_string()).unwrap();
+    let hf = Tokenizer::from_hf_dir(dir.path()).unwrap();
+    assert!(!hf.is_stop(text_id), "an ordinary </s> token ends the turn");
+    assert!(hf.is_stop(tok.token_id("<|im_end|>").unwrap()));
+    // generation_config.json's eos_token_id list (Llama 3 style) adds stop ids; config.json's single number too.
+    std::fs::write(
+        dir.path().join("generation_config.json"),
+        format!("{{\"eos_token_id\": [{text_id}, 3]}}"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("config.json"), r#"{"eos_token_id": 5}"#).unwrap();
+    let hf = Tokenizer::from_hf_dir(dir.path()).unwrap();
+    assert!(hf.is_stop(text_id) && hf.is_stop(3) && hf.is_stop(5) && !hf.is_stop(4));
+    std::fs::write(dir.path().join("config.json"), r#"{"eos_token_id": "x"}"#).unwrap();
+    let err = Tokenizer::from_hf_dir(dir.path()).err().unwrap().to_string();
+    assert!(err.contains("config.json") && err.contains("eos_token_id"), "{err}");
+}
+
+#[test]
+fn sentencepiece_without_space_prefix_keeps_the_text_as_is() {
+    let mut spec = spm_spec();
+    spec.add_space_prefix = Some(false);
+    let tok = Tokenizer::from_vocab(&spec).unwrap();
+    let ids = tok.encode("hi the", false).unwrap();
+    let texts: Vec<String> = ids.iter().map(|&i| tok.token_text(i).unwrap()).collect();
+    assert_eq!(texts[0], "h", "{texts:?}");
+    assert_eq!(tok.decode(&ids, false).unwrap(), "hi the");
+    let ids = tok.encode(" hi", false).unwrap();
+    assert_eq!(tok.token_text(ids[0]).unwrap(), "▁hi");
+    assert_eq!(tok.decode(&ids, false).unwrap(), " hi");
+}
+
+#[test]
 fn smollm_rules_split_digits_one_by_one() {
     // "smollm" splits every digit apart before the GPT-2 rules; "gpt2" keeps " 12" together.
     let mut spec = gpt2_spec("smollm");
@@ -123,8 +181,8 @@ fn stream_decoder_never_emits_half_a_character() {
     assert_eq!(out, text);
 }
 
-#[test]
-fn sentencepiece_vocab_uses_scores_and_byte_fallback() {
+/// A small SentencePiece vocabulary: specials, 256 byte pieces, and a few words (earlier ones more likely).
+fn spm_spec() -> VocabSpec {
     let mut tokens: Vec<String> = vec!["<unk>".into(), "<s>".into(), "</s>".into()];
     let mut types = vec![2, TOKEN_CONTROL, TOKEN_CONTROL];
     tokens.extend((0..=255u8).map(|b| format!("<0x{b:02X}>")));
@@ -138,7 +196,7 @@ fn sentencepiece_vocab_uses_scores_and_byte_fallback() {
     for (i, s) in scores.iter_mut().enumerate().skip(259) {
         *s = -(i as f32); // earlier pieces are more likely
     }
-    let spec = VocabSpec {
+    VocabSpec {
         model: "llama".into(),
         tokens,
         token_types: types,
@@ -147,7 +205,12 @@ fn sentencepiece_vocab_uses_scores_and_byte_fallback() {
         eos: Some(2),
         add_bos: true,
         ..Default::default()
-    };
+    }
+}
+
+#[test]
+fn sentencepiece_vocab_uses_scores_and_byte_fallback() {
+    let spec = spm_spec();
     let tok = Tokenizer::from_vocab(&spec).unwrap();
     let ids = tok.encode("hi the", true).unwrap();
     let texts: Vec<String> = ids.iter().map(|&i| tok.token_text(i).unwrap()).collect();

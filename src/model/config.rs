@@ -5,6 +5,8 @@ use crate::loader::gguf::GgufFile;
 use crate::ops::rope::RopeStyle;
 use std::path::Path;
 
+pub use super::rope_scaling::{LongRope, RopeScaling};
+
 /// Architectures one Llama-family implementation serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
@@ -16,6 +18,50 @@ pub enum Arch {
     Qwen3,
     /// MiniCPM / MiniCPM4: muP scalings ([`Mup`]), longrope, InfLLM-v2 sparse attention ([`SparseConfig`]).
     MiniCpm,
+    /// Gemma 3 (text): sliding-window and global layers, q/k norms, GeGLU, the embedding scaled by sqrt(hidden),
+    /// norms after attention and FFN as well as before.
+    Gemma3,
+}
+
+impl Arch {
+    /// The architectures a GGUF `general.architecture` names.
+    const GGUF: [(&'static str, Arch); 5] = [
+        ("llama", Arch::Llama),
+        ("mistral", Arch::Llama),
+        ("qwen2", Arch::Qwen2),
+        ("qwen3", Arch::Qwen3),
+        ("gemma3", Arch::Gemma3),
+    ];
+    /// Hugging Face `architectures[0]` and `model_type` names.
+    const HF: [(&'static str, &'static str, Arch); 6] = [
+        ("LlamaForCausalLM", "llama", Arch::Llama),
+        ("MistralForCausalLM", "mistral", Arch::Llama),
+        ("Qwen2ForCausalLM", "qwen2", Arch::Qwen2),
+        ("Qwen3ForCausalLM", "qwen3", Arch::Qwen3),
+        ("MiniCPMForCausalLM", "minicpm", Arch::MiniCpm),
+        ("Gemma3ForCausalLM", "gemma3_text", Arch::Gemma3),
+    ];
+}
+
+/// The FFN's gate activation: `down(act(gate x) * up x)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FfnAct {
+    /// SwiGLU (`silu`).
+    Silu,
+    /// GeGLU with the tanh approximation of GELU (`gelu_pytorch_tanh`, Gemma).
+    GeluTanh,
+}
+
+/// Sliding-window attention: layers marked local attend to the last `window` keys (a query at position p sees
+/// keys p - window + 1 ..= p, as transformers' `sliding_window` mask and llama.cpp's standard SWA), with their own
+/// rope base and scaling (Gemma 3: base 10000, no scaling); the other layers attend to everything.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlidingWindow {
+    pub window: usize,
+    /// `[n_layers]`: true for a sliding-window layer.
+    pub local: Vec<bool>,
+    pub local_theta: f32,
+    pub local_scaling: RopeScaling,
 }
 
 /// MiniCPM's muP scalings: `h0 = embed * emb`, each residual branch times `residual`, logits from the final norm
@@ -36,33 +82,6 @@ impl Default for Mup {
             emb: 1.0,
             residual: 1.0,
             logit: 1.0,
-        }
-    }
-}
-
-/// `rope_scaling` of type `longrope` (MiniCPM4, Phi-3): per-frequency divisors for short and long contexts, and
-/// the attention factor that multiplies cos and sin.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LongRope {
-    /// `[rope_dim / 2]` divisors used while the context fits `original_max`.
-    pub short: Vec<f32>,
-    /// `[rope_dim / 2]` divisors used for contexts past it.
-    pub long: Vec<f32>,
-    pub original_max: usize,
-    /// `sqrt(1 + ln(s) / ln(original_max))`, `s = max_position_embeddings / original_max` (1 when s <= 1), unless
-    /// the config gives `attention_factor`.
-    pub attn_factor: f32,
-}
-
-impl LongRope {
-    /// The divisors for a KV cache of `max_ctx` positions. The choice is made once per session from its context
-    /// size (as llama.cpp does), not per step as the HF code does from the running sequence length: keys already
-    /// in the cache keep the rotation they were written with.
-    pub fn factors(&self, max_ctx: usize) -> &[f32] {
-        if max_ctx > self.original_max {
-            &self.long
-        } else {
-            &self.short
         }
     }
 }
@@ -161,15 +180,20 @@ pub struct LlamaConfig {
     pub rope_style: RopeStyle,
     /// Rotated dims per head (head_dim unless partial rotary).
     pub rope_dim: usize,
-    /// Linear position scaling (1 / factor).
-    pub rope_freq_scale: f32,
+    /// Frequency scaling of the (global) layers.
+    pub rope_scaling: RopeScaling,
     /// Trained context length.
     pub context: usize,
     pub tie_embeddings: bool,
     pub qkv_bias: bool,
     pub qk_norm: bool,
     pub mup: Mup,
-    pub longrope: Option<LongRope>,
+    /// Query scale before softmax: 1/sqrt(head_dim), or Gemma's `query_pre_attn_scalar^-0.5`.
+    pub attn_scale: f32,
+    pub ffn_act: FfnAct,
+    /// RMSNorms on the attention and FFN outputs before the residual adds (Gemma 3).
+    pub post_norms: bool,
+    pub sliding: Option<SlidingWindow>,
     /// Sparse attention (InfLLM-v2): from the model's config, or asked for on the command line.
     pub sparse: Option<SparseConfig>,
     /// BlockFFN experts instead of the SwiGLU FFN (`ffn` is then unused).
@@ -214,42 +238,75 @@ impl LlamaConfig {
         if c.n_layers > 4096 || c.hidden > 1 << 17 || c.n_heads > 4096 || c.head_dim > 1024 {
             return Err(bad(path, format!("implausible model sizes: {c:?}")));
         }
+        if let Some(s) = &c.sliding {
+            if s.local.len() != c.n_layers || s.window == 0 || !(s.local_theta.is_finite() && s.local_theta > 1.0) {
+                return Err(bad(
+                    path,
+                    format!("sliding-window settings do not fit the model: {s:?}"),
+                ));
+            }
+        }
+        if !(c.attn_scale.is_finite() && c.attn_scale > 0.0) {
+            return Err(bad(path, format!("attention scale {} is not positive", c.attn_scale)));
+        }
         Ok(self)
     }
 
-    /// From GGUF metadata (`general.architecture` = llama, qwen2 or qwen3).
+    /// From GGUF metadata (`general.architecture` = llama, mistral, qwen2, qwen3 or gemma3).
     pub fn from_gguf(f: &GgufFile) -> Result<LlamaConfig> {
         let arch_name = f.architecture()?.to_string();
-        let arch = match arch_name.as_str() {
-            "llama" | "mistral" => Arch::Llama,
-            "qwen2" => Arch::Qwen2,
-            "qwen3" => Arch::Qwen3,
-            other => {
-                return Err(bad(
-                    f.path(),
-                    format!("unknown architecture {other:?}: this build runs llama, mistral, qwen2 and qwen3"),
-                ))
-            }
+        let Some(arch) = Arch::GGUF.iter().find(|a| a.0 == arch_name).map(|a| a.1) else {
+            let known: Vec<&str> = Arch::GGUF.iter().map(|a| a.0).collect();
+            return Err(bad(
+                f.path(),
+                format!(
+                    "unknown architecture {arch_name:?} (general.architecture): this build runs {}",
+                    known.join(", ")
+                ),
+            ));
         };
         let key = |k: &str| format!("{arch_name}.{k}");
         let u = |k: &str| -> Result<usize> { Ok(f.get_u64(&key(k))? as usize) };
         let n_heads = u("attention.head_count")?;
         let hidden = u("embedding_length")?;
+        let n_layers = u("block_count")?;
         let head_dim = match f.get_opt::<u64>(&key("attention.key_length"))? {
             Some(d) => d as usize,
             None => hidden / n_heads.max(1),
         };
         let vocab = match f.tensor("token_embd.weight") {
-            Some(t) => t.shape()[0],
+            Some(t) if t.shape().len() == 2 => t.shape()[0],
+            Some(t) => return Err(bad(f.path(), format!("token_embd.weight has shape {:?}", t.shape()))),
             None => return Err(bad(f.path(), "missing tensor token_embd.weight")),
         };
-        let scale = match f.get_opt::<f32>(&key("rope.scaling.factor"))? {
-            Some(s) if s > 0.0 && f.get_opt::<&str>(&key("rope.scaling.type"))? == Some("linear") => 1.0 / s,
-            _ => 1.0,
+        let rope_dim = f
+            .get_opt::<u64>(&key("rope.dimension_count"))?
+            .map_or(head_dim, |v| v as usize);
+        let context = u("context_length")?;
+        let rope_scaling = gguf_rope_scaling(f, &arch_name, rope_dim)?;
+        let gemma = arch == Arch::Gemma3;
+        let sliding = match f.get_opt::<u64>(&key("attention.sliding_window"))? {
+            // llama.cpp's gemma3: every 6th layer global, local layers at base 10000 without scaling.
+            Some(w) if gemma => Some(SlidingWindow {
+                window: w as usize,
+                local: (0..n_layers).map(|i| (i + 1) % 6 != 0).collect(),
+                local_theta: 10000.0,
+                local_scaling: RopeScaling::None,
+            }),
+            Some(_) => {
+                return Err(bad(
+                    f.path(),
+                    format!("{} is not supported for {arch_name}", key("attention.sliding_window")),
+                ))
+            }
+            None => None,
         };
+        if gemma && sliding.is_none() {
+            return Err(bad(f.path(), format!("missing {}", key("attention.sliding_window"))));
+        }
         LlamaConfig {
             arch,
-            n_layers: u("block_count")?,
+            n_layers,
             hidden,
             ffn: u("feed_forward_length")?,
             n_heads,
@@ -260,29 +317,35 @@ impl LlamaConfig {
             vocab,
             rms_eps: f.get_f32(&key("attention.layer_norm_rms_epsilon"))?,
             rope_theta: f.get_opt::<f32>(&key("rope.freq_base"))?.unwrap_or(10000.0),
-            // llama.cpp's converter permutes Llama q/k rows for ggml's interleaved rope; Qwen keeps HF's order.
+            // llama.cpp's converter permutes Llama q/k rows for ggml's interleaved rope; Qwen and Gemma keep HF's
+            // order.
             rope_style: if arch == Arch::Llama {
                 RopeStyle::Interleaved
             } else {
                 RopeStyle::RotateHalf
             },
-            rope_dim: f
-                .get_opt::<u64>(&key("rope.dimension_count"))?
-                .map_or(head_dim, |v| v as usize),
-            rope_freq_scale: scale,
-            context: u("context_length")?,
+            rope_dim,
+            rope_scaling,
+            context,
             tie_embeddings: f.tensor("output.weight").is_none(),
             qkv_bias: f.tensor("blk.0.attn_q.bias").is_some(),
             qk_norm: f.tensor("blk.0.attn_q_norm.weight").is_some(),
-            mup: Mup::default(),
-            longrope: None,
+            // Gemma: the embedding times sqrt(hidden) (llama.cpp scales in f32 too).
+            mup: Mup {
+                emb: if gemma { (hidden as f32).sqrt() } else { 1.0 },
+                ..Mup::default()
+            },
+            attn_scale: 1.0 / (head_dim as f32).sqrt(),
+            ffn_act: if gemma { FfnAct::GeluTanh } else { FfnAct::Silu },
+            post_norms: gemma,
+            sliding,
             sparse: None,
             moe: None,
         }
         .check(f.path())
     }
 
-    /// From a Hugging Face `config.json`.
+    /// From a Hugging Face `config.json`, as transformers 4.x and 5.x write it.
     pub fn from_hf(path: &Path) -> Result<LlamaConfig> {
         let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
             path: path.into(),
@@ -295,20 +358,20 @@ impl LlamaConfig {
             .and_then(|a| a.as_array())
             .map(|a| a.iter().filter_map(|x| x.as_str()).collect())
             .unwrap_or_default();
-        let arch = match archs.first().copied() {
-            Some("LlamaForCausalLM" | "MistralForCausalLM") => Arch::Llama,
-            Some("Qwen2ForCausalLM") => Arch::Qwen2,
-            Some("Qwen3ForCausalLM") => Arch::Qwen3,
-            Some("MiniCPMForCausalLM") => Arch::MiniCpm,
-            other => {
-                return Err(bad(
-                    path,
-                    format!(
-                        "unknown architecture {other:?}: this build runs LlamaForCausalLM, MistralForCausalLM, \
-                         Qwen2ForCausalLM, Qwen3ForCausalLM and MiniCPMForCausalLM"
-                    ),
-                ))
-            }
+        let model_type = v.get("model_type").and_then(|t| t.as_str());
+        let found = match archs.first() {
+            Some(a) => Arch::HF.iter().find(|e| e.0 == *a),
+            None => Arch::HF.iter().find(|e| Some(e.1) == model_type),
+        };
+        let Some(&(_, _, arch)) = found else {
+            let known: Vec<&str> = Arch::HF.iter().map(|e| e.0).collect();
+            let named = archs
+                .first()
+                .map_or(format!("model_type {model_type:?}"), |a| format!("{a:?}"));
+            return Err(bad(
+                path,
+                format!("unknown architecture {named}: this build runs {}", known.join(", ")),
+            ));
         };
         let num = |k: &str| v.get(k).and_then(|x| x.as_f64());
         let need = |k: &str| {
@@ -316,31 +379,55 @@ impl LlamaConfig {
                 .map(|x| x as usize)
                 .ok_or_else(|| bad(path, format!("missing {k}")))
         };
+        let set = |k: &str| v.get(k).is_some_and(|x| !x.is_null());
+        let gemma = arch == Arch::Gemma3;
+        for k in ["attn_logit_softcapping", "final_logit_softcapping"] {
+            if set(k) {
+                return Err(bad(path, format!("{k} is not supported")));
+            }
+        }
+        if v.get("mlp_bias").and_then(|b| b.as_bool()) == Some(true) {
+            return Err(bad(path, "mlp_bias = true is not supported"));
+        }
+        let act = v
+            .get("hidden_activation")
+            .filter(|a| !a.is_null())
+            .or(v.get("hidden_act"))
+            .and_then(|a| a.as_str());
+        let ffn_act = match act {
+            None if gemma => FfnAct::GeluTanh,
+            None | Some("silu" | "swish") => FfnAct::Silu,
+            Some("gelu_pytorch_tanh" | "gelu_tanh") => FfnAct::GeluTanh,
+            Some(other) => {
+                return Err(bad(
+                    path,
+                    format!("hidden_act {other:?} is not supported (silu, gelu_pytorch_tanh)"),
+                ))
+            }
+        };
         let hidden = need("hidden_size")?;
         let n_heads = need("num_attention_heads")?;
         let head_dim = num("head_dim").map_or(hidden / n_heads.max(1), |x| x as usize);
-        let context = num("max_position_embeddings").map_or(4096, |x| x as usize);
-        let scaling = v.get("rope_scaling").filter(|s| !s.is_null());
-        let mut longrope = None;
-        let rope_freq_scale = match scaling {
-            None => 1.0,
-            Some(s) => match s.get("rope_type").or(s.get("type")).and_then(|t| t.as_str()) {
-                Some("linear") => 1.0 / s.get("factor").and_then(|f| f.as_f64()).unwrap_or(1.0).max(1e-6) as f32,
-                Some("longrope") => {
-                    longrope = Some(long_rope(path, s, head_dim, context)?);
-                    1.0
-                }
-                Some("default") | None => 1.0,
-                Some(other) => return Err(bad(path, format!("rope_scaling type {other:?} is not supported yet"))),
-            },
+        let rope_dim = match num("partial_rotary_factor") {
+            Some(f) if f > 0.0 && f <= 1.0 => ((head_dim as f64 * f) as usize) & !1,
+            Some(f) => return Err(bad(path, format!("partial_rotary_factor {f} is not in (0, 1]"))),
+            None => head_dim,
         };
+        let context = num("max_position_embeddings").map_or(4096, |x| x as usize);
         let n_layers = need("num_hidden_layers")?;
+        let rope = HfRope::read(path, &v, rope_dim, context)?;
+        let sliding = hf_sliding(path, &v, arch, n_layers, &rope)?;
         let mup = if arch == Arch::MiniCpm {
             let dim_base = num("dim_model_base").unwrap_or(hidden as f64);
             Mup {
                 emb: num("scale_emb").unwrap_or(1.0) as f32,
                 residual: (num("scale_depth").unwrap_or(1.0) / (n_layers as f64).sqrt()) as f32,
                 logit: (dim_base / hidden as f64) as f32,
+            }
+        } else if gemma {
+            Mup {
+                emb: (hidden as f32).sqrt(),
+                ..Mup::default()
             }
         } else {
             Mup::default()
@@ -353,6 +440,11 @@ impl LlamaConfig {
         let sparse = match v.get("sparse_config").filter(|s| !s.is_null()) {
             Some(s) if arch == Arch::MiniCpm => Some(sparse_config(path, s)?),
             _ => None,
+        };
+        let attn_scale = match num("query_pre_attn_scalar") {
+            Some(q) if gemma && q > 0.0 => (1.0 / q.sqrt()) as f32,
+            Some(q) if gemma => return Err(bad(path, format!("query_pre_attn_scalar {q} is not positive"))),
+            _ => 1.0 / (head_dim as f32).sqrt(),
         };
         LlamaConfig {
             arch,
@@ -368,16 +460,19 @@ impl LlamaConfig {
             head_dim,
             vocab: need("vocab_size")?,
             rms_eps: num("rms_norm_eps").unwrap_or(1e-6) as f32,
-            rope_theta: num("rope_theta").unwrap_or(10000.0) as f32,
+            rope_theta: rope.theta,
             rope_style: RopeStyle::RotateHalf,
-            rope_dim: head_dim,
-            rope_freq_scale,
+            rope_dim,
+            rope_scaling: rope.scaling,
             context,
-            tie_embeddings: v.get("tie_word_embeddings").and_then(|t| t.as_bool()).unwrap_or(false),
+            tie_embeddings: v.get("tie_word_embeddings").and_then(|t| t.as_bool()).unwrap_or(gemma),
             qkv_bias: arch == Arch::Qwen2 || v.get("attention_bias").and_then(|b| b.as_bool()).unwrap_or(false),
-            qk_norm: arch == Arch::Qwen3,
+            qk_norm: arch == Arch::Qwen3 || gemma,
             mup,
-            longrope,
+            attn_scale,
+            ffn_act,
+            post_norms: gemma,
+            sliding,
             sparse,
             moe,
         }
@@ -388,6 +483,19 @@ impl LlamaConfig {
     pub fn with_sparse(mut self, sparse: SparseConfig) -> Result<Self> {
         self.sparse = Some(sparse.check(Path::new("--sparse-attention"))?);
         Ok(self)
+    }
+
+    /// The KV window of layer `i`: `Some(window)` for a sliding-window layer.
+    pub fn layer_window(&self, i: usize) -> Option<usize> {
+        self.sliding.as_ref().filter(|s| s.local[i]).map(|s| s.window)
+    }
+
+    /// Rope base and scaling of layer `i`.
+    pub fn layer_rope(&self, i: usize) -> (f32, &RopeScaling) {
+        match &self.sliding {
+            Some(s) if s.local[i] => (s.local_theta, &s.local_scaling),
+            _ => (self.rope_theta, &self.rope_scaling),
+        }
     }
 
     /// Weight bytes are not known here; this is the parameter count of the matmuls and embedding.
@@ -402,47 +510,6 @@ impl LlamaConfig {
         };
         self.n_layers * layer + self.vocab * self.hidden + head
     }
-}
-
-/// `rope_scaling: {"rope_type": "longrope", "long_factor": [..], "short_factor": [..],
-/// "original_max_position_embeddings": N}` (the original max may also sit at the top level of config.json).
-fn long_rope(path: &Path, s: &serde_json::Value, head_dim: usize, context: usize) -> Result<LongRope> {
-    let factors = |key: &str| -> Result<Vec<f32>> {
-        let v: Vec<f32> = s
-            .get(key)
-            .and_then(|a| a.as_array())
-            .map(|a| a.iter().filter_map(|x| x.as_f64()).map(|x| x as f32).collect())
-            .unwrap_or_default();
-        if v.len() != head_dim / 2 || v.iter().any(|f| !f.is_finite() || *f <= 0.0) {
-            return Err(bad(
-                path,
-                format!("rope_scaling.{key}: want {} positive numbers", head_dim / 2),
-            ));
-        }
-        Ok(v)
-    };
-    let original_max =
-        s.get("original_max_position_embeddings")
-            .and_then(|x| x.as_u64())
-            .ok_or_else(|| bad(path, "longrope needs rope_scaling.original_max_position_embeddings"))? as usize;
-    if original_max < 2 {
-        return Err(bad(
-            path,
-            "rope_scaling.original_max_position_embeddings must be at least 2",
-        ));
-    }
-    let scale = context as f64 / original_max as f64;
-    let attn_factor = match s.get("attention_factor").and_then(|x| x.as_f64()) {
-        Some(f) => f,
-        None if scale <= 1.0 => 1.0,
-        None => (1.0 + scale.ln() / (original_max as f64).ln()).sqrt(),
-    };
-    Ok(LongRope {
-        short: factors("short_factor")?,
-        long: factors("long_factor")?,
-        original_max,
-        attn_factor: attn_factor as f32,
-    })
 }
 
 /// `sparse_config` of a MiniCPM4 config.json; missing fields take MiniCPM4's published values.
@@ -507,4 +574,176 @@ fn moe_config(path: &Path, v: &serde_json::Value) -> Result<MoeConfig> {
         per_expert_tensors: text("ffn_type") == Some("block"),
         norm,
     })
+}
+
+/// RoPE settings of a Hugging Face config: transformers 5's `rope_parameters` (one object, or one per layer type
+/// for Gemma 3) or the older `rope_theta` + `rope_scaling` (+ Gemma 3's `rope_local_base_freq`).
+struct HfRope {
+    theta: f32,
+    scaling: RopeScaling,
+    /// Sliding-window layers' base and scaling, where the config gives them apart.
+    local: Option<(f32, RopeScaling)>,
+}
+
+impl HfRope {
+    fn read(path: &Path, v: &serde_json::Value, rope_dim: usize, context: usize) -> Result<HfRope> {
+        let theta_of = |o: &serde_json::Value, default: f64| -> Result<f32> {
+            let t = o.get("rope_theta").and_then(|x| x.as_f64()).unwrap_or(default);
+            if t.is_finite() && t > 1.0 {
+                Ok(t as f32)
+            } else {
+                Err(bad(path, format!("rope_theta {t} is not a base above 1")))
+            }
+        };
+        let default_theta = v.get("rope_theta").and_then(|x| x.as_f64()).unwrap_or(10000.0);
+        if let Some(p) = v.get("rope_parameters").filter(|p| !p.is_null()) {
+            // Per layer type (Gemma 3 under transformers 5): {"full_attention": {..}, "sliding_attention": {..}}.
+            if let Some(full) = p.get("full_attention") {
+                let local = match p.get("sliding_attention") {
+                    Some(l) => Some((theta_of(l, 10000.0)?, RopeScaling::from_hf(path, l, rope_dim, context)?)),
+                    None => None,
+                };
+                return Ok(HfRope {
+                    theta: theta_of(full, default_theta)?,
+                    scaling: RopeScaling::from_hf(path, full, rope_dim, context)?,
+                    local,
+                });
+            }
+            return Ok(HfRope {
+                theta: theta_of(p, default_theta)?,
+                scaling: RopeScaling::from_hf(path, p, rope_dim, context)?,
+                local: None,
+            });
+        }
+        let scaling = match v.get("rope_scaling").filter(|s| !s.is_null()) {
+            Some(s) => RopeScaling::from_hf(path, s, rope_dim, context)?,
+            None => RopeScaling::None,
+        };
+        let local = match v.get("rope_local_base_freq").and_then(|x| x.as_f64()) {
+            Some(b) => Some((theta_of(&serde_json::json!({ "rope_theta": b }), b)?, RopeScaling::None)),
+            None => None,
+        };
+        Ok(HfRope {
+            theta: theta_of(v, default_theta)?,
+            scaling,
+            local,
+        })
+    }
+}
+
+/// Sliding-window layers of a Hugging Face config: `layer_types` where transformers writes it, else Gemma 3's
+/// `sliding_window_pattern` (every n-th layer global, default 6), Mistral's window on every layer, or Qwen2's
+/// `use_sliding_window` on layers from `max_window_layers` on.
+fn hf_sliding(
+    path: &Path,
+    v: &serde_json::Value,
+    arch: Arch,
+    n_layers: usize,
+    rope: &HfRope,
+) -> Result<Option<SlidingWindow>> {
+    let window = match v.get("sliding_window").filter(|w| !w.is_null()) {
+        None => {
+            if arch == Arch::Gemma3 {
+                return Err(bad(path, "a Gemma 3 config needs sliding_window"));
+            }
+            return Ok(None);
+        }
+        Some(w) => w
+            .as_u64()
+            .filter(|w| *w > 0)
+            .ok_or_else(|| bad(path, "sliding_window must be a positive number"))? as usize,
+    };
+    let uses = v.get("use_sliding_window").and_then(|u| u.as_bool());
+    let local: Vec<bool> = if let Some(types) = v.get("layer_types").filter(|t| !t.is_null()) {
+        let list = types
+            .as_array()
+            .filter(|l| l.len() == n_layers)
+            .ok_or_else(|| bad(path, format!("layer_types must list {n_layers} layer types")))?;
+        list.iter()
+            .map(|t| match t.as_str() {
+                Some("sliding_attention") => Ok(true),
+                Some("full_attention") => Ok(false),
+                other => Err(bad(
+                    path,
+                    format!("layer type {other:?} is not supported (sliding_attention, full_attention)"),
+                )),
+            })
+            .collect::<Result<_>>()?
+    } else {
+        match arch {
+            Arch::Gemma3 => {
+                let n = v.get("sliding_window_pattern").and_then(|x| x.as_u64()).unwrap_or(6) as usize;
+                if n == 0 {
+                    return Err(bad(path, "sliding_window_pattern must be positive"));
+                }
+                (0..n_layers).map(|i| (i + 1) % n != 0).collect()
+            }
+            Arch::Qwen2 | Arch::Qwen3 if uses != Some(true) => return Ok(None),
+            Arch::Qwen2 | Arch::Qwen3 => {
+                let from = v.get("max_window_layers").and_then(|x| x.as_u64()).unwrap_or(0) as usize;
+                (0..n_layers).map(|i| i >= from).collect()
+            }
+            _ if uses == Some(false) => return Ok(None),
+            _ => vec![true; n_layers],
+        }
+    };
+    if !local.contains(&true) {
+        return Ok(None);
+    }
+    let (local_theta, local_scaling) = match (&rope.local, arch) {
+        (Some(l), _) => l.clone(),
+        // transformers' Gemma 3 default rope_local_base_freq.
+        (None, Arch::Gemma3) => (10000.0, RopeScaling::None),
+        (None, _) => (rope.theta, rope.scaling.clone()),
+    };
+    Ok(Some(SlidingWindow {
+        window,
+        local,
+        local_theta,
+        local_scaling,
+    }))
+}
+
+/// RoPE scaling from GGUF keys: `rope_freqs.weight` (llama3-style divisors stored by llama.cpp), or
+/// `{arch}.rope.scaling.type` none / linear / yarn with `.factor`, `.original_context_length` and `.attn_factor`.
+fn gguf_rope_scaling(f: &GgufFile, arch: &str, rope_dim: usize) -> Result<RopeScaling> {
+    let key = |k: &str| format!("{arch}.rope.scaling.{k}");
+    if f.tensor("rope_freqs.weight").is_some() {
+        let d = f.tensor_f32("rope_freqs.weight")?;
+        return RopeScaling::Divisors(d).check(f.path(), rope_dim);
+    }
+    let factor = f.get_opt::<f32>(&key("factor"))?;
+    let original = f.get_opt::<u64>(&key("original_context_length"))?.map(|x| x as usize);
+    let scaling = match f.get_opt::<&str>(&key("type"))? {
+        None | Some("none") => RopeScaling::None,
+        Some("linear") => match factor {
+            Some(factor) if factor != 1.0 => RopeScaling::Linear { factor },
+            _ => RopeScaling::None,
+        },
+        Some("yarn") => {
+            let factor = factor.ok_or_else(|| bad(f.path(), format!("yarn needs {}", key("factor"))))?;
+            let original_max =
+                original.ok_or_else(|| bad(f.path(), format!("yarn needs {}", key("original_context_length"))))?;
+            // ggml's rope_yarn: cos and sin times attn_factor * (1 + 0.1 ln(factor)).
+            let attn = f.get_opt::<f32>(&key("attn_factor"))?.unwrap_or(1.0);
+            RopeScaling::Yarn {
+                factor,
+                original_max,
+                beta_fast: f
+                    .get_opt::<f32>(&format!("{arch}.rope.scaling.yarn_beta_fast"))?
+                    .unwrap_or(32.0),
+                beta_slow: f
+                    .get_opt::<f32>(&format!("{arch}.rope.scaling.yarn_beta_slow"))?
+                    .unwrap_or(1.0),
+                attn_factor: attn * if factor > 1.0 { 1.0 + 0.1 * factor.ln() } else { 1.0 },
+            }
+        }
+        Some(other) => {
+            return Err(bad(
+                f.path(),
+                format!("{} {other:?} is not supported (none, linear, yarn)", key("type")),
+            ))
+        }
+    };
+    scaling.check(f.path(), rope_dim)
 }

@@ -3,13 +3,15 @@
 //! graph of one forward step.
 
 use super::blockffn::BlockFfn;
-use super::config::{Arch, LlamaConfig};
+use super::config::{Arch, FfnAct, LlamaConfig};
+use super::rope_scaling::RopeSession;
 use super::sparse::{self, CompressedKeys};
 use super::weights::{load_vector, Linear, WeightSource};
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Gpu, GpuTensor};
 use crate::graph::{Graph, Plan, TensorId};
 use crate::ops::rope::RopeConfig;
+use crate::ops::silu_mul::Glu;
 
 /// Tensor names of one file convention.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,9 +39,22 @@ enum W {
     Gate,
     Up,
     Down,
+    PostAttnNorm,
+    PostFfnNorm,
 }
 
 impl Names {
+    /// The name of weight `w` of layer `i` for architecture `arch` (Gemma's HF names its norms apart).
+    fn layer_of(self, arch: Arch, i: usize, w: W) -> String {
+        let gemma_hf = |h: &str| format!("model.layers.{i}.{h}");
+        match (self, arch, w) {
+            (Names::Hf, Arch::Gemma3, W::FfnNorm) => gemma_hf("pre_feedforward_layernorm.weight"),
+            (Names::Hf, Arch::Gemma3, W::PostAttnNorm) => gemma_hf("post_attention_layernorm.weight"),
+            (Names::Hf, Arch::Gemma3, W::PostFfnNorm) => gemma_hf("post_feedforward_layernorm.weight"),
+            _ => self.layer(i, w),
+        }
+    }
+
     fn layer(self, i: usize, w: W) -> String {
         let (g, h) = match w {
             W::AttnNorm => ("attn_norm.weight", "input_layernorm.weight"),
@@ -56,6 +71,8 @@ impl Names {
             W::Gate => ("ffn_gate.weight", "mlp.gate_proj.weight"),
             W::Up => ("ffn_up.weight", "mlp.up_proj.weight"),
             W::Down => ("ffn_down.weight", "mlp.down_proj.weight"),
+            W::PostAttnNorm => ("post_attention_norm.weight", "post_attention_norm.weight"),
+            W::PostFfnNorm => ("post_ffw_norm.weight", "post_feedforward_layernorm.weight"),
         };
         match self {
             Names::Gguf => format!("blk.{i}.{g}"),
@@ -101,6 +118,8 @@ struct Layer {
     q_norm: Option<GpuTensor>, // [head_dim]
     k_norm: Option<GpuTensor>, // [head_dim]
     ffn_norm: GpuTensor,       // [hidden]
+    /// Gemma 3's norms of the attention and FFN outputs, `[hidden]` each.
+    post_norms: Option<(GpuTensor, GpuTensor)>,
     ffn: Ffn,
 }
 
@@ -124,13 +143,20 @@ pub struct Llama {
     layers: Vec<Layer>,
 }
 
+/// The rotation of one kind of layer for a session, with its divisors on the device.
+struct RopeTable {
+    session: RopeSession,
+    /// f32 `[rope_dim / 2]`.
+    divisors: Option<GpuTensor>,
+}
+
 /// Keys and values of every layer for `max_ctx` positions, owned by one session.
 pub struct KvCache {
     pub max_ctx: usize,
     /// Per layer: K and V, each f32 `[n_kv, max_ctx, head_dim]`.
     layers: Vec<(GpuTensor, GpuTensor)>,
-    /// Longrope's divisors for this context size, f32 `[rope_dim / 2]`.
-    rope_factors: Option<GpuTensor>,
+    /// Rope of the global layers, then (with sliding windows) of the local ones, for this context size.
+    rope: Vec<RopeTable>,
     /// Per layer: InfLLM-v2 compressed keys (when the model attends sparsely past `dense_len`).
     sparse: Option<Vec<CompressedKeys>>,
 }
@@ -189,7 +215,22 @@ impl Llama {
             }
             Linear::load(gpu, &t)
         };
-        let vector = |name: String, len: usize| load_vector(gpu, &src.require(&name)?, len);
+        // Gemma's Hugging Face norms compute x * (1 + w); llama.cpp's converter stores 1 + w, which the kernels use.
+        let norm_shift = c.arch == Arch::Gemma3 && names == Names::Hf;
+        let vector = |name: String, len: usize| -> Result<GpuTensor> {
+            let t = src.require(&name)?;
+            if !norm_shift || !name.contains("norm") {
+                return load_vector(gpu, &t, len);
+            }
+            let w: Vec<f32> = t.to_f32()?.iter().map(|w| w + 1.0).collect();
+            if w.len() != len {
+                return Err(Error::shape(
+                    "load",
+                    format!("{}: {} values, expected {len}", t.name, w.len()),
+                ));
+            }
+            GpuTensor::upload_f32(gpu, &t.name, &[len], &w)
+        };
         let optional = |name: String, len: usize| -> Result<Option<GpuTensor>> {
             src.tensor(&name)?.map(|t| load_vector(gpu, &t, len)).transpose()
         };
@@ -202,7 +243,7 @@ impl Llama {
         let mut layers = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {
             progress(i, c.n_layers);
-            let n = |w| names.layer(i, w);
+            let n = |w| names.layer_of(c.arch, i, w);
             let with_bias = c.qkv_bias || c.arch == Arch::Qwen2;
             layers.push(Layer {
                 attn_norm: vector(n(W::AttnNorm), c.hidden)?,
@@ -232,6 +273,14 @@ impl Llama {
                     None
                 },
                 ffn_norm: vector(n(W::FfnNorm), c.hidden)?,
+                post_norms: if c.post_norms {
+                    Some((
+                        vector(n(W::PostAttnNorm), c.hidden)?,
+                        vector(n(W::PostFfnNorm), c.hidden)?,
+                    ))
+                } else {
+                    None
+                },
                 ffn: match &c.moe {
                     Some(m) => Ffn::Block(BlockFfn::load(gpu, src, c, m, i)?),
                     None => Ffn::SwiGlu {
@@ -257,7 +306,7 @@ impl Llama {
             });
         }
         progress(c.n_layers, c.n_layers);
-        let norm = if c.mup.logit == 1.0 {
+        let norm = if c.mup.logit == 1.0 || norm_shift {
             vector(names.norm().into(), c.hidden)?
         } else {
             // logits = head(norm(h) * logit): folded into the norm's weight.
@@ -299,15 +348,27 @@ impl Llama {
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
-        let rope_factors = match &c.longrope {
-            Some(l) => Some(GpuTensor::upload_f32(
-                gpu,
-                "rope_factors",
-                &[c.rope_dim / 2],
-                l.factors(max_ctx),
-            )?),
-            None => None,
-        };
+        let mut kinds = vec![(c.rope_theta, &c.rope_scaling)];
+        if let Some(s) = &c.sliding {
+            kinds.push((s.local_theta, &s.local_scaling));
+        }
+        let rope = kinds
+            .into_iter()
+            .enumerate()
+            .map(|(k, (theta, scaling))| {
+                let session = scaling.session(theta, c.rope_dim, max_ctx);
+                let divisors = match &session.divisors {
+                    Some(d) => Some(GpuTensor::upload_f32(
+                        gpu,
+                        &format!("rope_divisors{k}"),
+                        &[c.rope_dim / 2],
+                        d,
+                    )?),
+                    None => None,
+                };
+                Ok(RopeTable { session, divisors })
+            })
+            .collect::<Result<Vec<_>>>()?;
         let sparse = match &c.sparse {
             Some(s) => sparse::new_caches(gpu, s, c.n_layers, c.n_kv_heads, c.head_dim, max_ctx)?,
             None => None,
@@ -315,7 +376,7 @@ impl Llama {
         Ok(KvCache {
             max_ctx,
             layers,
-            rope_factors,
+            rope,
             sparse,
         })
     }
@@ -344,14 +405,14 @@ impl Llama {
         head + layers
     }
 
-    fn rope(&self, g: &mut Graph, cache: &KvCache) -> RopeConfig {
+    /// The rope of layer `i` (global, or a sliding-window layer's own).
+    fn rope(&self, g: &mut Graph, cache: &KvCache, i: usize) -> RopeConfig {
         let c = &self.cfg;
-        let mut r = RopeConfig::new(c.rope_style, c.rope_theta, c.rope_dim);
-        r.freq_scale = c.rope_freq_scale;
-        if let (Some(l), Some(f)) = (&c.longrope, &cache.rope_factors) {
-            r.factors = Some(g.external(f));
-            r.attn_factor = l.attn_factor;
-        }
+        let t = &cache.rope[usize::from(c.layer_window(i).is_some())];
+        let mut r = RopeConfig::new(c.rope_style, t.session.theta, c.rope_dim);
+        r.freq_scale = t.session.freq_scale;
+        r.attn_factor = t.session.attn_factor;
+        r.factors = t.divisors.as_ref().map(|f| g.external(f));
         r
     }
 
@@ -394,8 +455,11 @@ impl Llama {
             h = g.scale(h, c.mup.emb)?;
         }
         let alpha = c.mup.residual;
-        let rope = self.rope(&mut g, cache);
-        let scale = 1.0 / (c.head_dim as f32).sqrt();
+        let scale = c.attn_scale;
+        let act = match c.ffn_act {
+            FfnAct::Silu => Glu::Silu,
+            FfnAct::GeluTanh => Glu::GeluTanh,
+        };
         // The FFN output still to be added to `h`: fused into the next norm (one dispatch for add + norm).
         let mut pending: Option<TensorId> = None;
         let mut router = Vec::new();
@@ -421,6 +485,7 @@ impl Llama {
                 q = g.rms_norm(q, qn, c.rms_eps)?;
                 k = g.rms_norm(k, kn, c.rms_eps)?;
             }
+            let rope = self.rope(&mut g, cache, i);
             let (q, k) = g.rope_pair(q, k, rope)?;
             let (kc, vc) = (g.external(k_cache), g.external(v_cache));
             g.kv_write_pair(k, v, kc, vc)?;
@@ -431,12 +496,16 @@ impl Llama {
             let a = if let (true, Some((s, cc))) = (sparse, compressed) {
                 sparse::attention(&mut g, s, q, kc, vc, cc, cache.max_ctx, scale)?
             } else if n_tokens <= crate::ops::attention_decode::MAX_TOKENS {
-                g.attention_decode(q, kc, vc, scale)?
+                g.attention_decode_window(q, kc, vc, scale, c.layer_window(i))?
             } else {
-                g.attention_prefill(q, kc, vc, scale)?
+                g.attention_prefill_window(q, kc, vc, scale, c.layer_window(i))?
             };
             let a = g.reshape(a, &[n_tokens, c.n_heads * c.head_dim])?;
-            let o = l.o.forward(&mut g, a, None)?;
+            let mut o = l.o.forward(&mut g, a, None)?;
+            if let Some((post_attn, _)) = &l.post_norms {
+                let w = g.external(post_attn);
+                o = g.rms_norm(o, w, c.rms_eps)?;
+            }
             let w = g.external(&l.ffn_norm);
             let (sum, x) = g.add_scaled_rms_norm(h, o, alpha, w, c.rms_eps)?;
             h = sum;
@@ -445,15 +514,22 @@ impl Llama {
                     let m = match input {
                         FfnIn::Stacked(w) => {
                             let gu = w.forward(&mut g, x, None)?; // [n, 2 * ffn]: gate then up
-                            g.silu_mul_fused(gu)?
+                            g.glu_fused(gu, act)?
                         }
                         FfnIn::Split { gate, up } => {
                             let gate = gate.forward(&mut g, x, None)?;
                             let up = up.forward(&mut g, x, None)?;
-                            g.silu_mul(gate, up)?
+                            g.glu(gate, up, act)?
                         }
                     };
-                    down.forward(&mut g, m, None)?
+                    let d = down.forward(&mut g, m, None)?;
+                    match &l.post_norms {
+                        Some((_, post_ffn)) => {
+                            let w = g.external(post_ffn);
+                            g.rms_norm(d, w, c.rms_eps)?
+                        }
+                        None => d,
+                    }
                 }
                 Ffn::Block(b) => {
                     let m = c.moe.as_ref().expect("a BlockFFN layer has a MoE config");

@@ -57,6 +57,7 @@ pub fn tokenizer_from_gguf(f: &GgufFile) -> Result<Tokenizer> {
         add_bos: f
             .get_opt::<bool>("tokenizer.ggml.add_bos_token")?
             .unwrap_or(model == "llama"),
+        add_space_prefix: f.get_opt::<bool>("tokenizer.ggml.add_space_prefix")?,
         chat_template: f.get_opt::<&str>("tokenizer.chat_template")?.map(str::to_string),
         model,
         tokens,

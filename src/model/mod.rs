@@ -5,6 +5,7 @@ pub mod config;
 pub mod llama;
 pub mod load;
 pub mod reference;
+pub mod rope_scaling;
 pub mod sparse;
 pub mod synthetic;
 pub mod weights;

@@ -2,11 +2,14 @@
 //! the GPU graph on small models (`cargo test`) and to debug a layer at a time.
 
 use super::config::LlamaConfig;
+use super::config::{Arch, FfnAct};
 use super::llama::Names;
+use super::rope_scaling::RopeSession;
 use super::weights::WeightSource;
 use crate::error::Result;
 use crate::ops::attention_prefill::AttnShape;
 use crate::ops::rope::RopeStyle;
+use crate::ops::silu_mul::{reference_act, Glu};
 
 fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     let ms = x.iter().map(|v| (v * v) as f64).sum::<f64>() / x.len() as f64;
@@ -28,20 +31,13 @@ fn matvec(w: &[f32], x: &[f32], n: usize) -> Vec<f32> {
         .collect()
 }
 
-/// RoPE at `pos`; longrope divides each frequency by its factor and scales cos and sin by the attention factor
-/// (HF's `MiniCPMLongRoPE`).
-fn rope(v: &mut [f32], pos: usize, cfg: &LlamaConfig, max_ctx: usize) {
+/// RoPE at `pos` with the session's rotation (`rope_scaling`: divisors per frequency, cos and sin times the
+/// attention factor).
+fn rope(v: &mut [f32], pos: usize, cfg: &LlamaConfig, r: &RopeSession) {
     let rot = cfg.rope_dim;
-    let (factors, attn) = match &cfg.longrope {
-        Some(l) => (Some(l.factors(max_ctx)), l.attn_factor as f64),
-        None => (None, 1.0),
-    };
+    let attn = r.attn_factor as f64;
     for j in 0..rot / 2 {
-        let mut inv = (cfg.rope_theta as f64).powf(-2.0 * j as f64 / rot as f64);
-        if let Some(f) = factors {
-            inv /= f[j] as f64;
-        }
-        let angle = pos as f64 * cfg.rope_freq_scale as f64 * inv;
+        let angle = pos as f64 * r.inv_freq(j, rot);
         let (s, c) = angle.sin_cos();
         let (s, c) = (s * attn, c * attn);
         let (a, b) = match cfg.rope_style {
@@ -127,8 +123,32 @@ pub fn logits_steps(
         })
         .collect();
     let (hd, nh, nkv) = (c.head_dim, c.n_heads, c.n_kv_heads);
-    let opt = |name: String| -> Result<Option<Vec<f32>>> { src.tensor(&name)?.map(|t| t.to_f32()).transpose() };
+    // Gemma's HF norms are x * (1 + w); GGUF stores 1 + w.
+    let shift = if c.arch == Arch::Gemma3 && names == Names::Hf {
+        1.0
+    } else {
+        0.0
+    };
+    let opt = |name: String| -> Result<Option<Vec<f32>>> {
+        let v = src.tensor(&name)?.map(|t| t.to_f32()).transpose()?;
+        Ok(v.map(|v| {
+            if name.contains("norm") {
+                v.iter().map(|w| w + shift).collect()
+            } else {
+                v
+            }
+        }))
+    };
+    let get_norm = |name: &str| -> Result<Vec<f32>> { Ok(get(name)?.iter().map(|w| w + shift).collect()) };
+    let glu = match c.ffn_act {
+        FfnAct::Silu => Glu::Silu,
+        FfnAct::GeluTanh => Glu::GeluTanh,
+    };
+    let gemma = c.arch == Arch::Gemma3;
     for i in 0..c.n_layers {
+        let (theta, scaling) = c.layer_rope(i);
+        let rs = scaling.session(theta, c.rope_dim, max_ctx);
+        let window = c.layer_window(i);
         let wq = get(&l(i, "self_attn.q_proj.weight", "attn_q.weight"))?;
         let wk = get(&l(i, "self_attn.k_proj.weight", "attn_k.weight"))?;
         let wv = get(&l(i, "self_attn.v_proj.weight", "attn_v.weight"))?;
@@ -138,8 +158,18 @@ pub fn logits_steps(
         let bv = opt(l(i, "self_attn.v_proj.bias", "attn_v.bias"))?;
         let qn = opt(l(i, "self_attn.q_norm.weight", "attn_q_norm.weight"))?;
         let kn = opt(l(i, "self_attn.k_norm.weight", "attn_k_norm.weight"))?;
-        let an = get(&l(i, "input_layernorm.weight", "attn_norm.weight"))?;
-        let fnw = get(&l(i, "post_attention_layernorm.weight", "ffn_norm.weight"))?;
+        let an = get_norm(&l(i, "input_layernorm.weight", "attn_norm.weight"))?;
+        let (fnw, post) = if gemma {
+            let post_attn = get_norm(&l(i, "post_attention_layernorm.weight", "post_attention_norm.weight"))?;
+            let post_ffn = get_norm(&l(i, "post_feedforward_layernorm.weight", "post_ffw_norm.weight"))?;
+            let pre_ffn = get_norm(&l(i, "pre_feedforward_layernorm.weight", "ffn_norm.weight"))?;
+            (pre_ffn, Some((post_attn, post_ffn)))
+        } else {
+            (
+                get_norm(&l(i, "post_attention_layernorm.weight", "ffn_norm.weight"))?,
+                None,
+            )
+        };
         // The FFN of one normed token: SwiGLU, or BlockFFN's experts.
         let ffn: TokenFn = match &c.moe {
             Some(m) => Box::new(super::blockffn::reference(src, c, m, i)?),
@@ -150,8 +180,7 @@ pub fn logits_steps(
                 let (ffn, hidden) = (c.ffn, c.hidden);
                 Box::new(move |x: &[f32]| {
                     let (g, u) = (matvec(&wg, x, ffn), matvec(&wu, x, ffn));
-                    let m: Vec<f32> = g.iter().zip(&u).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
-                    matvec(&wd, &m, hidden)
+                    matvec(&wd, &reference_act(&g, &u, glu), hidden)
                 })
             }
         };
@@ -176,20 +205,20 @@ pub fn logits_steps(
                 if let Some(w) = &qn {
                     head.copy_from_slice(&rms_norm(head, w, c.rms_eps));
                 }
-                rope(head, p, c, max_ctx);
+                rope(head, p, c, &rs);
             }
             for hh in 0..nkv {
                 let head = &mut k[hh * hd..(hh + 1) * hd];
                 if let Some(w) = &kn {
                     head.copy_from_slice(&rms_norm(head, w, c.rms_eps));
                 }
-                rope(head, p, c, max_ctx);
+                rope(head, p, c, &rs);
             }
             qs.push(q);
             ks.push(k);
             vs.push(v);
         }
-        let scale = 1.0 / (hd as f64).sqrt();
+        let scale = c.attn_scale as f64;
         let mut sparse_att: Vec<Option<Vec<f32>>> = vec![None; n];
         if let (Some(s), false) = (&c.sparse, sparse_steps.is_empty()) {
             let cache = |rows: &[Vec<f32>]| {
@@ -222,7 +251,9 @@ pub fn logits_steps(
             for hh in (0..nh).filter(|_| sparse_att[p].is_none()) {
                 let kvh = hh / (nh / nkv);
                 let q = &qs[p][hh * hd..(hh + 1) * hd];
-                let scores: Vec<f64> = (0..=p)
+                // A sliding-window layer sees keys p + 1 - window ..= p.
+                let first = window.map_or(0, |w| (p + 1).saturating_sub(w));
+                let scores: Vec<f64> = (first..=p)
                     .map(|j| {
                         let k = &ks[j][kvh * hd..(kvh + 1) * hd];
                         q.iter().zip(k).map(|(a, b)| (*a as f64) * (*b as f64)).sum::<f64>() * scale
@@ -232,21 +263,27 @@ pub fn logits_steps(
                 let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
                 let sum: f64 = e.iter().sum();
                 for d in 0..hd {
-                    let v: f64 = (0..=p).map(|j| e[j] * vs[j][kvh * hd + d] as f64).sum();
+                    let v: f64 = (first..=p).map(|j| e[j - first] * vs[j][kvh * hd + d] as f64).sum();
                     att[hh * hd + d] = (v / sum) as f32;
                 }
             }
             if let Some(a) = sparse_att[p].take() {
                 att = a;
             }
-            let o = matvec(&wo, &att, c.hidden);
+            let mut o = matvec(&wo, &att, c.hidden);
+            if let Some((post_attn, _)) = &post {
+                o = rms_norm(&o, post_attn, c.rms_eps);
+            }
             h[p].iter_mut().zip(&o).for_each(|(a, b)| *a += b * c.mup.residual);
             let x = rms_norm(&h[p], &fnw, c.rms_eps);
-            let d = ffn(&x);
+            let mut d = ffn(&x);
+            if let Some((_, post_ffn)) = &post {
+                d = rms_norm(&d, post_ffn, c.rms_eps);
+            }
             h[p].iter_mut().zip(&d).for_each(|(a, b)| *a += b * c.mup.residual);
         }
     }
-    let norm = get(&pick("model.norm.weight", "output_norm.weight"))?;
+    let norm = get_norm(&pick("model.norm.weight", "output_norm.weight"))?;
     let head = match opt(pick("lm_head.weight", "output.weight"))? {
         Some(w) if !c.tie_embeddings => w,
         _ => embed,

@@ -9,7 +9,7 @@
 //! output with its running max and sum (the node's extra outputs `attn_partial_o` and `attn_partial_ml`);
 //! dispatch 2 combines them.
 
-use super::attention_prefill::{AttnShape, HEAD_DIMS};
+use super::attention_prefill::{check_window, AttnShape, DENSE_HEAD_DIMS};
 use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
@@ -21,7 +21,14 @@ pub const MAX_TOKENS: usize = 8;
 pub const MAX_SPLITS: usize = 32;
 pub const MIN_SPLIT_KEYS: usize = 256;
 /// Rows (query token x head of a GQA group) per workgroup of dispatch 1; more rows take more workgroups along z.
-const ROWS: usize = 16;
+/// Fewer for head_dim 256, so the queries and scores stay within WebGPU's guaranteed 16 KiB of workgroup memory.
+fn rows_for(head_dim: usize) -> usize {
+    if head_dim > 128 {
+        8
+    } else {
+        16
+    }
+}
 
 /// Splits for a cache of `max_ctx` positions: each covers at least `MIN_SPLIT_KEYS` keys at full context.
 pub fn splits_for(max_ctx: usize) -> usize {
@@ -39,6 +46,7 @@ struct SplitParams {
     pos: u32,
     splits: u32,
     scale: f32,
+    window: u32,
 }
 
 #[repr(C)]
@@ -55,10 +63,14 @@ pub struct AttentionDecode {
     shape: AttnShape,
     splits: usize,
     scale: f32,
+    /// Sliding window (keys per query), 0 for none.
+    window: usize,
 }
 
 fn split_key(head_dim: usize) -> ShaderKey {
-    ShaderKey::new("attention_decode").def("HD", head_dim).def("ROWS", ROWS)
+    ShaderKey::new("attention_decode")
+        .def("HD", head_dim)
+        .def("ROWS", rows_for(head_dim))
 }
 
 fn combine_key(head_dim: usize) -> ShaderKey {
@@ -68,12 +80,21 @@ fn combine_key(head_dim: usize) -> ShaderKey {
 }
 
 impl AttentionDecode {
-    /// Splits that hold keys this step: each covers `max(ceil(kv_len / splits), MIN_SPLIT_KEYS)` keys.
+    /// Splits that hold keys this step: each covers `max(ceil(span / splits), MIN_SPLIT_KEYS)` of the `span` keys
+    /// from the first any query sees (0, or the window's start for query 0) to `kv_len`.
     fn active_splits(&self, vars: &StepVars) -> usize {
         let s = &self.shape;
         let kv_len = (vars.pos as usize + s.n_tokens).min(s.max_ctx).max(1);
-        let chunk = kv_len.div_ceil(self.splits).max(MIN_SPLIT_KEYS);
-        kv_len.div_ceil(chunk).clamp(1, self.splits)
+        let begin = match self.window {
+            0 => 0,
+            w => (vars.pos as usize + 1).saturating_sub(w).min(kv_len - 1),
+        };
+        let span = kv_len - begin;
+        let chunk = span.div_ceil(self.splits).max(MIN_SPLIT_KEYS);
+        span.div_ceil(chunk).clamp(1, self.splits)
+    }
+    fn rows(&self) -> usize {
+        rows_for(self.shape.head_dim)
     }
 }
 
@@ -84,7 +105,7 @@ impl Kernel for AttentionDecode {
     /// Node tensors: 0 q, 1 k_cache, 2 v_cache, 3 out, 4 partial_o, 5 partial_ml.
     fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
         let s = &self.shape;
-        let row_blocks = (s.n_tokens * s.group()).div_ceil(ROWS);
+        let row_blocks = (s.n_tokens * s.group()).div_ceil(self.rows());
         vec![
             Dispatch {
                 shader: split_key(s.head_dim),
@@ -110,6 +131,7 @@ impl Kernel for AttentionDecode {
                 pos: vars.pos,
                 splits: self.splits as u32,
                 scale: self.scale,
+                window: self.window as u32,
             })
         } else {
             Params::of(&CombineParams {
@@ -123,7 +145,7 @@ impl Kernel for AttentionDecode {
     fn step_workgroups(&self, i: usize, vars: &StepVars) -> Option<[u32; 3]> {
         let s = &self.shape;
         (i == 0).then(|| {
-            let row_blocks = (s.n_tokens * s.group()).div_ceil(ROWS);
+            let row_blocks = (s.n_tokens * s.group()).div_ceil(self.rows());
             [self.active_splits(vars) as u32, s.n_kv as u32, row_blocks as u32]
         })
     }
@@ -132,7 +154,7 @@ impl Kernel for AttentionDecode {
     /// (by the combine); written: partials and output.
     fn cost(&self) -> Cost {
         let s = &self.shape;
-        let row_blocks = (s.n_tokens * s.group()).div_ceil(ROWS) as u64;
+        let row_blocks = (s.n_tokens * s.group()).div_ceil(self.rows()) as u64;
         let kv = 2 * 4 * (s.n_kv * s.max_ctx * s.head_dim) as u64 * row_blocks;
         let act = 4 * (s.n_tokens * s.n_heads * s.head_dim) as u64;
         let partials = 4 * (s.n_tokens * s.n_heads * self.splits * (s.head_dim + 2)) as u64;
@@ -155,6 +177,19 @@ impl Graph {
         v_cache: TensorId,
         scale: f32,
     ) -> Result<TensorId> {
+        self.attention_decode_window(q, k_cache, v_cache, scale, None)
+    }
+
+    /// [`Graph::attention_decode`] where each query sees only the last `window` keys (sliding-window layers).
+    pub fn attention_decode_window(
+        &mut self,
+        q: TensorId,
+        k_cache: TensorId,
+        v_cache: TensorId,
+        scale: f32,
+        window: Option<usize>,
+    ) -> Result<TensorId> {
+        let window = check_window("attention_decode", window)?;
         let shape = AttnShape::check(self, "attention_decode", q, k_cache, v_cache)?;
         if shape.n_tokens > MAX_TOKENS {
             return Err(Error::shape(
@@ -170,7 +205,12 @@ impl Graph {
         }
         let splits = splits_for(shape.max_ctx);
         let (n, h, d) = (shape.n_tokens, shape.n_heads, shape.head_dim);
-        let kernel = AttentionDecode { shape, splits, scale };
+        let kernel = AttentionDecode {
+            shape,
+            splits,
+            scale,
+            window,
+        };
         let outs = self.add_node(
             kernel,
             &[q, k_cache, v_cache],
@@ -190,5 +230,8 @@ pub fn reference(q: &[f32], k_cache: &[f32], v_cache: &[f32], s: AttnShape, pos:
 }
 
 pub fn variants() -> Vec<ShaderKey> {
-    HEAD_DIMS.iter().flat_map(|&d| [split_key(d), combine_key(d)]).collect()
+    DENSE_HEAD_DIMS
+        .iter()
+        .flat_map(|&d| [split_key(d), combine_key(d)])
+        .collect()
 }

@@ -11,18 +11,20 @@ use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::{Graph, TensorId};
 
-/// Head dims with a shader variant (the private accumulators have constant size).
+/// Head dims with a shader variant (the private accumulators have constant size) in every attention op.
 pub const HEAD_DIMS: [usize; 5] = [32, 64, 80, 96, 128];
+/// Head dims of the dense ops (this one and `attention_decode`): also Gemma's 256.
+pub const DENSE_HEAD_DIMS: [usize; 6] = [32, 64, 80, 96, 128, 256];
 
 /// Rows (query token x head of a GQA group) per workgroup.
 const ROWS_PER_WG: usize = 64;
 
 /// Keys per tile: K and V tiles take 2 * BK * head_dim * 4 bytes, kept within WebGPU's guaranteed 16 KiB.
 fn tile_keys(head_dim: usize) -> usize {
-    if head_dim <= 64 {
-        32
-    } else {
-        16
+    match head_dim {
+        0..=64 => 32,
+        65..=128 => 16,
+        _ => 8,
     }
 }
 
@@ -36,6 +38,7 @@ struct PrefillParams {
     max_ctx: u32,
     pos: u32,
     scale: f32,
+    window: u32,
 }
 
 /// Shapes of an attention node, checked once for both attention ops.
@@ -76,8 +79,8 @@ impl AttnShape {
         if kcs[2] != s.head_dim {
             return bad("q and cache head_dim differ");
         }
-        if !HEAD_DIMS.contains(&s.head_dim) {
-            return bad(&format!("head_dim must be one of {HEAD_DIMS:?}"));
+        if !DENSE_HEAD_DIMS.contains(&s.head_dim) {
+            return bad(&format!("head_dim must be one of {DENSE_HEAD_DIMS:?}"));
         }
         if s.n_kv == 0 || s.n_heads == 0 || !s.n_heads.is_multiple_of(s.n_kv) {
             return bad("n_heads must be a nonzero multiple of n_kv_heads");
@@ -99,6 +102,8 @@ impl AttnShape {
 pub struct AttentionPrefill {
     shape: AttnShape,
     scale: f32,
+    /// Sliding window (keys per query), 0 for none.
+    window: usize,
 }
 
 impl AttentionPrefill {
@@ -138,6 +143,7 @@ impl Kernel for AttentionPrefill {
             max_ctx: s.max_ctx as u32,
             pos: vars.pos,
             scale: self.scale,
+            window: self.window as u32,
         })
     }
     /// Assumes the chunk ends at `max_ctx` (cost has no step variables). Flops: QK^T and PV over the pairs the
@@ -173,6 +179,19 @@ impl Graph {
         v_cache: TensorId,
         scale: f32,
     ) -> Result<TensorId> {
+        self.attention_prefill_window(q, k_cache, v_cache, scale, None)
+    }
+
+    /// [`Graph::attention_prefill`] where each query sees only the last `window` keys (sliding-window layers).
+    pub fn attention_prefill_window(
+        &mut self,
+        q: TensorId,
+        k_cache: TensorId,
+        v_cache: TensorId,
+        scale: f32,
+        window: Option<usize>,
+    ) -> Result<TensorId> {
+        let window = check_window("attention_prefill", window)?;
         let shape = AttnShape::check(self, "attention_prefill", q, k_cache, v_cache)?;
         if !scale.is_finite() {
             return Err(Error::shape(
@@ -188,8 +207,17 @@ impl Graph {
             ));
         }
         let out_shape = [shape.n_tokens, shape.n_heads, shape.head_dim];
-        let kernel = AttentionPrefill { shape, scale };
+        let kernel = AttentionPrefill { shape, scale, window };
         Ok(self.add_node(kernel, &[q, k_cache, v_cache], &[("attn_out", &out_shape, DType::F32)])?[0])
+    }
+}
+
+/// A window as the kernels take it: 0 for none; a zero or oversized window is an error.
+pub(super) fn check_window(op: &'static str, window: Option<usize>) -> Result<usize> {
+    match window {
+        None => Ok(0),
+        Some(w) if w > 0 && w <= u32::MAX as usize / 2 => Ok(w),
+        Some(w) => Err(Error::shape(op, format!("sliding window {w} is out of range"))),
     }
 }
 
@@ -197,23 +225,41 @@ impl Graph {
 /// caches `[n_kv, max_ctx, head_dim]`; query `i` attends to keys `0 ..= pos + i`. Returns `[n_tokens, n_heads,
 /// head_dim]`.
 pub fn reference(q: &[f32], k_cache: &[f32], v_cache: &[f32], s: AttnShape, pos: usize, scale: f32) -> Vec<f32> {
+    reference_window(q, k_cache, v_cache, s, pos, scale, None)
+}
+
+/// [`reference`] where query `i` sees only keys `pos + i + 1 - window ..= pos + i` (sliding window).
+pub fn reference_window(
+    q: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    s: AttnShape,
+    pos: usize,
+    scale: f32,
+    window: Option<usize>,
+) -> Vec<f32> {
     let (hd, ctx) = (s.head_dim, s.max_ctx);
     let mut out = vec![0f32; s.n_tokens * s.n_heads * hd];
     let mut scores = vec![0f64; ctx];
     let mut acc = vec![0f64; hd];
     for t in 0..s.n_tokens {
         let n_keys = (pos + t + 1).min(ctx);
+        let first = window.map_or(0, |w| (pos + t + 1).saturating_sub(w));
         for h in 0..s.n_heads {
             let kvh = h / s.group();
             let qr = &q[(t * s.n_heads + h) * hd..][..hd];
             for (j, sc) in scores[..n_keys].iter_mut().enumerate() {
+                if j < first {
+                    *sc = f64::NEG_INFINITY;
+                    continue;
+                }
                 let kr = &k_cache[(kvh * ctx + j) * hd..][..hd];
                 *sc = qr.iter().zip(kr).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() * scale as f64;
             }
             let max = scores[..n_keys].iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let mut sum = 0f64;
             acc.iter_mut().for_each(|a| *a = 0.0);
-            for (j, &sc) in scores[..n_keys].iter().enumerate() {
+            for (j, &sc) in scores[..n_keys].iter().enumerate().skip(first) {
                 let p = (sc - max).exp();
                 sum += p;
                 let vr = &v_cache[(kvh * ctx + j) * hd..][..hd];
@@ -227,5 +273,5 @@ pub fn reference(q: &[f32], k_cache: &[f32], v_cache: &[f32], s: AttnShape, pos:
 }
 
 pub fn variants() -> Vec<ShaderKey> {
-    HEAD_DIMS.iter().map(|&d| key(d)).collect()
+    DENSE_HEAD_DIMS.iter().map(|&d| key(d)).collect()
 }

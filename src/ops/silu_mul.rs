@@ -1,4 +1,5 @@
-//! SwiGLU activation: `silu(gate) * up`, elementwise over f32 tensors of one shape.
+//! Gated FFN activation: `silu(gate) * up` (SwiGLU) or `gelu_tanh(gate) * up` (GeGLU, Gemma), elementwise over f32
+//! tensors of one shape.
 
 use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
@@ -12,8 +13,19 @@ struct SiluMulParams {
     row_units: u32,
 }
 
-fn key(vec4: bool, fused: bool) -> ShaderKey {
-    ShaderKey::new("silu_mul").flag("VEC4", vec4).flag("FUSED", fused)
+/// The gate's activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Glu {
+    Silu,
+    /// GELU with the tanh approximation (`gelu_pytorch_tanh`).
+    GeluTanh,
+}
+
+fn key(vec4: bool, fused: bool, act: Glu) -> ShaderKey {
+    ShaderKey::new("silu_mul")
+        .flag("VEC4", vec4)
+        .flag("FUSED", fused)
+        .flag("GELU", act == Glu::GeluTanh)
 }
 
 #[derive(Debug)]
@@ -22,6 +34,7 @@ pub struct SiluMul {
     n: usize,
     /// Fused input `[rows, 2F]`: F, the output row length (gate and up side by side).
     fused_f: Option<usize>,
+    act: Glu,
 }
 
 impl SiluMul {
@@ -44,7 +57,7 @@ impl Kernel for SiluMul {
     }
     fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
         vec![Dispatch {
-            shader: key(self.vec4(), self.fused_f.is_some()),
+            shader: key(self.vec4(), self.fused_f.is_some(), self.act),
             bindings: (0..if self.fused_f.is_some() { 2 } else { 3 })
                 .map(Bind::Tensor)
                 .collect(),
@@ -71,6 +84,11 @@ impl Kernel for SiluMul {
 impl Graph {
     /// `silu(gate) * up` (same shape, f32).
     pub fn silu_mul(&mut self, gate: TensorId, up: TensorId) -> Result<TensorId> {
+        self.glu(gate, up, Glu::Silu)
+    }
+
+    /// `act(gate) * up` (same shape, f32).
+    pub fn glu(&mut self, gate: TensorId, up: TensorId, act: Glu) -> Result<TensorId> {
         let shape = self.shape(gate).to_vec();
         let n: usize = shape.iter().product();
         if shape != self.shape(up) || n == 0 || self.dtype(gate) != DType::F32 || self.dtype(up) != DType::F32 {
@@ -85,7 +103,7 @@ impl Graph {
             ));
         }
         Ok(self.add_node(
-            SiluMul { n, fused_f: None },
+            SiluMul { n, fused_f: None, act },
             &[gate, up],
             &[("silu_mul", &shape, DType::F32)],
         )?[0])
@@ -94,6 +112,11 @@ impl Graph {
     /// `silu(gate) * up` where `gu` `[.., 2F]` holds gate then up in each row (one matmul over the
     /// concatenated weights); returns `[.., F]`.
     pub fn silu_mul_fused(&mut self, gu: TensorId) -> Result<TensorId> {
+        self.glu_fused(gu, Glu::Silu)
+    }
+
+    /// `act(gate) * up` where `gu` `[.., 2F]` holds gate then up in each row; returns `[.., F]`.
+    pub fn glu_fused(&mut self, gu: TensorId, act: Glu) -> Result<TensorId> {
         let shape = self.shape(gu).to_vec();
         let two_f = shape.last().copied().unwrap_or(0);
         if two_f == 0 || !two_f.is_multiple_of(2) || self.dtype(gu) != DType::F32 {
@@ -105,6 +128,7 @@ impl Graph {
         let k = SiluMul {
             n,
             fused_f: Some(two_f / 2),
+            act,
         };
         Ok(self.add_node(k, &[gu], &[("silu_mul", &out, DType::F32)])?[0])
     }
@@ -112,15 +136,32 @@ impl Graph {
 
 /// CPU reference in f64.
 pub fn reference(gate: &[f32], up: &[f32]) -> Vec<f32> {
+    reference_act(gate, up, Glu::Silu)
+}
+
+/// CPU reference in f64 of `act(gate) * up`; GELU through tanh as its definition writes it.
+pub fn reference_act(gate: &[f32], up: &[f32], act: Glu) -> Vec<f32> {
     gate.iter()
         .zip(up)
         .map(|(&g, &u)| {
             let g = g as f64;
-            (g / (1.0 + (-g).exp()) * u as f64) as f32
+            let a = match act {
+                Glu::Silu => g / (1.0 + (-g).exp()),
+                Glu::GeluTanh => {
+                    0.5 * g * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (g + 0.044715 * g * g * g)).tanh())
+                }
+            };
+            (a * u as f64) as f32
         })
         .collect()
 }
 
 pub fn variants() -> Vec<ShaderKey> {
-    vec![key(false, false), key(true, false), key(false, true), key(true, true)]
+    let mut v = Vec::new();
+    for act in [Glu::Silu, Glu::GeluTanh] {
+        for (vec4, fused) in [(false, false), (true, false), (false, true), (true, true)] {
+            v.push(key(vec4, fused, act));
+        }
+    }
+    v
 }

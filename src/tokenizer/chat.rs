@@ -152,3 +152,38 @@ impl HfTokenizerConfig {
         Ok(cfg)
     }
 }
+
+/// `eos_token_id` of a Hugging Face directory's `config.json` and `generation_config.json` (each a number or a list
+/// of numbers; a missing file or field adds nothing). transformers stops generation at any of them.
+pub fn hf_eos_ids(dir: &Path) -> Result<Vec<u32>> {
+    let mut ids = Vec::new();
+    for name in ["config.json", "generation_config.json"] {
+        let path = dir.join(name);
+        if !path.is_file() {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).map_err(|source| Error::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::File {
+            path: path.clone(),
+            message: format!("not valid JSON: {e}"),
+        })?;
+        let bad = || Error::File {
+            path: path.clone(),
+            message: "eos_token_id must be a token id or a list of token ids".into(),
+        };
+        let as_id = |x: &serde_json::Value| x.as_u64().and_then(|i| u32::try_from(i).ok()).ok_or_else(bad);
+        match v.get("eos_token_id") {
+            None | Some(serde_json::Value::Null) => {}
+            Some(serde_json::Value::Array(list)) => {
+                for x in list {
+                    ids.push(as_id(x)?);
+                }
+            }
+            Some(x) => ids.push(as_id(x)?),
+        }
+    }
+    Ok(ids)
+}

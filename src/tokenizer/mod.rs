@@ -39,6 +39,9 @@ pub struct VocabSpec {
     pub bos: Option<u32>,
     pub eos: Option<u32>,
     pub add_bos: bool,
+    /// `tokenizer.ggml.add_space_prefix` (llama only): a space before the text, as SentencePiece's
+    /// `add_dummy_prefix`. `None` takes SentencePiece's default, true (Gemma's vocabularies say false).
+    pub add_space_prefix: Option<bool>,
     pub chat_template: Option<String>,
 }
 
@@ -59,15 +62,30 @@ fn tok_err(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Invalid(format!("tokenizer: {what}: {e}"))
 }
 
-/// Turn-ending tokens used by common chat templates.
-const END_OF_TURN: [&str; 6] = [
+/// Texts of the turn-ending tokens of common chat templates. A token with one of these texts ends a turn only when
+/// the vocabulary marks it special (GGUF token type CONTROL, or a `special` added token in `tokenizer.json`): Qwen's
+/// vocabulary also holds an ordinary text token `</s>` that answers about HTML or XML write.
+const END_OF_TURN: [&str; 8] = [
     "<|im_end|>",
     "<|eot_id|>",
+    "<|eom_id|>",
     "<|end|>",
     "<end_of_turn>",
     "<|endoftext|>",
+    "<|end_of_text|>",
     "</s>",
 ];
+
+/// The end-of-turn ids among `(id, text)` pairs of special tokens: those whose text is in [`END_OF_TURN`], less EOS.
+fn end_of_turn_ids<'a>(special: impl Iterator<Item = (u32, &'a str)>, eos: Option<u32>) -> Vec<u32> {
+    let mut ids: Vec<u32> = special
+        .filter(|(id, text)| END_OF_TURN.contains(text) && Some(*id) != eos)
+        .map(|(id, _)| id)
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
 
 impl Tokenizer {
     /// Build from GGUF-style vocabulary data.
@@ -134,15 +152,20 @@ impl Tokenizer {
                     .build()
                     .map_err(|e| tok_err("BPE", e))?;
                 let mut t = tokenizers::Tokenizer::new(bpe);
-                t.with_pre_tokenizer(Some(Metaspace::new('▁', PrependScheme::First, false)));
+                let prefix = spec.add_space_prefix.unwrap_or(true);
+                let scheme = if prefix {
+                    PrependScheme::First
+                } else {
+                    PrependScheme::Never
+                };
+                t.with_pre_tokenizer(Some(Metaspace::new('▁', scheme, false)));
                 // As transformers' Llama tokenizer: ▁ back to spaces, bytes back to text, drop the prepended space.
                 let replace = Replace::new("▁", " ").map_err(|e| tok_err("decoder", e))?;
-                let decoders: Vec<DecoderWrapper> = vec![
-                    replace.into(),
-                    ByteFallback::new().into(),
-                    Fuse::new().into(),
-                    Strip::new(' ', 1, 0).into(),
-                ];
+                let mut decoders: Vec<DecoderWrapper> =
+                    vec![replace.into(), ByteFallback::new().into(), Fuse::new().into()];
+                if prefix {
+                    decoders.push(Strip::new(' ', 1, 0).into());
+                }
                 t.with_decoder(Some(DecoderSequence::new(decoders)));
                 t
             }
@@ -161,12 +184,14 @@ impl Tokenizer {
             .map(|(t, _)| AddedToken::from(t.clone(), true))
             .collect();
         inner.add_special_tokens(&specials);
-        let end_of_turn = END_OF_TURN
+        let control = spec
+            .tokens
             .iter()
-            .filter_map(|t| spec.tokens.iter().position(|x| x == t))
-            .map(|i| i as u32)
-            .filter(|i| Some(*i) != spec.eos)
-            .collect();
+            .zip(&spec.token_types)
+            .enumerate()
+            .filter(|(_, (_, ty))| **ty == TOKEN_CONTROL)
+            .map(|(i, (t, _))| (i as u32, t.as_str()));
+        let end_of_turn = end_of_turn_ids(control, spec.eos);
         Ok(Tokenizer {
             inner,
             bos: spec.bos,
@@ -194,18 +219,28 @@ impl Tokenizer {
         let config = chat::HfTokenizerConfig::read(dir)?;
         let id = |t: &Option<String>| t.as_ref().and_then(|t| inner.token_to_id(t));
         let (bos, eos) = (id(&config.bos_token), id(&config.eos_token));
-        let end_of_turn = END_OF_TURN
+        let added = inner.get_added_tokens_decoder();
+        let special = added
             .iter()
-            .filter_map(|t| inner.token_to_id(t))
-            .filter(|i| Some(*i) != eos)
-            .collect();
+            .filter(|(_, t)| t.special)
+            .map(|(id, t)| (*id, t.content.as_str()));
+        let mut end_of_turn = end_of_turn_ids(special, eos);
+        // `eos_token_id` of config.json and generation_config.json (a number or a list) ends generation too.
+        let vocab_size = inner.get_vocab_size(true);
+        for extra in chat::hf_eos_ids(dir)? {
+            if Some(extra) != eos && !end_of_turn.contains(&extra) && (extra as usize) < vocab_size {
+                end_of_turn.push(extra);
+            }
+        }
+        let eos = eos.or_else(|| end_of_turn.first().copied());
+        end_of_turn.retain(|i| Some(*i) != eos);
         Ok(Tokenizer {
             bos,
             eos,
             end_of_turn,
             add_bos: config.add_bos_token,
             chat_template: config.chat_template,
-            vocab_size: inner.get_vocab_size(true),
+            vocab_size,
             inner,
         })
     }

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 pub struct Tiny {
-    pub arch: &'static str, // "llama", "qwen2", "qwen3"
+    pub arch: &'static str, // "llama", "qwen2", "qwen3", "gemma3"
     pub layers: usize,
     pub hidden: usize,
     pub ffn: usize,
@@ -35,7 +35,21 @@ impl Tiny {
             tied: true,
         }
     }
+
+    /// Gemma 3 in small: 6 layers (the 6th global, the others sliding windows of [`GEMMA_WINDOW`] keys), q/k norms,
+    /// post-norms, GeGLU, one KV head.
+    pub fn gemma3() -> Tiny {
+        Tiny {
+            arch: "gemma3",
+            layers: 6,
+            kv_heads: 1,
+            ..Tiny::llama()
+        }
+    }
 }
+
+/// The sliding window of [`Tiny::gemma3`]: short, so that prompts of a dozen tokens cross it.
+pub const GEMMA_WINDOW: usize = 5;
 
 /// SplitMix64 values in [-scale, scale).
 pub fn random(seed: u64, n: usize, scale: f32) -> Vec<f32> {
@@ -117,7 +131,7 @@ pub fn weights(t: &Tiny, seed: u64) -> Vec<(String, String, Vec<usize>, Vec<f32>
             add(hf("self_attn.k_proj.bias"), gg("attn_k.bias"), vec![kv], 0.5, 0.0);
             add(hf("self_attn.v_proj.bias"), gg("attn_v.bias"), vec![kv], 0.5, 0.0);
         }
-        if t.arch == "qwen3" {
+        if t.arch == "qwen3" || t.arch == "gemma3" {
             add(
                 hf("self_attn.q_norm.weight"),
                 gg("attn_q_norm.weight"),
@@ -133,13 +147,37 @@ pub fn weights(t: &Tiny, seed: u64) -> Vec<(String, String, Vec<usize>, Vec<f32>
                 1.0,
             );
         }
-        add(
-            hf("post_attention_layernorm.weight"),
-            gg("ffn_norm.weight"),
-            vec![t.hidden],
-            0.2,
-            1.0,
-        );
+        if t.arch == "gemma3" {
+            add(
+                hf("post_attention_layernorm.weight"),
+                gg("post_attention_norm.weight"),
+                vec![t.hidden],
+                0.2,
+                1.0,
+            );
+            add(
+                hf("pre_feedforward_layernorm.weight"),
+                gg("ffn_norm.weight"),
+                vec![t.hidden],
+                0.2,
+                1.0,
+            );
+            add(
+                hf("post_feedforward_layernorm.weight"),
+                gg("post_ffw_norm.weight"),
+                vec![t.hidden],
+                0.2,
+                1.0,
+            );
+        } else {
+            add(
+                hf("post_attention_layernorm.weight"),
+                gg("ffn_norm.weight"),
+                vec![t.hidden],
+                0.2,
+                1.0,
+            );
+        }
         add(
             hf("mlp.gate_proj.weight"),
             gg("ffn_gate.weight"),
@@ -181,14 +219,16 @@ pub fn weights(t: &Tiny, seed: u64) -> Vec<(String, String, Vec<usize>, Vec<f32>
     out
 }
 
-/// `config.json` + `model.safetensors` (f32, or f16 when `half`) as transformers saves them.
+/// `config.json` + `model.safetensors` (f32, or f16 when `half`) as transformers saves them. Gemma's norms are
+/// stored as `w` for its `x * (1 + w)` (the GGUF holds `1 + w`), so both layouts of one seed are one model.
 pub fn write_hf(dir: &Path, t: &Tiny, seed: u64, half: bool) {
     let arch = match t.arch {
         "qwen2" => "Qwen2ForCausalLM",
         "qwen3" => "Qwen3ForCausalLM",
+        "gemma3" => "Gemma3ForCausalLM",
         _ => "LlamaForCausalLM",
     };
-    let config = serde_json::json!({
+    let mut config = serde_json::json!({
         "architectures": [arch],
         "model_type": t.arch,
         "hidden_size": t.hidden,
@@ -204,8 +244,36 @@ pub fn write_hf(dir: &Path, t: &Tiny, seed: u64, half: bool) {
         "tie_word_embeddings": t.tied,
         "torch_dtype": if half { "float16" } else { "float32" },
     });
+    if t.arch == "gemma3" {
+        let extra = serde_json::json!({
+            "model_type": "gemma3_text",
+            "hidden_activation": "gelu_pytorch_tanh",
+            "query_pre_attn_scalar": t.head_dim,
+            "sliding_window": GEMMA_WINDOW,
+            "sliding_window_pattern": 6,
+            "rope_theta": 1000000.0,
+            "rope_local_base_freq": 10000.0,
+            "rope_scaling": null,
+            "final_logit_softcapping": null,
+            "attn_logit_softcapping": null,
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            config[k] = v.clone();
+        }
+    }
     std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&config).unwrap()).unwrap();
-    let ws = weights(t, seed);
+    let gemma_norm = |name: &str| t.arch == "gemma3" && name.ends_with("norm.weight");
+    let ws: Vec<_> = weights(t, seed)
+        .into_iter()
+        .map(|(hf, gg, shape, v)| {
+            let v = if gemma_norm(&hf) {
+                v.iter().map(|x| x - 1.0).collect()
+            } else {
+                v
+            };
+            (hf, gg, shape, v)
+        })
+        .collect();
     let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = ws
         .into_iter()
         .map(|(hf, _, shape, v)| {
@@ -262,9 +330,14 @@ pub fn write_gguf_types(path: &Path, t: &Tiny, seed: u64, ty: GgmlType, up: Opti
         .unwrap();
     w.add_metadata(k("attention.layer_norm_rms_epsilon"), Value::F32(1e-5))
         .unwrap();
-    w.add_metadata(k("rope.freq_base"), Value::F32(10000.0)).unwrap();
+    let theta = if a == "gemma3" { 1000000.0 } else { 10000.0 };
+    w.add_metadata(k("rope.freq_base"), Value::F32(theta)).unwrap();
     w.add_metadata(k("rope.dimension_count"), Value::U32(t.head_dim as u32))
         .unwrap();
+    if a == "gemma3" {
+        w.add_metadata(k("attention.sliding_window"), Value::U32(GEMMA_WINDOW as u32))
+            .unwrap();
+    }
     for (_, gg, shape, v) in weights(t, seed) {
         let ty = match (shape.len(), up) {
             (2, Some(up)) if gg.ends_with("ffn_up.weight") => up,

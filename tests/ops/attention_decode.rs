@@ -10,10 +10,22 @@ use crate::common::{nmse, Case, Check, Rng};
 use shaderlm::gpu::{DType, Gpu, GpuTensor};
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::attention_decode::{self, splits_for};
-use shaderlm::ops::attention_prefill::AttnShape;
+use shaderlm::ops::attention_prefill::{self, AttnShape};
 use shaderlm::ops::{kv_write, StepVars};
 
 fn run(gpu: &Gpu, s: AttnShape, kv_len: usize, amp: f32, seed: u64) -> shaderlm::Result<Check> {
+    run_window(gpu, s, kv_len, amp, seed, None)
+}
+
+/// [`run`] with a sliding window: each query sees only its last `window` keys.
+fn run_window(
+    gpu: &Gpu,
+    s: AttnShape,
+    kv_len: usize,
+    amp: f32,
+    seed: u64,
+    window: Option<usize>,
+) -> shaderlm::Result<Check> {
     let mut rng = Rng::new(seed);
     let scale = 1.0 / (s.head_dim as f32).sqrt();
     let pos = kv_len - s.n_tokens;
@@ -25,12 +37,12 @@ fn run(gpu: &Gpu, s: AttnShape, kv_len: usize, amp: f32, seed: u64) -> shaderlm:
     let mut g = Graph::new();
     let tq = g.input("q", &[s.n_tokens, s.n_heads, s.head_dim], DType::F32);
     let (tk, tv) = (g.external(&kt), g.external(&vt));
-    let o = g.attention_decode(tq, tk, tv, scale)?;
+    let o = g.attention_decode_window(tq, tk, tv, scale, window)?;
     g.output(o);
     let mut plan = Plan::new(gpu, g)?;
     plan.write_input(gpu, tq, bytemuck::cast_slice(&q))?;
     plan.run(gpu, &StepVars { pos: pos as u32 })?;
-    let want = attention_decode::reference(&q, &kc, &vc, s, pos, scale);
+    let want = attention_prefill::reference_window(&q, &kc, &vc, s, pos, scale, window);
     Ok(nmse(&plan.read_f32(o)?, &want, NMSE_MAX))
 }
 
@@ -82,6 +94,9 @@ fn steps(gpu: &Gpu, s: AttnShape, positions: &[usize], seed: u64) -> shaderlm::R
     }
     Ok(worst)
 }
+
+/// (name, n_q, n_heads, n_kv, head_dim, kv_len, max_ctx, window)
+type Windowed = (&'static str, usize, usize, usize, usize, usize, usize, usize);
 
 /// (name, n_q, n_heads, n_kv, head_dim, kv_len, max_ctx, amp)
 type Extra = (&'static str, usize, usize, usize, usize, usize, usize, f32);
@@ -143,6 +158,31 @@ pub fn cases() -> Vec<Case> {
         };
         v.push(Case::new("attention_decode", name, move |gpu| {
             run(gpu, s, kv_len, amp, seed)
+        }));
+    }
+    // Sliding windows (Gemma 3): (name, n_q, n_heads, n_kv, head_dim, kv_len, max_ctx, window). The keys before
+    // the window hold finite random values, so a kernel that reads them changes the result.
+    let windows: [Windowed; 8] = [
+        ("window1", 1, 4, 1, 64, 300, 512, 1),
+        ("window5_spec4", 4, 4, 1, 64, 300, 512, 5),
+        ("window300_splits", 1, 8, 2, 64, 4097, 4200, 300),
+        ("window512_many_splits", 1, 4, 1, 128, 2000, 8192, 512),
+        ("window_past_kv_len", 2, 4, 2, 64, 100, 512, 4096),
+        ("window_spec8_crosses_split", 8, 8, 1, 64, 1000, 8192, 260),
+        ("head_dim_256_window", 1, 4, 1, 256, 700, 1024, 512),
+        ("head_dim_256_spec", 3, 8, 2, 256, 90, 256, 4096),
+    ];
+    for (name, n_tokens, n_heads, n_kv, head_dim, kv_len, max_ctx, window) in windows {
+        seed += 1;
+        let s = AttnShape {
+            n_tokens,
+            n_heads,
+            n_kv,
+            head_dim,
+            max_ctx,
+        };
+        v.push(Case::new("attention_decode", name, move |gpu| {
+            run_window(gpu, s, kv_len, AMP, seed, Some(window))
         }));
     }
     // One plan, successive decode steps (positions 0..20, then a jump past a split boundary).

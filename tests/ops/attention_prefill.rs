@@ -35,6 +35,18 @@ pub fn caches(rng: &mut Rng, s: AttnShape, kv_len: usize, amp: f32) -> (Vec<f32>
 pub const AMP: f32 = 3.0;
 
 fn run(gpu: &Gpu, s: AttnShape, pos: usize, amp: f32, seed: u64) -> shaderlm::Result<Check> {
+    run_window(gpu, s, pos, amp, seed, None)
+}
+
+/// [`run`] with a sliding window of `window` keys per query.
+fn run_window(
+    gpu: &Gpu,
+    s: AttnShape,
+    pos: usize,
+    amp: f32,
+    seed: u64,
+    window: Option<usize>,
+) -> shaderlm::Result<Check> {
     let mut rng = Rng::new(seed);
     let scale = 1.0 / (s.head_dim as f32).sqrt();
     let q = rng.vec(s.n_tokens * s.n_heads * s.head_dim, amp);
@@ -45,12 +57,12 @@ fn run(gpu: &Gpu, s: AttnShape, pos: usize, amp: f32, seed: u64) -> shaderlm::Re
     let mut g = Graph::new();
     let tq = g.input("q", &[s.n_tokens, s.n_heads, s.head_dim], DType::F32);
     let (tk, tv) = (g.external(&kt), g.external(&vt));
-    let o = g.attention_prefill(tq, tk, tv, scale)?;
+    let o = g.attention_prefill_window(tq, tk, tv, scale, window)?;
     g.output(o);
     let mut plan = Plan::new(gpu, g)?;
     plan.write_input(gpu, tq, bytemuck::cast_slice(&q))?;
     plan.run(gpu, &StepVars { pos: pos as u32 })?;
-    let want = attention_prefill::reference(&q, &kc, &vc, s, pos, scale);
+    let want = attention_prefill::reference_window(&q, &kc, &vc, s, pos, scale, window);
     Ok(nmse(&plan.read_f32(o)?, &want, NMSE_MAX))
 }
 
@@ -144,6 +156,30 @@ pub fn cases() -> Vec<Case> {
         };
         v.push(Case::new("attention_prefill", name, move |gpu| {
             run(gpu, s, pos, amp, seed)
+        }));
+    }
+    // Sliding windows (Gemma 3): (name, n_heads, n_kv, head_dim, n_tokens, pos, window). Keys before a row's window
+    // are finite random values, so reading them changes the result; tiles start unaligned to the window.
+    let windows: [(&str, usize, usize, usize, usize, usize, usize); 7] = [
+        ("window1", 4, 1, 64, 37, 0, 1),
+        ("window5_first_chunk", 4, 2, 64, 37, 0, 5),
+        ("window7_after_prefix", 8, 2, 128, 70, 100, 7),
+        ("window64_rows_cross_tiles", 9, 3, 64, 130, 50, 64),
+        ("window_past_everything", 4, 1, 64, 20, 10, 4096),
+        ("head_dim_256", 4, 1, 256, 37, 5, 4096),
+        ("head_dim_256_window", 4, 1, 256, 70, 40, 33),
+    ];
+    for (name, n_heads, n_kv, head_dim, n_tokens, pos, window) in windows {
+        seed += 1;
+        let s = AttnShape {
+            n_tokens,
+            n_heads,
+            n_kv,
+            head_dim,
+            max_ctx: pos + n_tokens + 19,
+        };
+        v.push(Case::new("attention_prefill", name, move |gpu| {
+            run_window(gpu, s, pos, AMP, seed, Some(window))
         }));
     }
     for (n_heads, n_kv, head_dim, n_tokens, first) in [(9, 3, 64, 37, 37), (8, 2, 128, 20, 50)] {

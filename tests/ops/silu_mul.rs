@@ -7,9 +7,16 @@
 use crate::common::{rel_abs, Case, Rng};
 use shaderlm::gpu::DType;
 use shaderlm::graph::{Graph, Plan};
+use shaderlm::ops::silu_mul::Glu;
 use shaderlm::ops::{silu_mul, StepVars};
 
 fn case(name: String, rows: usize, f: usize, gate_scale: f32, fixed: &'static [f32]) -> Case {
+    case_act(name, rows, f, gate_scale, fixed, Glu::Silu)
+}
+
+/// GELU: the kernel forms 2u = 2 sqrt(2 / pi) (g + 0.044715 g^3) (a few ulp relative) and g / (1 + exp(-2u)), so
+/// exp's 3 + 2|2u| ulp takes the place of silu's 3 + 2|g|: rtol = (10 + 2 max|2u|) ulp, |2u| capped at 88.
+fn case_act(name: String, rows: usize, f: usize, gate_scale: f32, fixed: &'static [f32], act: Glu) -> Case {
     Case::new("silu_mul", name, move |gpu| {
         let n = rows * f;
         let mut rng = Rng::new((n * 31 + f) as u64);
@@ -21,17 +28,22 @@ fn case(name: String, rows: usize, f: usize, gate_scale: f32, fixed: &'static [f
         let mut g = Graph::new();
         let tg = g.input("gate", &[rows, f], DType::F32);
         let tu = g.input("up", &[rows, f], DType::F32);
-        let y = g.silu_mul(tg, tu)?;
+        let y = g.glu(tg, tu, act)?;
         g.output(y);
         let mut plan = Plan::new(gpu, g)?;
         plan.write_input(gpu, tg, bytemuck::cast_slice(&gate))?;
         plan.write_input(gpu, tu, bytemuck::cast_slice(&up))?;
         plan.run(gpu, &StepVars::default())?;
-        let max_gate = gate.iter().fold(0f32, |m, v| m.max(v.abs())).min(88.0) as f64;
-        let rtol = (8.0 + 2.0 * max_gate) * f64::from(f32::EPSILON) / 2.0;
+        let exp_arg = |g: f32| match act {
+            Glu::Silu => g.abs(),
+            Glu::GeluTanh => (1.6 * (g + 0.044715 * g * g * g)).abs(),
+        };
+        let max_arg = gate.iter().fold(0f32, |m, &v| m.max(exp_arg(v))).min(88.0) as f64;
+        let base = if act == Glu::Silu { 8.0 } else { 10.0 };
+        let rtol = (base + 2.0 * max_arg) * f64::from(f32::EPSILON) / 2.0;
         Ok(rel_abs(
             &plan.read_f32(y)?,
-            &silu_mul::reference(&gate, &up),
+            &silu_mul::reference_act(&gate, &up, act),
             rtol,
             1e-30,
         ))
@@ -86,6 +98,33 @@ pub fn cases() -> Vec<Case> {
     v.push(case("extreme_gates_vec4".into(), 1, 12, 8.0, &EXTREME));
     // Gates in [-64, 64]: exp's error grows with |x|.
     v.push(case("wide_gates".into(), 3, 1001, 64.0, &[]));
+    // GeGLU (Gemma's gelu_tanh gate), scalar and vec4, ordinary and extreme gates.
+    for (rows, f) in [(1usize, 7usize), (3, 64), (2, 2048)] {
+        v.push(case_act(
+            format!("gelu_rows{rows}_f{f}"),
+            rows,
+            f,
+            4.0,
+            &[],
+            Glu::GeluTanh,
+        ));
+    }
+    v.push(case_act(
+        "gelu_extreme_gates".into(),
+        1,
+        11,
+        4.0,
+        &EXTREME,
+        Glu::GeluTanh,
+    ));
+    v.push(case_act(
+        "gelu_extreme_gates_vec4".into(),
+        1,
+        12,
+        4.0,
+        &EXTREME,
+        Glu::GeluTanh,
+    ));
     // Past 65535 workgroups of 256 (the grid folds into y): odd n, so the scalar variant, one unit per element.
     v.push(case("folded_grid".into(), 1, 65_537 * 256 + 1, 8.0, &[]));
     v

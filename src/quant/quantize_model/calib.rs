@@ -133,20 +133,12 @@ pub fn run(
         RopeStyle::RotateHalf
     };
     let (hd, nh, nkv) = (c.head_dim, c.n_heads, c.n_kv_heads);
-    let rope_factors = c
-        .longrope
-        .as_ref()
-        .map(|l| (l.factors(t_len).to_vec(), l.attn_factor as f64));
+    let session = c.rope_scaling.session(c.rope_theta, c.rope_dim, t_len);
     let rope = |v: &mut [f32], pos: usize| {
         let rot = c.rope_dim;
+        let attn = session.attn_factor as f64;
         for j in 0..rot / 2 {
-            let mut inv = (c.rope_theta as f64).powf(-2.0 * j as f64 / rot as f64);
-            let mut attn = 1.0;
-            if let Some((f, a)) = &rope_factors {
-                inv /= f[j] as f64;
-                attn = *a;
-            }
-            let (s, co) = (pos as f64 * c.rope_freq_scale as f64 * inv).sin_cos();
+            let (s, co) = (pos as f64 * session.inv_freq(j, rot)).sin_cos();
             let (a, b) = match style {
                 RopeStyle::RotateHalf => (j, j + rot / 2),
                 RopeStyle::Interleaved => (2 * j, 2 * j + 1),

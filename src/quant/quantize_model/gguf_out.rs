@@ -7,6 +7,7 @@ use super::{commit, temp_path, Format, Sink, Stored};
 use crate::error::{Error, Result};
 use crate::loader::gguf::{Value, ValueType};
 use crate::loader::gguf_write::GgufWriter;
+use crate::model::config::RopeScaling;
 use crate::model::{Arch, LlamaConfig};
 use crate::quant::GgmlType;
 use crate::tokenizer::{Tokenizer, VocabSpec, TOKEN_CONTROL, TOKEN_NORMAL, TOKEN_USER_DEFINED};
@@ -99,21 +100,24 @@ fn hyper_parameters(w: &mut GgufWriter, c: &LlamaConfig, dir: &Path) -> Result<(
         Arch::Llama => "llama",
         Arch::Qwen2 => "qwen2",
         Arch::Qwen3 => "qwen3",
-        Arch::MiniCpm => {
-            return Err(Error::File {
-                path: dir.into(),
-                message: "MiniCPM checkpoints are not written as GGUF here (shaderlm runs MiniCPM from its Hugging \
+        Arch::MiniCpm | Arch::Gemma3 => return Err(Error::File {
+            path: dir.into(),
+            message:
+                "MiniCPM and Gemma 3 checkpoints are not written as GGUF here (shaderlm runs MiniCPM from its Hugging \
                           Face layout): quantize to gptq4 instead"
                     .into(),
+        }),
+    };
+    let linear = match &c.rope_scaling {
+        RopeScaling::None => None,
+        RopeScaling::Linear { factor } => Some(*factor),
+        other => {
+            return Err(Error::File {
+                path: dir.into(),
+                message: format!("rope scaling {other:?} has no GGUF form here: quantize to gptq4 instead"),
             })
         }
     };
-    if c.longrope.is_some() {
-        return Err(Error::File {
-            path: dir.into(),
-            message: "longrope scaling has no GGUF form here: quantize to gptq4 instead".into(),
-        });
-    }
     let k = |s: &str| format!("{arch}.{s}");
     let u = |x: usize| Value::U32(x as u32);
     let name = dir
@@ -133,9 +137,9 @@ fn hyper_parameters(w: &mut GgufWriter, c: &LlamaConfig, dir: &Path) -> Result<(
     w.add_metadata(k("rope.freq_base"), Value::F32(c.rope_theta))?;
     w.add_metadata(k("rope.dimension_count"), u(c.rope_dim))?;
     w.add_metadata(k("vocab_size"), u(c.vocab))?;
-    if c.rope_freq_scale != 1.0 {
+    if let Some(factor) = linear {
         w.add_metadata(k("rope.scaling.type"), Value::String("linear".into()))?;
-        w.add_metadata(k("rope.scaling.factor"), Value::F32(1.0 / c.rope_freq_scale))?;
+        w.add_metadata(k("rope.scaling.factor"), Value::F32(factor))?;
     }
     Ok(())
 }
@@ -265,6 +269,7 @@ fn tokenizer_metadata(w: &mut GgufWriter, dir: &Path, model_vocab: usize) -> Res
         bos: hf.bos,
         eos: hf.eos,
         add_bos: hf.add_bos,
+        add_space_prefix: None,
         chat_template: hf.chat_template.clone(),
     };
     let pre = PRE_CANDIDATES

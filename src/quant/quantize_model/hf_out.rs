@@ -9,6 +9,7 @@ use super::source::{Container, Source};
 use super::{commit, temp_path, Sink, Stored};
 use crate::error::{Error, Result};
 use crate::loader::gguf::GgufFile;
+use crate::model::config::RopeScaling;
 use crate::model::load::tokenizer_from_gguf;
 use crate::model::{Arch, LlamaConfig};
 use crate::ops::rope::RopeStyle;
@@ -129,6 +130,16 @@ fn from_gguf(f: &GgufFile, c: &LlamaConfig, quant: &Value) -> Result<(Value, Fil
         Arch::Qwen2 => ("Qwen2ForCausalLM", "qwen2"),
         Arch::Qwen3 => ("Qwen3ForCausalLM", "qwen3"),
         Arch::MiniCpm => return Err(bad("MiniCPM from GGUF is not supported".into())),
+        Arch::Gemma3 => return Err(bad("Gemma 3 is not written as a Hugging Face directory here".into())),
+    };
+    let rope_scaling = match &c.rope_scaling {
+        RopeScaling::None => Value::Null,
+        RopeScaling::Linear { factor } => json!({"rope_type": "linear", "factor": short(*factor)}),
+        other => {
+            return Err(bad(format!(
+                "rope scaling {other:?} is not written to config.json here"
+            )))
+        }
     };
     debug_assert!(c.arch != Arch::Llama || c.rope_style == RopeStyle::Interleaved);
     let tok = tokenizer_from_gguf(f)?;
@@ -153,11 +164,7 @@ fn from_gguf(f: &GgufFile, c: &LlamaConfig, quant: &Value) -> Result<(Value, Fil
         "torch_dtype": "float16",
         "bos_token_id": tok.bos,
         "eos_token_id": tok.eos,
-        "rope_scaling": if c.rope_freq_scale != 1.0 {
-            json!({"rope_type": "linear", "factor": short(1.0 / c.rope_freq_scale)})
-        } else {
-            Value::Null
-        },
+        "rope_scaling": rope_scaling,
         "quantization_config": quant,
     });
     if c.arch == Arch::Qwen2 {

@@ -127,9 +127,20 @@ impl Source {
                 message: "no such file or directory".into(),
             });
         }
+        let unsupported = |cfg: &LlamaConfig| {
+            // Gemma 3's post-norms, GeGLU and sliding windows are not in the calibration forward yet.
+            if cfg.arch == Arch::Gemma3 || cfg.sliding.is_some() {
+                return Err(Error::File {
+                    path: path.into(),
+                    message: "quantize does not support Gemma 3 or sliding-window models yet".into(),
+                });
+            }
+            Ok(())
+        };
         if path.is_file() {
             let f = GgufFile::open(path)?;
             let cfg = LlamaConfig::from_gguf(&f)?;
+            unsupported(&cfg)?;
             Ok(Source {
                 path: path.into(),
                 cfg,
@@ -137,6 +148,7 @@ impl Source {
             })
         } else {
             let cfg = LlamaConfig::from_hf(&path.join("config.json"))?;
+            unsupported(&cfg)?;
             let st = SafetensorsModel::open(path)?;
             Ok(Source {
                 path: path.into(),
