@@ -273,3 +273,28 @@ fn templates_get_python_methods_and_raise_exception() {
     assert!(err.to_string().contains("one only"), "{err}");
     assert!(render("{% if %}", &[], false, "", "").is_err());
 }
+
+#[test]
+fn gemma3_builtin_template_renders_turns() {
+    let msgs = [
+        Message::new("system", "Be brief."),
+        Message::new("user", " Hi "),
+        Message::new("assistant", "Hello."),
+        Message::new("user", "Bye"),
+    ];
+    let out = render(
+        shaderlm::tokenizer::chat::GEMMA3_TEMPLATE,
+        &msgs,
+        true,
+        "<bos>",
+        "<eos>",
+    )
+    .unwrap();
+    assert_eq!(
+        out,
+        "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n\
+         <start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n"
+    );
+    let bad = [Message::new("assistant", "x")];
+    assert!(render(shaderlm::tokenizer::chat::GEMMA3_TEMPLATE, &bad, true, "<bos>", "<eos>").is_err());
+}

@@ -91,7 +91,10 @@ pub fn open(gpu: &Gpu, path: &Path, max_ctx: usize, progress: impl FnMut(usize, 
     if is_gguf(path) {
         let f = GgufFile::open(path)?;
         let cfg = LlamaConfig::from_gguf(&f)?;
-        let tokenizer = tokenizer_from_gguf(&f)?;
+        let mut tokenizer = tokenizer_from_gguf(&f)?;
+        if tokenizer.chat_template.is_none() && cfg.arch == super::Arch::Gemma3 {
+            tokenizer.chat_template = Some(crate::tokenizer::chat::GEMMA3_TEMPLATE.into());
+        }
         let ctx = max_ctx.min(cfg.context);
         let format = format!("GGUF {}", weight_types(&f));
         let model = Llama::load(gpu, &f, cfg, Names::Gguf, progress)?;
@@ -132,6 +135,29 @@ fn weight_types(f: &GgufFile) -> String {
     counts.iter().map(|c| c.0.clone()).collect::<Vec<_>>().join("+")
 }
 
+/// Tensors grouped by role (`blk.N.` dropped), each with its types and counts, in file order.
+fn tensor_groups(f: &GgufFile) -> Vec<(String, Vec<(crate::quant::GgmlType, usize)>)> {
+    let mut groups: Vec<(String, Vec<(crate::quant::GgmlType, usize)>)> = Vec::new();
+    for t in f.tensors() {
+        let role = match t.name.strip_prefix("blk.") {
+            Some(rest) => format!("blk.*.{}", rest.split_once('.').map_or(rest, |(_, r)| r)),
+            None => t.name.clone(),
+        };
+        let i = match groups.iter().position(|g| g.0 == role) {
+            Some(i) => i,
+            None => {
+                groups.push((role, Vec::new()));
+                groups.len() - 1
+            }
+        };
+        match groups[i].1.iter_mut().find(|e| e.0 == t.ggml_type) {
+            Some(e) => e.1 += 1,
+            None => groups[i].1.push((t.ggml_type, 1)),
+        }
+    }
+    groups
+}
+
 /// A human-readable summary of a model file: architecture, sizes, quantization, tokenizer, template, metadata.
 pub fn describe(path: &Path) -> Result<String> {
     use std::fmt::Write;
@@ -163,6 +189,28 @@ pub fn describe(path: &Path) -> Result<String> {
             weight_types(&f),
             bytes as f64 / (1 << 20) as f64
         );
+        let _ = writeln!(s, "tensor groups:");
+        let groups = tensor_groups(&f);
+        for (group, types) in &groups {
+            let list: Vec<String> = types.iter().map(|(t, n)| format!("{t} x{n}")).collect();
+            let _ = writeln!(s, "  {group}: {}", list.join(", "));
+        }
+        let unsupported: Vec<String> = groups
+            .iter()
+            .flat_map(|(g, types)| types.iter().map(move |(t, _)| (g, *t)))
+            .filter(|(_, t)| !t.is_supported())
+            .map(|(g, t)| format!("{g} is {t}"))
+            .collect();
+        let runs = match (&cfg, unsupported.is_empty()) {
+            (Ok(_), true) => "yes".to_string(),
+            (Err(e), _) => format!("no: {e}"),
+            (Ok(_), false) => format!(
+                "no: {} (this build runs {})",
+                unsupported.join(", "),
+                crate::quant::GgmlType::supported_names()
+            ),
+        };
+        let _ = writeln!(s, "runs here: {runs}");
         match tokenizer_from_gguf(&f) {
             Ok(t) => {
                 let _ = writeln!(

@@ -187,3 +187,24 @@ pub fn hf_eos_ids(dir: &Path) -> Result<Vec<u32>> {
     }
     Ok(ids)
 }
+
+/// Gemma 3's chat template as google/gemma-3 checkpoints publish it (text parts only): the fallback for Gemma 3
+/// GGUF files that carry no `tokenizer.chat_template`. A system message is folded into the first user turn.
+pub const GEMMA3_TEMPLATE: &str = "{{ bos_token }}\
+{%- if messages[0]['role'] == 'system' -%}\
+{%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}\
+{%- set loop_messages = messages[1:] -%}\
+{%- else -%}\
+{%- set first_user_prefix = '' -%}\
+{%- set loop_messages = messages -%}\
+{%- endif -%}\
+{%- for message in loop_messages -%}\
+{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\
+{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}\
+{%- endif -%}\
+{%- if message['role'] == 'assistant' -%}{%- set role = 'model' -%}{%- else -%}{%- set role = message['role'] -%}{%- endif -%}\
+{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') }}\
+{{- message['content'] | trim -}}\
+{{ '<end_of_turn>\n' }}\
+{%- endfor -%}\
+{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}";
