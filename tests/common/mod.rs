@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests.
 
 pub mod blockffn;
+pub mod golden;
 pub mod minicpm;
 pub mod tiny;
