@@ -1,14 +1,15 @@
-// embedding_q: y[i, :] = dequantized row ids[i] of a block-quantized [N, K] weight (Q4_0, Q4_1, Q8_0, and k-quants
-// repacked to 32-weight blocks) packed by src/quant/pack.rs, for the ids that fall in one row part [row0, row0 + rows) (one dispatch per part). The same
+// embedding_q: y[i, :] = dequantized row ids[i] of a block-quantized [N, K] weight (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+// IQ4_NL, and super-block types repacked to 32-weight blocks) packed by src/quant/pack.rs, for the ids that fall in one row part [row0, row0 + rows) (one dispatch per part). The same
 // packed copy serves matmul_q, so a tied token embedding and LM head share one device copy. Ids >= n (the host
 // rejects them before) give zero rows, written by the last part's dispatch; nothing reads out of bounds.
-// Each invocation dequantizes one quant word: 8 weights (Q4) or 4 (Q8) of one 32-weight block.
-// Q4_0: d * (q - 8); MIN (Q4_1, Q4_K; Q5_K with Q8): d * q + m; Q8_0: d * q; Q8 + S16 (Q6_K): d * q for words
-// 0..4 of a block, d2 * q for words 4..8.
+// Each invocation dequantizes one quant word: 8 weights (4-bit nibbles, with the block's high-bit words for 5- and
+// 6-bit quants) or 4 (Q8) of one 32-weight block.
+// Q4_0, Q5_0, NL (q the codebook value, QC 0): d * (q - QC); MIN (Q4_1, Q5_1, Q4_K, Q5_K): d * q + m; Q8_0: d * q;
+// S16 (Q6_K): d * (q - 32) for weights 0..16 of a block (low nibbles), d2 * (q - 32) for 16..32.
 // Bindings: 0 ids [M] u32 | 1 wq quant words (u32; tiled or rows layout, see pack.rs) | 2 ws f16 scale pairs
 //   (tiled PAIR: both constants) | 3 wm f16 pairs of second constants (rows layout PAIR only) | then y [M, K] f32
 //   (written).
-// Defs: TILED (else the rows layout), Q8, MIN, S16, PAIR (MIN or S16), XSUM (unused here). Grid: one workgroup of 64 per id (folded into y past the
+// Defs: TILED (else the rows layout), Q8, HB1, HB2, NL, MIN, S16, PAIR (MIN or S16), QC, XSUM (unused here). Grid: one workgroup of 64 per id (folded into y past the
 // per-dimension limit); the lanes stride over the row's quant words.
 
 struct Params {
@@ -38,12 +39,6 @@ struct Params {
 
 #include "lib/quant_rows.wgsl"
 
-#if Q8
-const WB = 8u;  // quant words per block
-#else
-const WB = 4u;
-#endif
-
 @compute @workgroup_size(64)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -56,7 +51,7 @@ fn main(
     }
     let id = ids[i];
     let out = i * p.k;
-    let words = p.groups * WB;
+    let words = p.groups * WQ;  // quant words per row (the high-bit words are read with them)
     if (id >= p.n) {
         if (p.last == 1u) {
             for (var c = li; c < p.k; c += 64u) {
@@ -70,14 +65,17 @@ fn main(
     }
     let r = id - p.row0;
     for (var w = li; w < words; w += 64u) {
-        let b = w / WB;
-        let k0 = out + 32u * b + 4u * (w % WB);
+        let b = w / WQ;
+        let i = w % WQ;
+        let k0 = out + 32u * b + 4u * i;
 #if TILED
         // Row r is component r % 4 of lane (r % 32) / 4 in tile r / 32.
         let tb = (r / 32u) * p.groups + b;
         let lane = (r % 32u) / 4u;
         let j = r % 4u;
-        let q = wq[((tb * WB + w % WB) * 8u + lane) * 4u + j];
+        let q = wq[((tb * WB + i) * 8u + lane) * 4u + j];
+        let h = wq[((tb * WB + min(WQ, WB - 1u)) * 8u + lane) * 4u + j];
+        let h2 = wq[((tb * WB + WB - 1u) * 8u + lane) * 4u + j];
 #if PAIR
         let sw = (tb * 8u + lane) * 4u + j / 2u;
         let d = half_of(ws[sw], (j & 1u) == 1u);
@@ -86,7 +84,10 @@ fn main(
         let d = half_of(ws[(tb * 8u + lane) * 2u + j / 2u], (j & 1u) == 1u);
 #endif
 #else
-        let q = wq[r * words + w];
+        let rb = (r * p.groups + b) * WB;
+        let q = wq[rb + i];
+        let h = wq[rb + min(WQ, WB - 1u)];
+        let h2 = wq[rb + WB - 1u];
         let sw = r * ((p.groups + 1u) / 2u) + b / 2u;
         let d = half_of(ws[sw], (b & 1u) == 1u);
 #if PAIR
@@ -94,26 +95,24 @@ fn main(
 #endif
 #endif
 #if Q8
-#if S16
-        let v = select(d, mn, w % WB >= 4u) * q8_bytes(q);  // weights 16..32 take the second scale
-#else
-#if MIN
-        let v = d * q8_bytes(q) + mn;
-#else
         let v = d * q8_bytes(q);
-#endif
-#endif
         y[k0] = v.x;
         y[k0 + 1u] = v.y;
         y[k0 + 2u] = v.z;
         y[k0 + 3u] = v.w;
 #else
+        // h and h2 are the block's high-bit words with HB1 / HB2 (ignored without them).
 #if MIN
-        let lo = d * q4_lo(q) + mn;
-        let hi = d * q4_hi(q) + mn;
+        let lo = d * q_lo(q, h, h2, i) + mn;
+        let hi = d * q_hi(q, h, h2, i) + mn;
 #else
-        let lo = d * (q4_lo(q) - 8.0);
-        let hi = d * (q4_hi(q) - 8.0);
+#if S16
+        let lo = d * (q_lo(q, h, h2, i) - QC);
+        let hi = mn * (q_hi(q, h, h2, i) - QC);
+#else
+        let lo = d * (q_lo(q, h, h2, i) - QC);
+        let hi = d * (q_hi(q, h, h2, i) - QC);
+#endif
 #endif
         y[k0] = lo.x;
         y[k0 + 1u] = lo.y;

@@ -1,19 +1,22 @@
-// matmul_q_rows: y[m, row0 + r] = x[m, :] . W[r, :] (+ bias[row0 + r]) for block-quantized W (Q4_0, Q4_1, Q8_0,
-// and k-quants repacked to 32-weight blocks) in the row-major layout (src/quant/pack.rs, Layout::Rows), over one
+// matmul_q_rows: y[m, row0 + r] = x[m, :] . W[r, :] (+ bias[row0 + r]) for block-quantized W (Q4_0, Q4_1, Q5_0,
+// Q5_1, Q8_0, IQ4_NL, and super-block types repacked to 32-weight blocks) in the row-major layout (src/quant/pack.rs, Layout::Rows), over one
 // row part of W: the GPU path. A workgroup owns 4 rows of W and TM rows of x; its lanes stride along K one u32
 // quant word at a time (consecutive lanes read consecutive words: coalesced), dequantize in registers with f32
 // accumulation, then reduce across the workgroup (subgroupAdd plus workgroup memory with SUBGROUPS, a
 // workgroup-memory tree otherwise). TM = 1 is the GEMV; TM > 1 reuses each weight word for TM tokens (prefill).
-// Q4_0: d * (sum q x - 8 sum x); MIN (Q4_1, Q4_K; Q5_K with Q8): d * sum q x + m * sum x; Q8_0: d * sum q x;
-// Q8 + S16 (Q6_K): words 4..8 of a block take the second scale instead of d (per word).
-// F16 (adapters with SHADER_F16): the quants are dequantized to f16 once per word (Q4 as q - 8, Q8 as q / 8, mins
-// adjusted to match); the products with x rounded to f16 and each word's sum of them (8 products per row for Q4,
+// Q4_0, Q5_0: d * (sum q x - QC sum x); MIN (Q4_1, Q5_1, Q4_K, Q5_K): d * sum q x + m * sum x; Q8_0 and NL
+// (IQ4_NL, IQ4_XS; q the codebook value): d * sum q x; S16 (Q6_K): the high nibbles (weights 16..32) take the
+// second scale, each half with its offset. HB1 / HB2: 5- / 6-bit quants from the nibble word and the block's
+// high-bit word(s), which every lane of the block's 4 nibble words reads.
+// F16 (adapters with SHADER_F16): the quants are dequantized to f16 once per word ((q - QH_C) / QH_S, at most 8 in
+// magnitude; Q8 as q / 8; scales and mins adjusted to match); the products with x rounded to f16 and each word's sum of them (8 products per row for Q4,
 // 4 for Q8) are f16, then scaled and accumulated in f32, so the error does not grow with K. A word whose x has a
 // value of magnitude X16_MAX or more is summed in f32 for that token (f16 range; lib/quant_rows.wgsl).
-// Bindings: 0 x [M, K] f32 | 1 wq [rows, G * WB] u32 quant words | 2 ws [rows, ceil(G/2)] u32 f16 scale pairs |
+// Bindings: 0 x [M, K] f32 | 1 wq [rows, G * WB] u32 quant words (each block's high-bit words after them) | 2 ws [rows, ceil(G/2)] u32 f16 scale pairs |
 //   3 wm [rows, ceil(G/2)] u32 f16 pairs of second constants (mins, or S16 scales; PAIR only) | then bias [N] f32
 //   (BIAS only) | then y [M, N] f32 (written: columns row0..row0+rows).
-// Defs: TM, Q8, MIN, S16, PAIR (MIN or S16), XSUM (unused here), SUBGROUPS, BIAS, F16. Workgroup size 64.
+// Defs: TM, Q8, HB1, HB2, NL, MIN, S16, PAIR (MIN or S16), QC, XSUM (unused here), SUBGROUPS, BIAS, F16.
+//   Workgroup size 64.
 // Grid: ceil(rows / 4) workgroups (folded into y past the per-dimension limit) x 1 x ceil(M / TM).
 
 #include "lib/quant_params.wgsl"
@@ -44,12 +47,6 @@ const NR = 4u;  // rows of W per workgroup
 
 #include "lib/quant_rows.wgsl"
 
-#if Q8
-const WB = 8u;  // quant words per block
-#else
-const WB = 4u;
-#endif
-
 var<workgroup> red: array<vec4<f32>, WG>;  // [WG] partial sums of the 4 rows (one token at a time)
 
 @compute @workgroup_size(64)
@@ -68,7 +65,7 @@ fn main(
         return;  // uniform across the workgroup
     }
     let m0 = wg.z * TM;
-    let wpr = p.groups * WB;       // quant words per row
+    let wpr = p.groups * WB;         // device words per row
     let spr = (p.groups + 1u) / 2u;  // scale words per row
     // Rows past the part's end re-read its last row; their sums are not written.
     var rq: vec4<u32>;
@@ -83,61 +80,76 @@ fn main(
         xt[t] = min(m0 + t, p.m - 1u) * p.xv;
     }
     var acc: array<vec4<f32>, TM>;
-    for (var w = li; w < wpr; w += WG) {
-        let b = w / WB;
-        let i = w % WB;
+    // One quant word per lane and step (the high-bit words are read with the nibble words they belong to).
+    for (var w = li; w < p.groups * WQ; w += WG) {
+        let b = w / WQ;
+        let i = w % WQ;
+        let pw = b * WB + i;  // the word's index in the row
         let sw = b / 2u;
         let high = (b & 1u) == 1u;
         var q: vec4<u32>;
+        var hq = vec4<u32>(0u);
+        var hq2 = vec4<u32>(0u);
         var d: vec4<f32>;
 #if PAIR
         var mn: vec4<f32>;
 #endif
         for (var j = 0u; j < NR; j++) {
-            q[j] = wq[rq[j] + w];
+            q[j] = wq[rq[j] + pw];
+#if HB1
+            hq[j] = wq[rq[j] + b * WB + WQ];
+#endif
+#if HB2
+            hq2[j] = wq[rq[j] + b * WB + WQ + 1u];
+#endif
             d[j] = half_of(ws[rs[j] + sw], high);
 #if PAIR
             mn[j] = half_of(wm[rs[j] + sw], high);
 #endif
         }
-#if S16
-        d = select(d, mn, i >= 4u);  // weights 16..32 of the block take the second scale
-#endif
 #if F16
-        // The 4 rows' quants in f16, dequantized once for the TM tokens (lib/quant_rows.wgsl), centred where there
-        // is a min: MIN blocks hold d q + m = d (q - c) + (m + c d).
+        // The 4 rows' quants in f16, dequantized once for the TM tokens (lib/quant_rows.wgsl), centred: MIN blocks
+        // hold d q + m = QH_S d (q - QH_C) / QH_S + (m + QH_C d).
 #if Q8
         let d8 = 8.0 * d;  // q8_bytes_h gives q / 8
-#if MIN
-        let mc = mn + 16.0 * d;  // Q5_K: q in 0..32, centred on 16
-        let h0 = q8_bytes_h(q.x) - 2.0h;
-        let h1 = q8_bytes_h(q.y) - 2.0h;
-        let h2 = q8_bytes_h(q.z) - 2.0h;
-        let h3 = q8_bytes_h(q.w) - 2.0h;
-#else
         let h0 = q8_bytes_h(q.x);
         let h1 = q8_bytes_h(q.y);
         let h2 = q8_bytes_h(q.z);
         let h3 = q8_bytes_h(q.w);
+#else
+        let dh = QH_S * d;
+#if MIN
+        let mc = mn + QH_C * d;
+#endif
+#if S16
+        let mh = QH_S * mn;
+#endif
+        let a0 = q_lo_h(q.x, hq.x, hq2.x, i);
+        let a1 = q_lo_h(q.y, hq.y, hq2.y, i);
+        let a2 = q_lo_h(q.z, hq.z, hq2.z, i);
+        let a3 = q_lo_h(q.w, hq.w, hq2.w, i);
+        let b0 = q_hi_h(q.x, hq.x, hq2.x, i);
+        let b1 = q_hi_h(q.y, hq.y, hq2.y, i);
+        let b2 = q_hi_h(q.z, hq.z, hq2.z, i);
+        let b3 = q_hi_h(q.w, hq.w, hq2.w, i);
 #endif
 #else
-#if MIN
-        let mc = mn + 8.0 * d;
-#endif
-        let a0 = q4_lo_h(q.x);
-        let a1 = q4_lo_h(q.y);
-        let a2 = q4_lo_h(q.z);
-        let a3 = q4_lo_h(q.w);
-        let b0 = q4_hi_h(q.x);
-        let b1 = q4_hi_h(q.y);
-        let b2 = q4_hi_h(q.z);
-        let b3 = q4_hi_h(q.w);
+#if Q8
+#else
+        let a0 = q_lo(q.x, hq.x, hq2.x, i);
+        let a1 = q_lo(q.y, hq.y, hq2.y, i);
+        let a2 = q_lo(q.z, hq.z, hq2.z, i);
+        let a3 = q_lo(q.w, hq.w, hq2.w, i);
+        let b0 = q_hi(q.x, hq.x, hq2.x, i);
+        let b1 = q_hi(q.y, hq.y, hq2.y, i);
+        let b2 = q_hi(q.z, hq.z, hq2.z, i);
+        let b3 = q_hi(q.w, hq.w, hq2.w, i);
 #endif
 #endif
         for (var t = 0u; t < TM; t++) {
-#if F16
 #if Q8
             let xa = x[xt[t] + 8u * b + i];
+#if F16
             var s: vec4<f32>;
             if (all(abs(xa) < vec4<f32>(X16_MAX))) {
                 let ha = vec4<f16>(xa);
@@ -146,51 +158,55 @@ fn main(
                 s = vec4<f32>(dot(vec4<f32>(h0), xa), dot(vec4<f32>(h1), xa), dot(vec4<f32>(h2), xa),
                     dot(vec4<f32>(h3), xa));
             }
-#if MIN
-            acc[t] += d8 * s + mc * dot(xa, vec4<f32>(1.0));
-#else
             acc[t] += d8 * s;
+#else
+            let s = vec4<f32>(dot(q8_bytes(q.x), xa), dot(q8_bytes(q.y), xa), dot(q8_bytes(q.z), xa),
+                dot(q8_bytes(q.w), xa));
+            acc[t] += d * s;
 #endif
 #else
             let xa = x[xt[t] + 8u * b + i];
             let xb = x[xt[t] + 8u * b + 4u + i];
-            var s: vec4<f32>;
+#if F16
+            var sa: vec4<f32>;
+            var sb: vec4<f32>;
             if (all(max(abs(xa), abs(xb)) < vec4<f32>(X16_MAX))) {
                 let ha = vec4<f16>(xa);
                 let hb = vec4<f16>(xb);
-                s = vec4<f32>(vec4<f16>(dot(a0, ha) + dot(b0, hb), dot(a1, ha) + dot(b1, hb),
+#if S16
+                sa = vec4<f32>(vec4<f16>(dot(a0, ha), dot(a1, ha), dot(a2, ha), dot(a3, ha)));
+                sb = vec4<f32>(vec4<f16>(dot(b0, hb), dot(b1, hb), dot(b2, hb), dot(b3, hb)));
+#else
+                sa = vec4<f32>(vec4<f16>(dot(a0, ha) + dot(b0, hb), dot(a1, ha) + dot(b1, hb),
                     dot(a2, ha) + dot(b2, hb), dot(a3, ha) + dot(b3, hb)));
+                sb = vec4<f32>(0.0);
+#endif
             } else {
-                s = vec4<f32>(dot(vec4<f32>(a0), xa) + dot(vec4<f32>(b0), xb),
-                    dot(vec4<f32>(a1), xa) + dot(vec4<f32>(b1), xb), dot(vec4<f32>(a2), xa) + dot(vec4<f32>(b2), xb),
-                    dot(vec4<f32>(a3), xa) + dot(vec4<f32>(b3), xb));
+                sa = vec4<f32>(dot(vec4<f32>(a0), xa), dot(vec4<f32>(a1), xa), dot(vec4<f32>(a2), xa),
+                    dot(vec4<f32>(a3), xa));
+                sb = vec4<f32>(dot(vec4<f32>(b0), xb), dot(vec4<f32>(b1), xb), dot(vec4<f32>(b2), xb),
+                    dot(vec4<f32>(b3), xb));
             }
-#if MIN
-            acc[t] += d * s + mc * dot(xa + xb, vec4<f32>(1.0));
+#if S16
+            acc[t] += dh * sa + mh * sb;
 #else
-            acc[t] += d * s;
+#if MIN
+            acc[t] += dh * (sa + sb) + mc * dot(xa + xb, vec4<f32>(1.0));
+#else
+            acc[t] += dh * (sa + sb);
 #endif
 #endif
 #else
-#if Q8
-            let xa = x[xt[t] + 8u * b + i];
-            let s = vec4<f32>(dot(q8_bytes(q.x), xa), dot(q8_bytes(q.y), xa), dot(q8_bytes(q.z), xa),
-                dot(q8_bytes(q.w), xa));
-#if MIN
-            acc[t] += d * s + mn * dot(xa, vec4<f32>(1.0));
+            let sa = vec4<f32>(dot(a0, xa), dot(a1, xa), dot(a2, xa), dot(a3, xa));
+            let sb = vec4<f32>(dot(b0, xb), dot(b1, xb), dot(b2, xb), dot(b3, xb));
+#if S16
+            acc[t] += d * (sa - QC * dot(xa, vec4<f32>(1.0))) + mn * (sb - QC * dot(xb, vec4<f32>(1.0)));
 #else
-            acc[t] += d * s;
+#if MIN
+            acc[t] += d * (sa + sb) + mn * dot(xa + xb, vec4<f32>(1.0));
+#else
+            acc[t] += d * (sa + sb - QC * dot(xa + xb, vec4<f32>(1.0)));
 #endif
-#else
-            let xa = x[xt[t] + 8u * b + i];
-            let xb = x[xt[t] + 8u * b + 4u + i];
-            let s = vec4<f32>(dot(q4_lo(q.x), xa) + dot(q4_hi(q.x), xb), dot(q4_lo(q.y), xa) + dot(q4_hi(q.y), xb),
-                dot(q4_lo(q.z), xa) + dot(q4_hi(q.z), xb), dot(q4_lo(q.w), xa) + dot(q4_hi(q.w), xb));
-            let xs = dot(xa + xb, vec4<f32>(1.0));
-#if MIN
-            acc[t] += d * s + mn * xs;
-#else
-            acc[t] += d * (s - 8.0 * xs);
 #endif
 #endif
 #endif

@@ -1,18 +1,20 @@
-// matmul_q_tiled: y[m, row0 + r] = x[m, :] . W[r, :] (+ bias[row0 + r]) for block-quantized W (Q4_0, Q4_1, Q8_0,
-// and k-quants repacked to 32-weight blocks) in the chunk-tiled layout (src/quant/pack.rs, Layout::Tiled;
+// matmul_q_tiled: y[m, row0 + r] = x[m, :] . W[r, :] (+ bias[row0 + r]) for block-quantized W (Q4_0, Q4_1, Q5_0,
+// Q5_1, Q8_0, IQ4_NL, and super-block types repacked to 32-weight blocks) in the chunk-tiled layout (src/quant/pack.rs, Layout::Tiled;
 // LAVAPIPE.md §4), over one row part of W.
 // The decode path for CPU adapters (lavapipe): each invocation owns 4 consecutive rows; the 8 invocations of a SIMD
 // chunk (one tile of 32 rows) stream one contiguous region, 32 k (one block) per loop step, dequantizing in
-// registers with f32 accumulation. Q4_0's offset and the minimums are folded out of the block sum:
-//   Q4_0: d * (sum q x - 8 sum x)   MIN (Q4_1, Q4_K; Q5_K with Q8): d * sum q x + m * sum x   Q8_0: d * sum q x
-//   Q8 + S16 (Q6_K): d * sum_{words 0..4} q x + d2 * sum_{words 4..8} q x.
+// registers with f32 accumulation. The offsets and the minimums are folded out of the block sum:
+//   Q4_0, Q5_0: d * (sum q x - QC sum x)   MIN (Q4_1, Q5_1, Q4_K, Q5_K): d * sum q x + m * sum x   Q8_0, NL
+//   (IQ4_NL, IQ4_XS: q the codebook value): d * sum q x   S16 (Q6_K): d * (sum_lo q x - 32 sum_lo x) + d2 *
+//   (sum_hi q x - 32 sum_hi x) over weights 0..16 (lo) and 16..32 (hi).
 // x is read at uniform indices (from a uniform buffer when XU); with SUBGROUPS (subgroup size >= 8) each lane
 // loads one vec4 of the block's x and the 8 vectors are broadcast, 8x fewer loads.
 // Bindings: 0 x [M, K] f32 (uniform array<vec4<f32>, XN> when XU, else storage) | 1 wq [tiles, G, WB, 8] vec4<u32>
-//   quant words | 2 ws [tiles, G, 8] vec2<u32> f16 scales (vec4<u32> d, d, m, m for PAIR) | 3 bias [N] f32 (BIAS
+//   quant words (then high-bit words) | 2 ws [tiles, G, 8] vec2<u32> f16 scales (vec4<u32> d, d, m, m for PAIR) | 3 bias [N] f32 (BIAS
 //   only) | 3 or 4 y [M, N] f32 (written: columns row0..row0+rows).
-// Defs: Q8 (8-bit quants, else 4-bit), MIN (a min per block), S16 (Q8 only: a second scale for words 4..8), PAIR
-//   (MIN or S16: two constants per block), XSUM (block sums of x: Q4 or MIN), XU + XN, SUBGROUPS, BIAS, WG
+// Defs: Q8 (8-bit quants, else 4-bit nibbles), HB1 / HB2 (one / two high-bit words per block: 5- / 6-bit quants),
+//   NL (codebook nibbles), MIN (a min per block), S16 (a second scale for weights 16..32), PAIR (MIN or S16: two
+//   constants per block), XSUM (block sums of x: an offset or a min), QC (the offset), XU + XN, SUBGROUPS, BIAS, WG
 //   (workgroup size, a multiple of 8).
 // Grid: ceil(tiles * 8 / WG) workgroups of WG (folded into y past the per-dimension limit) x 1 x M.
 
@@ -58,21 +60,18 @@ fn main(
     var xi = wg.z * p.xv;
     var acc = vec4<f32>(0.0);
     for (var g = 0u; g < p.groups; g++) {
-        // The block's 8 x vectors, pre-scaled for the quant helpers (lib/quant_tiled.wgsl), and (Q4) their sum.
-        // (Written out here rather than through x_block / w_block / block_dot, which measured 5% slower.)
+        // The block's 8 x vectors, pre-scaled for the quant helpers (lib/quant_tiled.wgsl), and their sum(s).
+        // (Written out here rather than through x_block / w_block / block_dot, which measured 5% slower for Q4.)
 #if SUBGROUPS
         let xr = x[xi + (sl & 7u)];
-#if Q8
-        let xl = xr * Q8_X_SCALE;
-#else
-        let xl = xr * select(Q4_XA_SCALE, Q4_XB_SCALE, (sl & 4u) != 0u);
-#endif
+        let xl = xr * select(XA_SCALE, XB_SCALE, (sl & 4u) != 0u);
 #if XSUM
         let xd = dot(xr, vec4<f32>(1.0));
-        let xs = ((subgroupBroadcast(xd, 0u) + subgroupBroadcast(xd, 1u))
-            + (subgroupBroadcast(xd, 2u) + subgroupBroadcast(xd, 3u)))
-            + ((subgroupBroadcast(xd, 4u) + subgroupBroadcast(xd, 5u))
-            + (subgroupBroadcast(xd, 6u) + subgroupBroadcast(xd, 7u)));
+        let xs0 = (subgroupBroadcast(xd, 0u) + subgroupBroadcast(xd, 1u))
+            + (subgroupBroadcast(xd, 2u) + subgroupBroadcast(xd, 3u));
+        let xs1 = (subgroupBroadcast(xd, 4u) + subgroupBroadcast(xd, 5u))
+            + (subgroupBroadcast(xd, 6u) + subgroupBroadcast(xd, 7u));
+        let xs = xs0 + xs1;
 #endif
         let x0 = subgroupBroadcast(xl, 0u);
         let x1 = subgroupBroadcast(xl, 1u);
@@ -91,48 +90,41 @@ fn main(
         let r5 = x[xi + 5u];
         let r6 = x[xi + 6u];
         let r7 = x[xi + 7u];
-#if Q8
-        let x0 = r0 * Q8_X_SCALE;
-        let x1 = r1 * Q8_X_SCALE;
-        let x2 = r2 * Q8_X_SCALE;
-        let x3 = r3 * Q8_X_SCALE;
-        let x4 = r4 * Q8_X_SCALE;
-        let x5 = r5 * Q8_X_SCALE;
-        let x6 = r6 * Q8_X_SCALE;
-        let x7 = r7 * Q8_X_SCALE;
-#else
-        let x0 = r0 * Q4_XA_SCALE;
-        let x1 = r1 * Q4_XA_SCALE;
-        let x2 = r2 * Q4_XA_SCALE;
-        let x3 = r3 * Q4_XA_SCALE;
-        let x4 = r4 * Q4_XB_SCALE;
-        let x5 = r5 * Q4_XB_SCALE;
-        let x6 = r6 * Q4_XB_SCALE;
-        let x7 = r7 * Q4_XB_SCALE;
-#endif
+        let x0 = r0 * XA_SCALE;
+        let x1 = r1 * XA_SCALE;
+        let x2 = r2 * XA_SCALE;
+        let x3 = r3 * XA_SCALE;
+        let x4 = r4 * XB_SCALE;
+        let x5 = r5 * XB_SCALE;
+        let x6 = r6 * XB_SCALE;
+        let x7 = r7 * XB_SCALE;
 #if XSUM
+#if S16
+        let xs0 = dot((r0 + r1) + (r2 + r3), vec4<f32>(1.0));
+        let xs1 = dot((r4 + r5) + (r6 + r7), vec4<f32>(1.0));
+#else
         let xs = dot((r0 + r1) + (r2 + r3) + ((r4 + r5) + (r6 + r7)), vec4<f32>(1.0));
 #endif
 #endif
+#endif
 #if Q8
-#if S16
-        let s0 = q8_word(wq[wi], x0) + q8_word(wq[wi + 8u], x1) + q8_word(wq[wi + 16u], x2)
-            + q8_word(wq[wi + 24u], x3);
-        let s1 = q8_word(wq[wi + 32u], x4) + q8_word(wq[wi + 40u], x5) + q8_word(wq[wi + 48u], x6)
-            + q8_word(wq[wi + 56u], x7);
-        let sc = ws[si];
-        acc += halves4(sc.xy) * s0 + halves4(sc.zw) * s1;
-#else
         let s = q8_word(wq[wi], x0) + q8_word(wq[wi + 8u], x1) + q8_word(wq[wi + 16u], x2)
             + q8_word(wq[wi + 24u], x3) + q8_word(wq[wi + 32u], x4) + q8_word(wq[wi + 40u], x5)
             + q8_word(wq[wi + 48u], x6) + q8_word(wq[wi + 56u], x7);
-#if MIN
-        let sc = ws[si];
-        acc += halves4(sc.xy) * s + halves4(sc.zw) * xs;
-#else
         acc += halves4(ws[si]) * s;
+#else
+#if HB1
+        // 5- and 6-bit quants, and codebook nibbles: through the shared block helpers.
+#if S16
+        let xb = XBlock(x0, x1, x2, x3, x4, x5, x6, x7, xs0, xs1);
+#else
+        let xb = XBlock(x0, x1, x2, x3, x4, x5, x6, x7, xs, 0.0);
 #endif
-#endif
+        acc += block_dot(w_block(wi, si), xb);
+#else
+#if NL
+        let xb = XBlock(x0, x1, x2, x3, x4, x5, x6, x7, 0.0, 0.0);
+        acc += block_dot(w_block(wi, si), xb);
 #else
         let s = q4_word(wq[wi], x0, x4) + q4_word(wq[wi + 8u], x1, x5) + q4_word(wq[wi + 16u], x2, x6)
             + q4_word(wq[wi + 24u], x3, x7);
@@ -140,7 +132,9 @@ fn main(
         let sc = ws[si];
         acc += halves4(sc.xy) * s + halves4(sc.zw) * xs;
 #else
-        acc += halves4(ws[si]) * (s - 8.0 * xs);
+        acc += halves4(ws[si]) * (s - QC * xs);
+#endif
+#endif
 #endif
 #endif
         wi += wstep;

@@ -1,5 +1,5 @@
 // matmul_q_tiled_mm: y[m, row0 + r] = x[m, :] . W[r, :] (+ bias[row0 + r]) for block-quantized W (Q4_0, Q4_1,
-// Q8_0, and k-quants repacked to 32-weight blocks) in the chunk-tiled layout (src/quant/pack.rs, Layout::Tiled),
+// Q5_0, Q5_1, Q8_0, IQ4_NL, and super-block types repacked to 32-weight blocks) in the chunk-tiled layout (src/quant/pack.rs, Layout::Tiled),
 // over one row part of W: the prefill (M > 1) path for CPU adapters. Like matmul_q_tiled (4 rows per invocation,
 // 8 invocations streaming one 32-row tile, one 32-weight block per loop step) but each invocation also owns TM rows
 // of x, so every quant word loaded and dequantized serves TM tokens (register blocking; the dequantized values are
@@ -10,7 +10,7 @@
 // Bindings: 0 x [M, K] f32 | 1 wq [tiles, G, WB, 8] vec4<u32> quant words | 2 ws [tiles, G, 8] vec2<u32> f16
 //   scales (vec4<u32> d, d, m, m for PAIR) | 3 bias [N] f32 (BIAS only) | 3 or 4 y [M, N] f32 (written: columns
 //   row0..row0+rows).
-// Defs: TM (rows of x per invocation: 4, or 8 with TM8), Q8, MIN, S16, PAIR, XSUM (as in matmul_q_tiled),
+// Defs: TM (rows of x per invocation: 4, or 8 with TM8), Q8, HB1, HB2, NL, MIN, S16, PAIR, XSUM, QC (as in matmul_q_tiled),
 //   SUBGROUPS, BIAS, WG (workgroup size, a multiple of 8).
 // Grid: ceil(tiles * 8 / WG) workgroups of WG (folded into y past the per-dimension limit) x 1 x ceil(M / TM).
 

@@ -1,6 +1,6 @@
 // moe_down_q_rows: BlockFFN's sparse down projection (Song et al. 2025, arXiv 2507.08771) with block-quantized
-// weights (Q4_0, Q4_1, Q8_0, and k-quants repacked to 32-weight blocks) in the row-major layout for GPUs
-// (src/quant/pack.rs, Layout::Rows):
+// weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, and super-block types repacked to 32-weight blocks) in the row-major
+// layout for GPUs (src/quant/pack.rs, Layout::Rows):
 //   y[m, o] = sum over the experts ex in the active list of Wdown[o, ex*de .. +de] . h[m, ex*de .. +de]
 // W is [hidden, E*de] (PyTorch `block_linear` down_proj) packed as one matrix with K = E*de. As matmul_q_rows: a
 // workgroup of 64 owns 4 output rows and TM tokens; its lanes stride over the quant words of the listed experts'
@@ -8,8 +8,8 @@
 // Bindings: 0 h [M, E*de] f32 | 1 wq [hidden, G*WB] u32 | 2 ws [hidden, ceil(G/2)] u32 f16 scale pairs | 3 wm f16
 //   pairs of second constants (mins, or S16 scales; PAIR only) | then alist [1 + E] u32 | then y [M, hidden] f32
 //   (written).
-// Defs: the format's flags (Q8, MIN, S16, PAIR, XSUM: Format::shader_flags), SUBGROUPS, TM tokens per workgroup.
-//   Workgroup size 64.
+// Defs: the format's flags (Q8, HB1, HB2, NL, MIN, S16, PAIR, XSUM, QC: Format::shader_flags), SUBGROUPS, TM tokens per
+// workgroup. Workgroup size 64.
 // Grid: ceil(M / TM) x ceil(hidden / 4) workgroups (the second folded into z past the per-dimension limit): token
 //   blocks vary fastest, so workgroups that run together share their rows of W.
 
@@ -49,7 +49,7 @@ fn main(
     if (r0 >= p.rows) {
         return;  // uniform across the workgroup
     }
-    let wpr = p.groups * WB;         // quant words per row
+    let wpr = p.groups * WB;         // device words per row
     let spr = (p.groups + 1u) / 2u;  // scale words per row
     // Rows past hidden re-read the last one; their sums are not written.
     let rr = min(vec4<u32>(r0, r0 + 1u, r0 + 2u, r0 + 3u), vec4<u32>(p.rows - 1u));
@@ -61,7 +61,7 @@ fn main(
         xt[t] = min(m0 + t, p.m - 1u) * p.xv;
     }
     var acc: array<vec4<f32>, TM>;
-    let wpe = p.per_expert * WB;  // quant words of one expert in a row
+    let wpe = p.per_expert * WQ;  // quant words of one expert in a row (not counting high-bit words)
     let total_words = alist[0] * wpe;
     for (var i = li; i < total_words; i += WG) {
         let wd = alist[1u + i / wpe] * wpe + i % wpe;

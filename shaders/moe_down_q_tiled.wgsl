@@ -1,6 +1,6 @@
 // moe_down_q_tiled: BlockFFN's sparse down projection (Song et al. 2025, arXiv 2507.08771) with block-quantized
-// weights (Q4_0, Q4_1, Q8_0, and k-quants repacked to 32-weight blocks) in the chunk-tiled layout for CPU adapters
-// (src/quant/pack.rs, Layout::Tiled):
+// weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, and super-block types repacked to 32-weight blocks) in the chunk-tiled
+// layout for CPU adapters (src/quant/pack.rs, Layout::Tiled):
 //   y[m, o] = sum over the experts ex in the active list of Wdown[o, ex*de .. +de] . h[m, ex*de .. +de]
 // W is [hidden, E*de] (PyTorch `block_linear` down_proj; `block` [E, hidden, de] permuted to [hidden, E, de]) packed
 // as one matrix with K = E*de; an expert's columns are de/32 consecutive blocks of every row, contiguous in a tile.
@@ -9,8 +9,8 @@
 // With SUBGROUPS (subgroup size >= 8) each lane loads one vec4 of a token's block of h and the 8 are broadcast.
 // Bindings: 0 h [M, E*de] f32 | 1 wq [tiles, G, WB, 8] vec4<u32> | 2 ws [tiles, G, 8] vec2<u32> f16 scales
 //   (vec4<u32> d, d, m, m for PAIR) | 3 alist [1 + E] u32 | 4 y [M, hidden] f32 (written).
-// Defs: the format's flags (Q8, MIN, S16, PAIR, XSUM: Format::shader_flags), SUBGROUPS, TM tokens per invocation
-//   (1, 4 with T4, 8 with T4 and T8). Workgroup size 8.
+// Defs: the format's flags (Q8, HB1, HB2, NL, MIN, S16, PAIR, XSUM, QC: Format::shader_flags), SUBGROUPS, TM tokens per
+// invocation (1, 4 with T4, 8 with T4 and T8). Workgroup size 8.
 // Grid: ceil(M / TM) x ceil(hidden / 32) workgroups (the second folded into z past the per-dimension limit): token
 //   blocks vary fastest, so workgroups that run together share their tile of W.
 

@@ -1,6 +1,6 @@
 // moe_up_q_rows: BlockFFN's sparse up projection (Song et al. 2025, arXiv 2507.08771) with block-quantized weights
-// (Q4_0, Q4_1, Q8_0, and k-quants repacked to 32-weight blocks) in the row-major layout for GPUs
-// (src/quant/pack.rs, Layout::Rows):
+// (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, and super-block types repacked to 32-weight blocks) in the row-major layout
+// for GPUs (src/quant/pack.rs, Layout::Rows):
 //   h[m, ex*de + j] = silu(x[m, :] . Wup[ex*de + j, :]) * r[m, ex]      for each active expert ex, j < de
 // W is [E*de, K] (PyTorch `block_linear` up_proj) packed as one matrix. As matmul_q_rows: a workgroup of 64 owns 4
 // rows of one expert and TM tokens; its lanes stride along K one quant word at a time (coalesced), dequantize in
@@ -9,8 +9,8 @@
 // Bindings: 0 x [M, K] f32 | 1 wq [E*de, G*WB] u32 | 2 ws [E*de, ceil(G/2)] u32 f16 scale pairs | 3 wm f16 pairs
 //   of second constants (mins, or S16 scales; PAIR only) | then r [M, E] f32 | then alist [1 + E] u32 | then
 //   h [M, E*de] f32 (written: active experts' columns).
-// Defs: the format's flags (Q8, MIN, S16, PAIR, XSUM: Format::shader_flags), SUBGROUPS, TM tokens per workgroup.
-//   Workgroup size 64.
+// Defs: the format's flags (Q8, HB1, HB2, NL, MIN, S16, PAIR, XSUM, QC: Format::shader_flags), SUBGROUPS, TM tokens per
+// workgroup. Workgroup size 64.
 // Grid: ceil(M / TM) x E * de / 4 workgroups (the second folded into z past the per-dimension limit): token blocks
 //   vary fastest, so workgroups that run together share their rows of W.
 
@@ -55,7 +55,7 @@ fn main(
     }
     let ex = alist[1u + slot];
     let r0 = ex * p.de + (flat % p.per_expert) * 4u;
-    let wpr = p.groups * WB;         // quant words per row
+    let wpr = p.groups * WB;         // device words per row
     let spr = (p.groups + 1u) / 2u;  // scale words per row
     let rq = vec4<u32>(r0, r0 + 1u, r0 + 2u, r0 + 3u) * wpr;
     let rs = vec4<u32>(r0, r0 + 1u, r0 + 2u, r0 + 3u) * spr;
@@ -65,7 +65,7 @@ fn main(
         xt[t] = min(m0 + t, p.m - 1u) * p.xv;
     }
     var acc: array<vec4<f32>, TM>;
-    for (var wd = li; wd < wpr; wd += WG) {
+    for (var wd = li; wd < p.groups * WQ; wd += WG) {
         let w = load_word(rq, rs, wd);
         for (var t = 0u; t < TM; t++) {
             acc[t] += word_dot(w, xt[t]);

@@ -1,6 +1,6 @@
 // moe_up_q_tiled: BlockFFN's sparse up projection (Song et al. 2025, arXiv 2507.08771) with block-quantized
-// weights (Q4_0, Q4_1, Q8_0, and k-quants repacked to 32-weight blocks) in the chunk-tiled layout for CPU adapters
-// (src/quant/pack.rs, Layout::Tiled):
+// weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, and super-block types repacked to 32-weight blocks) in the chunk-tiled
+// layout for CPU adapters (src/quant/pack.rs, Layout::Tiled):
 //   h[m, ex*de + j] = silu(x[m, :] . Wup[ex*de + j, :]) * r[m, ex]      for each active expert ex, j < de
 // W is [E*de, K] (PyTorch `block_linear` up_proj) packed as one matrix; an expert is de/32 whole tiles of 32 rows.
 // As matmul_q_tiled(_mm): a workgroup of 8 invocations streams one tile (4 rows per invocation, one 32-weight
@@ -10,8 +10,8 @@
 // Bindings: 0 x [M, K] f32 | 1 wq [tiles, G, WB, 8] vec4<u32> | 2 ws [tiles, G, 8] vec2<u32> f16 scales (vec4<u32>
 //   d, d, m, m for PAIR) | 3 r [M, E] f32 | 4 alist [1 + E] u32 | 5 h [M, E*de] f32 (written: active experts'
 //   columns).
-// Defs: the format's flags (Q8, MIN, S16, PAIR, XSUM: Format::shader_flags), SUBGROUPS, TM tokens per invocation
-//   (1, 4 with T4, 8 with T4 and T8). Workgroup size 8.
+// Defs: the format's flags (Q8, HB1, HB2, NL, MIN, S16, PAIR, XSUM, QC: Format::shader_flags), SUBGROUPS, TM tokens per
+// invocation (1, 4 with T4, 8 with T4 and T8). Workgroup size 8.
 // Grid: ceil(M / TM) x E * de / 32 workgroups (the second folded into z past the per-dimension limit): token blocks
 //   vary fastest, so workgroups that run together share their tile of W.
 

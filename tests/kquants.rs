@@ -1,6 +1,6 @@
-//! GGUF k-quants (Q4_K, Q5_K, Q6_K): tensors through a GGUF file, hand-computed super-blocks, the bound on the
-//! repacking into the 32-weight blocks the GPU kernels read (each block constant is ggml's, rounded once to f16),
-//! bad input, and a tiny Llama in a Q4_K_M-like mix (Q6_K output and ffn_down, Q4_K elsewhere) through the GPU model
+//! GGUF k-quants (Q4_K, Q5_K, Q6_K) and the other block types shaderlm reads (Q5_0, Q5_1, IQ4_NL, IQ4_XS): tensors
+//! through a GGUF file, hand-computed blocks, the bound on the repacking of super-blocks (IQ4_XS too) into the
+//! 32-weight blocks the GPU kernels read (each block constant is ggml's, rounded once to f16), bad input, and a tiny Llama in a Q4_K_M-like mix (Q6_K output and ffn_down, Q4_K elsewhere) through the GPU model
 //! against the CPU reference forward.
 
 mod common;
@@ -13,7 +13,7 @@ use shaderlm::model::weights::{HostData, HostTensor, WeightSource};
 use shaderlm::model::{reference, Llama, LlamaConfig, Names, StepOutputs};
 use shaderlm::ops::StepVars;
 use shaderlm::quant::pack::{self, blocks32, dequantize_packed, Layout};
-use shaderlm::quant::{self, f16_to_f32, q4_k, q6_k, GgmlType};
+use shaderlm::quant::{self, f16_to_f32, iq4_xs, q4_k, q6_k, GgmlType};
 use std::sync::OnceLock;
 
 const K_QUANTS: [GgmlType; 3] = [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
@@ -125,6 +125,71 @@ fn hand_computed_super_blocks_through_a_gguf_file() {
     }
 }
 
+#[test]
+fn hand_computed_32_weight_blocks_and_iq4_xs_through_a_gguf_file() {
+    // Q5_0, d = 0.5: qs[j] = j | (15 - j) << 4, qh = 0x0000_FFFF (weights 0..16 get 16): weight j = (j + 16 - 16)
+    // / 2 = j / 2, weight 16 + j = (15 - j - 16) / 2.
+    let mut q50 = f16(0.5).to_vec();
+    q50.extend(0x0000_FFFFu32.to_le_bytes());
+    q50.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+    // Q5_1, d = 0.25, m = -4: qs all 0xF0 (low 0, high 15), qh = 0x8000_0001 (weights 0 and 31 get 16).
+    let mut q51 = [f16(0.25), f16(-4.0)].concat();
+    q51.extend(0x8000_0001u32.to_le_bytes());
+    q51.extend([0xF0u8; 16]);
+    // IQ4_NL, d = 2: qs[j] = j | j << 4: weights j and 16 + j are 2 * KVALUES[j].
+    let mut nl = f16(2.0).to_vec();
+    nl.extend((0..16u8).map(|j| j | (j << 4)));
+    // IQ4_XS, d = 0.125: ls of sub-block ib = 32 + ib - 4 (ib 0..8: 28..35; scales_l nibbles, scales_h 2 bits
+    // each: 28 = 0x1C, 35 = 0x23), qs[16 ib + j] = 8 (KVALUES[8] = 1) but qs[16] = 0x0F (sub-block 1: weight 32
+    // is KVALUES[15] = 113, weight 48 is KVALUES[0] = -127).
+    let codes: Vec<u16> = (0..8).map(|ib| 28 + ib).collect();
+    let mut xs = f16(0.125).to_vec();
+    let hbits = codes
+        .iter()
+        .enumerate()
+        .fold(0u16, |a, (ib, c)| a | (c >> 4) << (2 * ib));
+    xs.extend(hbits.to_le_bytes());
+    xs.extend((0..4).map(|i| (codes[2 * i] & 0xf) as u8 | ((codes[2 * i + 1] & 0xf) << 4) as u8));
+    xs.extend([0x88u8; 128]);
+    xs[8 + 16] = 0x0F;
+    let mut w = GgufWriter::new();
+    w.add_tensor_bytes("q50", &[32], GgmlType::Q5_0, q50.clone()).unwrap();
+    w.add_tensor_bytes("q51", &[32], GgmlType::Q5_1, q51.clone()).unwrap();
+    w.add_tensor_bytes("nl", &[32], GgmlType::IQ4_NL, nl.clone()).unwrap();
+    w.add_tensor_bytes("xs", &[256], GgmlType::IQ4_XS, xs.clone()).unwrap();
+    let f = GgufFile::from_bytes("hand32.gguf", w.to_bytes()).unwrap();
+    let y = f.tensor_f32("q50").unwrap();
+    assert_eq!([y[0], y[7], y[15], y[16], y[31]], [0.0, 3.5, 7.5, -0.5, -8.0]);
+    let y = f.tensor_f32("q51").unwrap();
+    assert_eq!(
+        [y[0], y[1], y[15], y[16], y[30], y[31]],
+        [0.0, -4.0, -4.0, -0.25, -0.25, 3.75]
+    );
+    let y = f.tensor_f32("nl").unwrap();
+    assert_eq!(
+        [y[0], y[7], y[8], y[15], y[16], y[31]],
+        [-254.0, -20.0, 2.0, 226.0, -254.0, 226.0]
+    );
+    let y = f.tensor_f32("xs").unwrap();
+    // Sub-block ib: dl = 0.125 (ib - 4); weight 32 ib + j = dl * 1 except sub-block 1's weights 32 and 48.
+    assert_eq!(
+        [y[0], y[31], y[32], y[48], y[33], y[255]],
+        [-0.5, -0.5, -42.375, 47.625, -0.375, 0.375]
+    );
+    for (ty, raw) in [
+        (GgmlType::Q5_0, &q50),
+        (GgmlType::Q5_1, &q51),
+        (GgmlType::IQ4_NL, &nl),
+        (GgmlType::IQ4_XS, &xs),
+    ] {
+        assert_eq!(
+            dequantize_packed(ty, raw).unwrap(),
+            quant::dequantize(ty, raw).unwrap(),
+            "{ty}: the repacked constants are exact here"
+        );
+    }
+}
+
 /// Random raw super-blocks with every sub-block code (6-bit scales and mins, i8 scales, -128 included) and
 /// super-block factors spread over many binades (so products land anywhere in f16's normal and subnormal ranges).
 fn random_super_blocks(ty: GgmlType, n: usize, seed: u64) -> Vec<u8> {
@@ -149,9 +214,9 @@ fn random_super_blocks(ty: GgmlType, n: usize, seed: u64) -> Vec<u8> {
 fn repacked_constants_are_ggml_constants_rounded_once_to_f16() {
     let eps = 2f64.powi(-11);
     let h = |b: &[u8], at: usize| f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]])) as f64;
-    for ty in K_QUANTS {
+    for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS] {
         // Realistic blocks (the quantizer's, weights of std 0.02) and random ones.
-        let bb = if ty == GgmlType::Q4_K { 20 } else { 36 };
+        let bb = pack::Format::new(ty).unwrap().block_bytes();
         let sets = [
             quant::quantize(ty, &normal(7, 64 * 256, 0.01)).unwrap(),
             random_super_blocks(ty, 64, 3),
@@ -164,13 +229,17 @@ fn repacked_constants_are_ggml_constants_rounded_once_to_f16() {
                 for s in 0..8 {
                     let blk = &b32[(8 * i + s) * bb..];
                     // The exact ggml constants of block s (f32 products of an f16 and a small integer are exact).
-                    let want: [f64; 2] = if ty == GgmlType::Q6_K {
-                        let sc = |j: usize| sb[q6_k::SCALES_OFFSET + j] as i8 as f64;
-                        let d = h(sb, q6_k::D_OFFSET);
-                        [d * sc(2 * s), d * sc(2 * s + 1)]
-                    } else {
-                        let (sc, m) = q4_k::scale_min(&sb[4..16], s);
-                        [h(sb, 0) * sc as f64, -h(sb, 2) * m as f64]
+                    let want: Vec<f64> = match ty {
+                        GgmlType::Q6_K => {
+                            let sc = |j: usize| sb[q6_k::SCALES_OFFSET + j] as i8 as f64;
+                            let d = h(sb, q6_k::D_OFFSET);
+                            vec![d * sc(2 * s), d * sc(2 * s + 1)]
+                        }
+                        GgmlType::IQ4_XS => vec![h(sb, 0) * (iq4_xs::scale_code(sb, s) - 32) as f64],
+                        _ => {
+                            let (sc, m) = q4_k::scale_min(&sb[4..16], s);
+                            vec![h(sb, 0) * sc as f64, -h(sb, 2) * m as f64]
+                        }
                     };
                     for (j, want) in want.into_iter().enumerate() {
                         let got = h(blk, 2 * j);
@@ -200,6 +269,7 @@ fn repacked_constants_are_ggml_constants_rounded_once_to_f16() {
             let bound = match ty {
                 GgmlType::Q4_K => 15.0 * c0 + c1,
                 GgmlType::Q5_K => 31.0 * c0 + c1,
+                GgmlType::IQ4_XS => 127.0 * c0,
                 _ => 32.0 * c0.max(c1),
             } * (eps + 2f64.powi(-22));
             assert!(

@@ -2,48 +2,50 @@
 // src/quant/pack.rs, Layout::Rows): one quant word of 4 rows dequantized in registers, its dot with a token's x,
 // and the workgroup sum of the 4 rows' partials. As in matmul_q_rows.
 // The including shader declares x (array<vec4<f32>>), wq (array<u32>), ws (array<u32>) and, with PAIR, wm.
-// Per word: Q4_0: d * (sum q x - 8 sum x); MIN (Q4_1, Q4_K; Q5_K with Q8): d * sum q x + m * sum x; Q8_0:
-// d * sum q x; Q8 + S16 (Q6_K): words 4..8 of a block take the second scale instead of d.
+// Per word: Q4_0, Q5_0, NL (QC 0): d * (sum q x - QC sum x); MIN (Q4_1, Q5_1, Q4_K, Q5_K): d * sum q x + m * sum x;
+// Q8_0: d * sum q x; S16 (Q6_K): the high nibbles (weights 16..32) take the second scale.
 
 #include "lib/quant_rows.wgsl"
-
-#if Q8
-const WB = 8u;  // quant words per block
-#else
-const WB = 4u;
-#endif
 
 const WG = 64u;
 
 var<workgroup> red: array<vec4<f32>, WG>;  // [WG] partial sums of the 4 rows (one token at a time)
 
-// Quant word `wd` (of block wd / WB) of 4 rows, with the block's constants.
+// Quant word `wd` (of block wd / WQ; the high-bit words are not counted) of 4 rows, with the block's high-bit
+// words (HB1, HB2) and constants.
 struct Word {
     q: vec4<u32>,
+    h: vec4<u32>,
+    h2: vec4<u32>,
     d: vec4<f32>,
 #if PAIR
     mn: vec4<f32>,  // the min, or with S16 the second scale
 #endif
+    i: u32,   // the word's index in its block
     xo: u32,  // vec4 index in a row of x of the word's first weights
 }
 
 // rq[j]: first quant word of row j; rs[j]: first scale (and min) word of row j.
 fn load_word(rq: vec4<u32>, rs: vec4<u32>, wd: u32) -> Word {
     var w: Word;
-    let b = wd / WB;
+    let b = wd / WQ;
     let sw = b / 2u;
     let high = (b & 1u) == 1u;
+    w.i = wd % WQ;
     for (var j = 0u; j < 4u; j++) {
-        w.q[j] = wq[rq[j] + wd];
+        w.q[j] = wq[rq[j] + b * WB + w.i];
+#if HB1
+        w.h[j] = wq[rq[j] + b * WB + WQ];
+#endif
+#if HB2
+        w.h2[j] = wq[rq[j] + b * WB + WQ + 1u];
+#endif
         w.d[j] = half_of(ws[rs[j] + sw], high);
 #if PAIR
         w.mn[j] = half_of(wm[rs[j] + sw], high);
 #endif
     }
-#if S16
-    w.d = select(w.d, w.mn, wd % WB >= 4u);  // weights 16..32 of the block take the second scale
-#endif
-    w.xo = 8u * b + wd % WB;
+    w.xo = 8u * b + w.i;
     return w;
 }
 
@@ -53,21 +55,22 @@ fn word_dot(w: Word, xb: u32) -> vec4<f32> {
     let xa = x[xb + w.xo];
     let s = vec4<f32>(dot(q8_bytes(w.q.x), xa), dot(q8_bytes(w.q.y), xa), dot(q8_bytes(w.q.z), xa),
         dot(q8_bytes(w.q.w), xa));
-#if MIN
-    return w.d * s + w.mn * dot(xa, vec4<f32>(1.0));
-#else
     return w.d * s;
-#endif
 #else
     let xa = x[xb + w.xo];
     let xc = x[xb + w.xo + 4u];
-    let s = vec4<f32>(dot(q4_lo(w.q.x), xa) + dot(q4_hi(w.q.x), xc), dot(q4_lo(w.q.y), xa) + dot(q4_hi(w.q.y), xc),
-        dot(q4_lo(w.q.z), xa) + dot(q4_hi(w.q.z), xc), dot(q4_lo(w.q.w), xa) + dot(q4_hi(w.q.w), xc));
-    let xs = dot(xa + xc, vec4<f32>(1.0));
-#if MIN
-    return w.d * s + w.mn * xs;
+    let sa = vec4<f32>(dot(q_lo(w.q.x, w.h.x, w.h2.x, w.i), xa), dot(q_lo(w.q.y, w.h.y, w.h2.y, w.i), xa),
+        dot(q_lo(w.q.z, w.h.z, w.h2.z, w.i), xa), dot(q_lo(w.q.w, w.h.w, w.h2.w, w.i), xa));
+    let sc = vec4<f32>(dot(q_hi(w.q.x, w.h.x, w.h2.x, w.i), xc), dot(q_hi(w.q.y, w.h.y, w.h2.y, w.i), xc),
+        dot(q_hi(w.q.z, w.h.z, w.h2.z, w.i), xc), dot(q_hi(w.q.w, w.h.w, w.h2.w, w.i), xc));
+#if S16
+    return w.d * (sa - QC * dot(xa, vec4<f32>(1.0))) + w.mn * (sc - QC * dot(xc, vec4<f32>(1.0)));
 #else
-    return w.d * (s - 8.0 * xs);
+#if MIN
+    return w.d * (sa + sc) + w.mn * dot(xa + xc, vec4<f32>(1.0));
+#else
+    return w.d * (sa + sc - QC * dot(xa + xc, vec4<f32>(1.0)));
+#endif
 #endif
 #endif
 }

@@ -1,14 +1,19 @@
 // Dequantization in registers for the chunk-tiled layout (src/quant/pack.rs, Layout::Tiled): a vec4<u32> holds
 // the same quant word of 4 consecutive output rows, so every helper works on 4 outputs at once.
-// Q4 word i of a 32-block: byte b holds weight 4i+b (low nibble) and weight 16+4i+b (high nibble).
+// Nibble word i of a 32-block: byte b holds weight 4i+b (low nibble) and weight 16+4i+b (high nibble); with HB1
+// (HB2) one (two) high-bit words follow the 4 nibble words, bit 8b+i holding bit 4 (5) of weight 4i+b's quant and
+// bit 8b+4+i that of weight 16+4i+b. NL: the nibbles index the IQ4_NL codebook (lib/quant_nl.wgsl).
 // Q8 word i of a 32-block: byte b holds weight 4i+b as i8.
 // The including shader declares x (uniform or storage array<vec4<f32>>), wq (array<vec4<u32>>) and ws
 // (array<vec2<u32>>, or array<vec4<u32>> with PAIR: two constants per block, a min (MIN) or with S16 the scale of
-// words 4..8, i.e. weights 16..32). XSUM: the block sum of x is needed (Q4_0's offset, mins).
+// weights 16..32, the high nibbles). XSUM: the block sum of x is needed (the offset QC, mins; with S16 the sums of
+// each half).
 //
 // Quants are masked in place, not shifted down: the nibble at bits 4j..4j+3 converts to q * 16^j exactly (4
 // significant bits), so x is pre-scaled by 16^-j instead (a power-of-two scaling, exact unless |x| < 2^-102), once
 // per block and shared by all rows. Q8 bytes are moved to the top byte (sign in place) and convert to q * 2^24.
+// 5- and 6-bit quants are assembled in bytes (nibble | high bits << 4) and masked in place at 8b (scale 2^-8b; the
+// top byte is shifted down instead). Codebook nibbles are shifted down (the polynomial needs the index itself).
 
 #include "lib/quant_half.wgsl"
 
@@ -17,6 +22,29 @@
 const Q4_XA_SCALE = vec4<f32>(1.0, 0.00390625, 1.52587890625e-05, 5.9604644775390625e-08);
 const Q4_XB_SCALE = vec4<f32>(0.0625, 0.000244140625, 9.5367431640625e-07, 1.0);
 const Q8_X_SCALE = 5.9604644775390625e-08;  // 2^-24
+// Byte quants of HB1 / HB2 (bits 0, 8, 16 masked in place, the top byte shifted down).
+const HB_X_SCALE = vec4<f32>(1.0, 0.00390625, 1.52587890625e-05, 1.0);
+
+// The pre-scales of x for this format: XA_SCALE for weights 0..16 of a block (x vectors 0..4), XB_SCALE for 16..32.
+#if Q8
+const XA_SCALE = vec4<f32>(Q8_X_SCALE);
+const XB_SCALE = vec4<f32>(Q8_X_SCALE);
+#else
+#if HB1
+const XA_SCALE = HB_X_SCALE;
+const XB_SCALE = HB_X_SCALE;
+#else
+#if NL
+const XA_SCALE = vec4<f32>(1.0);
+const XB_SCALE = vec4<f32>(1.0);
+#else
+const XA_SCALE = Q4_XA_SCALE;
+const XB_SCALE = Q4_XB_SCALE;
+#endif
+#endif
+#endif
+
+#include "lib/quant_nl.wgsl"
 
 // sum_b q[b] * xa[b] + q[b+16] * xb[b] over one Q4 word of 4 rows, with xa = x[4i..4i+4] * Q4_XA_SCALE and
 // xb = x[16+4i..16+4i+4] * Q4_XB_SCALE. Two partial chains halve the FMA dependency chain.
@@ -42,10 +70,59 @@ fn q8_word(q: vec4<u32>, xa: vec4<f32>) -> vec4<f32> {
     return a + b;
 }
 
+// The byte quants (below 64) of nibble word i of 4 rows with its high bits: weights 4i..4i+4 (hb_lo) and
+// 16+4i..16+4i+4 (hb_hi). h: bit 4 of each quant (HB1), h2: bit 5 (HB2; ignored without it).
+fn hb_lo(q: vec4<u32>, h: vec4<u32>, h2: vec4<u32>, i: u32) -> vec4<u32> {
+    var v = (q & vec4<u32>(0x0f0f0f0fu)) | ((h << vec4<u32>(4u - i)) & vec4<u32>(0x10101010u));
+#if HB2
+    v |= (h2 << vec4<u32>(5u - i)) & vec4<u32>(0x20202020u);
+#endif
+    return v;
+}
+fn hb_hi(q: vec4<u32>, h: vec4<u32>, h2: vec4<u32>, i: u32) -> vec4<u32> {
+    var v = ((q >> vec4<u32>(4u)) & vec4<u32>(0x0f0f0f0fu)) | ((h >> vec4<u32>(i)) & vec4<u32>(0x10101010u));
+#if HB2
+    v |= ((h2 >> vec4<u32>(i)) & vec4<u32>(0x10101010u)) << vec4<u32>(1u);
+#endif
+    return v;
+}
+
+// sum_b v[b] * xs[b] over the 4 byte quants (below 128) of 4 rows, with xs = x * HB_X_SCALE.
+fn u8_dot(v: vec4<u32>, xs: vec4<f32>) -> vec4<f32> {
+    let a = vec4<f32>(bitcast<vec4<i32>>(v & vec4<u32>(0xffu))) * xs.x
+        + vec4<f32>(bitcast<vec4<i32>>(v & vec4<u32>(0xff00u))) * xs.y;
+    let b = vec4<f32>(bitcast<vec4<i32>>(v & vec4<u32>(0xff0000u))) * xs.z
+        + vec4<f32>(bitcast<vec4<i32>>(v >> vec4<u32>(24u))) * xs.w;
+    return a + b;
+}
+
+// sum_b T[q[b]] * xa[b] + T[q[b+16]] * xb[b] over one codebook nibble word of 4 rows (x not pre-scaled).
+fn nl_word(q: vec4<u32>, xa: vec4<f32>, xb: vec4<f32>) -> vec4<f32> {
+    let m = vec4<u32>(15u);
+    var lo = nl4(vec4<f32>(q & m)) * xa.x;
+    var hi = nl4(vec4<f32>((q >> vec4<u32>(4u)) & m)) * xb.x;
+    lo += nl4(vec4<f32>((q >> vec4<u32>(8u)) & m)) * xa.y;
+    hi += nl4(vec4<f32>((q >> vec4<u32>(12u)) & m)) * xb.y;
+    lo += nl4(vec4<f32>((q >> vec4<u32>(16u)) & m)) * xa.z;
+    hi += nl4(vec4<f32>((q >> vec4<u32>(20u)) & m)) * xb.z;
+    lo += nl4(vec4<f32>((q >> vec4<u32>(24u)) & m)) * xa.w;
+    hi += nl4(vec4<f32>(q >> vec4<u32>(28u))) * xb.w;
+    return lo + hi;
+}
+
 #if Q8
-const WB = 8u;  // quant words per block per row
+const WQ = 8u;  // quant words per block per row
 #else
-const WB = 4u;
+const WQ = 4u;
+#endif
+#if HB2
+const WB = WQ + 2u;  // device words per block per row: quant words, then high-bit words
+#else
+#if HB1
+const WB = WQ + 1u;
+#else
+const WB = WQ;
+#endif
 #endif
 
 // One token's 8 x vectors of a block, pre-scaled for the quant helpers, and (Q4) their sum.
@@ -58,24 +135,27 @@ struct XBlock {
     v5: vec4<f32>,
     v6: vec4<f32>,
     v7: vec4<f32>,
-    sum: f32,
+    sum: f32,   // with S16 the sum of weights 0..16's x only
+    sum2: f32,  // S16: the sum of weights 16..32's x
 }
 
 #if SUBGROUPS
 // From `xr`, this lane's vector (lane l holds x[8 l..8 l + 4] of the block), by broadcasts.
 fn x_block(xr: vec4<f32>, sl: u32) -> XBlock {
     var b: XBlock;
-#if Q8
-    let xl = xr * Q8_X_SCALE;
-#else
-    let xl = xr * select(Q4_XA_SCALE, Q4_XB_SCALE, (sl & 4u) != 0u);
-#endif
+    let xl = xr * select(XA_SCALE, XB_SCALE, (sl & 4u) != 0u);
 #if XSUM
     let xd = dot(xr, vec4<f32>(1.0));
-    b.sum = ((subgroupBroadcast(xd, 0u) + subgroupBroadcast(xd, 1u))
-        + (subgroupBroadcast(xd, 2u) + subgroupBroadcast(xd, 3u)))
-        + ((subgroupBroadcast(xd, 4u) + subgroupBroadcast(xd, 5u))
-        + (subgroupBroadcast(xd, 6u) + subgroupBroadcast(xd, 7u)));
+    let s0 = (subgroupBroadcast(xd, 0u) + subgroupBroadcast(xd, 1u))
+        + (subgroupBroadcast(xd, 2u) + subgroupBroadcast(xd, 3u));
+    let s1 = (subgroupBroadcast(xd, 4u) + subgroupBroadcast(xd, 5u))
+        + (subgroupBroadcast(xd, 6u) + subgroupBroadcast(xd, 7u));
+#if S16
+    b.sum = s0;
+    b.sum2 = s1;
+#else
+    b.sum = s0 + s1;
+#endif
 #endif
     b.v0 = subgroupBroadcast(xl, 0u);
     b.v1 = subgroupBroadcast(xl, 1u);
@@ -99,15 +179,15 @@ fn x_block(at: u32) -> XBlock {
     let r5 = x[at + 5u];
     let r6 = x[at + 6u];
     let r7 = x[at + 7u];
-#if Q8
-    let sa = vec4<f32>(Q8_X_SCALE);
-    let sb = sa;
-#else
-    let sa = Q4_XA_SCALE;
-    let sb = Q4_XB_SCALE;
-#endif
+    let sa = XA_SCALE;
+    let sb = XB_SCALE;
 #if XSUM
+#if S16
+    b.sum = dot((r0 + r1) + (r2 + r3), vec4<f32>(1.0));
+    b.sum2 = dot((r4 + r5) + (r6 + r7), vec4<f32>(1.0));
+#else
     b.sum = dot((r0 + r1) + (r2 + r3) + ((r4 + r5) + (r6 + r7)), vec4<f32>(1.0));
+#endif
 #endif
     b.v0 = r0 * sa;
     b.v1 = r1 * sa;
@@ -122,7 +202,7 @@ fn x_block(at: u32) -> XBlock {
 #endif
 
 // The quant words of one block of 4 rows (at vec4 index `wi` of wq; the next word of the same rows is 8 vectors
-// further), and its constants (at index `si` of ws).
+// further), its high-bit words, and its constants (at index `si` of ws).
 struct WBlock {
     q0: vec4<u32>,
     q1: vec4<u32>,
@@ -134,9 +214,13 @@ struct WBlock {
     q6: vec4<u32>,
     q7: vec4<u32>,
 #endif
+#if HB1
+    h: vec4<u32>,
+    h2: vec4<u32>,  // HB2 only (a copy of h without it)
+#endif
     d: vec4<f32>,
 #if PAIR
-    m: vec4<f32>,  // the min, or with S16 the scale of words 4..8
+    m: vec4<f32>,  // the min, or with S16 the scale of weights 16..32
 #endif
 }
 
@@ -152,6 +236,14 @@ fn w_block(wi: u32, si: u32) -> WBlock {
     w.q6 = wq[wi + 48u];
     w.q7 = wq[wi + 56u];
 #endif
+#if HB1
+    w.h = wq[wi + 32u];
+#if HB2
+    w.h2 = wq[wi + 40u];
+#else
+    w.h2 = w.h;
+#endif
+#endif
 #if PAIR
     let sc = ws[si];
     w.d = halves4(sc.xy);
@@ -166,26 +258,40 @@ fn w_block(wi: u32, si: u32) -> WBlock {
 // dequantization (mask and convert) is computed once and shared by the tokens.
 fn block_dot(w: WBlock, b: XBlock) -> vec4<f32> {
 #if Q8
-#if S16
-    let lo = q8_word(w.q0, b.v0) + q8_word(w.q1, b.v1) + q8_word(w.q2, b.v2) + q8_word(w.q3, b.v3);
-    let hi = q8_word(w.q4, b.v4) + q8_word(w.q5, b.v5) + q8_word(w.q6, b.v6) + q8_word(w.q7, b.v7);
-    return w.d * lo + w.m * hi;
-#else
     let s = q8_word(w.q0, b.v0) + q8_word(w.q1, b.v1) + q8_word(w.q2, b.v2) + q8_word(w.q3, b.v3)
         + q8_word(w.q4, b.v4) + q8_word(w.q5, b.v5) + q8_word(w.q6, b.v6) + q8_word(w.q7, b.v7);
+    return w.d * s;
+#else
+#if HB1
+    let lo = u8_dot(hb_lo(w.q0, w.h, w.h2, 0u), b.v0) + u8_dot(hb_lo(w.q1, w.h, w.h2, 1u), b.v1)
+        + u8_dot(hb_lo(w.q2, w.h, w.h2, 2u), b.v2) + u8_dot(hb_lo(w.q3, w.h, w.h2, 3u), b.v3);
+    let hi = u8_dot(hb_hi(w.q0, w.h, w.h2, 0u), b.v4) + u8_dot(hb_hi(w.q1, w.h, w.h2, 1u), b.v5)
+        + u8_dot(hb_hi(w.q2, w.h, w.h2, 2u), b.v6) + u8_dot(hb_hi(w.q3, w.h, w.h2, 3u), b.v7);
+#if S16
+    return w.d * (lo - QC * b.sum) + w.m * (hi - QC * b.sum2);
+#else
+    let s = lo + hi;
+#endif
+#else
+#if NL
+    let s = nl_word(w.q0, b.v0, b.v4) + nl_word(w.q1, b.v1, b.v5) + nl_word(w.q2, b.v2, b.v6)
+        + nl_word(w.q3, b.v3, b.v7);
+#else
+    let s = q4_word(w.q0, b.v0, b.v4) + q4_word(w.q1, b.v1, b.v5) + q4_word(w.q2, b.v2, b.v6)
+        + q4_word(w.q3, b.v3, b.v7);
+#endif
+#endif
+#if S16
+#else
 #if MIN
     return w.d * s + w.m * b.sum;
+#else
+#if XSUM
+    return w.d * (s - QC * b.sum);
 #else
     return w.d * s;
 #endif
 #endif
-#else
-    let s = q4_word(w.q0, b.v0, b.v4) + q4_word(w.q1, b.v1, b.v5) + q4_word(w.q2, b.v2, b.v6)
-        + q4_word(w.q3, b.v3, b.v7);
-#if MIN
-    return w.d * s + w.m * b.sum;
-#else
-    return w.d * (s - 8.0 * b.sum);
 #endif
 #endif
 }

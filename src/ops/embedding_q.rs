@@ -6,7 +6,7 @@ use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::{Graph, TensorId};
-use crate::quant::pack::{Format, Layout, PackedWeight, PACKABLE, QK};
+use crate::quant::pack::{kernel_formats, Format, Layout, PackedWeight, QK};
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -157,11 +157,10 @@ pub fn reference(ids: &[u32], table: &[f32], k: usize) -> Vec<f32> {
         .collect()
 }
 
-/// Format x layout (Q4_K's blocks are Q4_1 blocks: it shares Q4_1's variants).
+/// Format x layout (formats with the same kernel blocks share variants: `kernel_formats`).
 pub fn variants() -> Vec<ShaderKey> {
     let mut v = Vec::new();
-    for ty in PACKABLE.into_iter().filter(|&t| t != crate::quant::GgmlType::Q4_K) {
-        let format = Format::new(ty).expect("a packable format");
+    for format in kernel_formats() {
         for layout in [Layout::Tiled, Layout::Rows] {
             v.push(key(format, layout));
         }

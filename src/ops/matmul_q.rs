@@ -1,14 +1,14 @@
-//! Quantized dense layer `y[.., N] = x[.., K] · W[N, K]^T (+ bias[N])`, W in Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K
-//! packed by [`crate::quant::pack`] (k-quants as 32-weight blocks) and dequantized in registers (W4A16 / W8A16, f32
-//! accumulation; f16 products on GPUs with SHADER_F16, [`QMath`]): a GEMV for one token
-//! and a GEMM that reuses each weight load for several tokens, in the kernel family of W's layout (chunk-tiled for
-//! CPU adapters, row-major for GPUs). One dispatch per row part of W.
+//! Quantized dense layer `y[.., N] = x[.., K] · W[N, K]^T (+ bias[N])`, W in any packable type (Q4_0, Q4_1, Q5_0,
+//! Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS) packed by [`crate::quant::pack`] (super-blocks as 32-weight
+//! blocks) and dequantized in registers (W4A16 / W8A16, f32 accumulation; f16 products on GPUs with SHADER_F16,
+//! [`QMath`]): a GEMV for one token and a GEMM that reuses each weight load for several tokens, in the kernel
+//! family of W's layout (chunk-tiled for CPU adapters, row-major for GPUs). One dispatch per row part of W.
 
 use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::{Graph, TensorId};
-use crate::quant::pack::{Format, Layout, PackedWeight, PACKABLE, QK, TILE};
+use crate::quant::pack::{kernel_formats, Format, Layout, PackedWeight, QK, TILE};
 
 /// GEMV or GEMM. `Auto` picks the GEMV for one row of x (in the tiled layout for up to [`TILED_GEMV_MAX_M`] rows)
 /// and the GEMM for more; the others force one, for any M (tests and benches).
@@ -336,11 +336,10 @@ pub fn reference(x: &[f32], w: &[f32], bias: Option<&[f32]>, m: usize, k: usize,
 /// Every variant: layout x path x format x bias x subgroups (x f16 in the rows layout); the tiled GEMV also with x
 /// in a uniform of the model sizes' lengths (`XN` only sizes an array: the smallest, the largest of 64 KiB, and K/4
 /// of the benched models).
-/// Q4_K's blocks are Q4_1 blocks, so it shares Q4_1's variants.
+/// Formats with the same kernel blocks (Q4_K and Q4_1, Q5_K and Q5_1, IQ4_XS and IQ4_NL) share variants.
 pub fn variants() -> Vec<ShaderKey> {
     let mut v = Vec::new();
-    for ty in PACKABLE.into_iter().filter(|&t| t != crate::quant::GgmlType::Q4_K) {
-        let format = Format::new(ty).expect("a packable format");
+    for format in kernel_formats() {
         for bias in [false, true] {
             for sg in [false, true] {
                 v.push(tiled_key(format, bias, None, sg, None));

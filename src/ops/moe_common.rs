@@ -16,7 +16,7 @@ use super::Params;
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::{Graph, TensorId};
-use crate::quant::pack::{Format, Layout, PackedWeight, PACKABLE, QK};
+use crate::quant::pack::{kernel_formats, Format, Layout, PackedWeight, QK};
 
 /// An expert weight matrix as the sparse kernels take it.
 #[derive(Clone, Copy, Debug)]
@@ -179,9 +179,8 @@ pub fn variants(op: &str) -> Vec<ShaderKey> {
             }
         }
     }
-    // Q4_K's blocks are Q4_1 blocks: the same variants.
-    for ty in PACKABLE.into_iter().filter(|&t| t != crate::quant::GgmlType::Q4_K) {
-        let format = Format::new(ty).expect("a packable format");
+    // Formats with the same kernel blocks share variants.
+    for format in kernel_formats() {
         for sg in [false, true] {
             let tiled = WeightKind::Quant(format, Layout::Tiled);
             for tm in [1, 4, 8] {

@@ -1,16 +1,21 @@
-//! ggml tensor types and block formats (Q4_0, Q4_1, Q8_0, the k-quants Q4_K, Q5_K, Q6_K, F16, BF16): layouts, CPU
-//! dequantization (the reference the GPU kernels are tested against) and round-to-nearest quantization (matching
-//! ggml's reference quantizers for the 32-weight formats; simpler RTN ones for the k-quants).
+//! ggml tensor types and block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, the k-quants Q4_K, Q5_K, Q6_K,
+//! IQ4_XS, F16, BF16): layouts, CPU dequantization (the reference the GPU kernels are tested against) and
+//! round-to-nearest quantization (matching ggml's reference quantizers for Q4_0..Q8_0; simpler RTN ones for the
+//! k-quants and the IQ4 codebook formats).
 //!
 //! A quantized row of `n` weights is `n / 32` blocks (k-quants: `n / 256` super-blocks) laid end to end; a block
 //! holds its constants and the packed quants. Byte offsets inside a block are constants in each format's module.
 //! The GPU kernels read 32-weight blocks only: `pack` repacks k-quant super-blocks into such blocks at load.
 
 pub mod gptq;
+pub mod iq4_nl;
+pub mod iq4_xs;
 pub mod pack;
 pub mod q4_0;
 pub mod q4_1;
 pub mod q4_k;
+pub mod q5_0;
+pub mod q5_1;
 pub mod q5_k;
 pub mod q6_k;
 pub mod q8_0;
@@ -68,8 +73,8 @@ const TYPES: [(GgmlType, u32, &str, usize, usize); 32] = [
     (GgmlType::F16, 1, "F16", 1, 2),
     (GgmlType::Q4_0, 2, "Q4_0", q4_0::QK, q4_0::BLOCK_BYTES),
     (GgmlType::Q4_1, 3, "Q4_1", q4_1::QK, q4_1::BLOCK_BYTES),
-    (GgmlType::Q5_0, 6, "Q5_0", 32, 22),
-    (GgmlType::Q5_1, 7, "Q5_1", 32, 24),
+    (GgmlType::Q5_0, 6, "Q5_0", q5_0::QK, q5_0::BLOCK_BYTES),
+    (GgmlType::Q5_1, 7, "Q5_1", q5_1::QK, q5_1::BLOCK_BYTES),
     (GgmlType::Q8_0, 8, "Q8_0", q8_0::QK, q8_0::BLOCK_BYTES),
     (GgmlType::Q8_1, 9, "Q8_1", 32, 36),
     (GgmlType::Q2_K, 10, "Q2_K", 256, 84),
@@ -82,10 +87,10 @@ const TYPES: [(GgmlType, u32, &str, usize, usize); 32] = [
     (GgmlType::IQ2_XS, 17, "IQ2_XS", 256, 74),
     (GgmlType::IQ3_XXS, 18, "IQ3_XXS", 256, 98),
     (GgmlType::IQ1_S, 19, "IQ1_S", 256, 50),
-    (GgmlType::IQ4_NL, 20, "IQ4_NL", 32, 18),
+    (GgmlType::IQ4_NL, 20, "IQ4_NL", iq4_nl::QK, iq4_nl::BLOCK_BYTES),
     (GgmlType::IQ3_S, 21, "IQ3_S", 256, 110),
     (GgmlType::IQ2_S, 22, "IQ2_S", 256, 82),
-    (GgmlType::IQ4_XS, 23, "IQ4_XS", 256, 136),
+    (GgmlType::IQ4_XS, 23, "IQ4_XS", QK_K, iq4_xs::BLOCK_BYTES),
     (GgmlType::I8, 24, "I8", 1, 1),
     (GgmlType::I16, 25, "I16", 1, 2),
     (GgmlType::I32, 26, "I32", 1, 4),
@@ -138,7 +143,11 @@ impl GgmlType {
                 | GgmlType::BF16
                 | GgmlType::Q4_0
                 | GgmlType::Q4_1
+                | GgmlType::Q5_0
+                | GgmlType::Q5_1
                 | GgmlType::Q8_0
+                | GgmlType::IQ4_NL
+                | GgmlType::IQ4_XS
                 | GgmlType::Q4_K
                 | GgmlType::Q5_K
                 | GgmlType::Q6_K
@@ -247,7 +256,11 @@ pub fn dequantize_into(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()
         }
         GgmlType::Q4_0 => q4_0::dequantize_into(bytes, out)?,
         GgmlType::Q4_1 => q4_1::dequantize_into(bytes, out)?,
+        GgmlType::Q5_0 => q5_0::dequantize_into(bytes, out)?,
+        GgmlType::Q5_1 => q5_1::dequantize_into(bytes, out)?,
         GgmlType::Q8_0 => q8_0::dequantize_into(bytes, out)?,
+        GgmlType::IQ4_NL => iq4_nl::dequantize_into(bytes, out)?,
+        GgmlType::IQ4_XS => iq4_xs::dequantize_into(bytes, out)?,
         GgmlType::Q4_K => q4_k::dequantize_into(bytes, out)?,
         GgmlType::Q5_K => q5_k::dequantize_into(bytes, out)?,
         GgmlType::Q6_K => q6_k::dequantize_into(bytes, out)?,
@@ -265,7 +278,11 @@ pub fn quantize(ty: GgmlType, x: &[f32]) -> Result<Vec<u8>> {
         GgmlType::BF16 => Ok(x.iter().flat_map(|&v| f32_to_bf16(v).to_le_bytes()).collect()),
         GgmlType::Q4_0 => q4_0::quantize(x),
         GgmlType::Q4_1 => q4_1::quantize(x),
+        GgmlType::Q5_0 => q5_0::quantize(x),
+        GgmlType::Q5_1 => q5_1::quantize(x),
         GgmlType::Q8_0 => q8_0::quantize(x),
+        GgmlType::IQ4_NL => iq4_nl::quantize(x),
+        GgmlType::IQ4_XS => iq4_xs::quantize(x),
         GgmlType::Q4_K => q4_k::quantize(x),
         GgmlType::Q5_K => q5_k::quantize(x),
         GgmlType::Q6_K => q6_k::quantize(x),

@@ -1,33 +1,40 @@
-//! GPU layouts of block-quantized weights (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K): raw GGUF blocks of a `[N, K]` tensor
-//! are repacked once at load into the layout the adapter's kernels read, and uploaded as `u32` words split into row
-//! parts that each fit one storage binding. Weights stay quantized on the device; `matmul_q` and `embedding_q`
-//! dequantize in registers.
+//! GPU layouts of block-quantized weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS): raw
+//! GGUF blocks of a `[N, K]` tensor are repacked once at load into the layout the adapter's kernels read, and
+//! uploaded as `u32` words split into row parts that each fit one storage binding. Weights stay quantized on the
+//! device; `matmul_q` and `embedding_q` dequantize in registers.
 //!
-//! The kernels read 32-weight blocks of 4- or 8-bit quants with one or two f16 constants. k-quant super-blocks are
-//! first converted to such blocks ([`blocks32`]): Q4_K to Q4_1 blocks, Q5_K to 8-bit blocks with a min, Q6_K to
-//! 8-bit blocks with two scales (one per half of 16 weights); see their modules. The per-block constants are the
-//! super-block factor times the sub-block code, rounded once to f16 (relative error at most 2^-11); the quants are
-//! unchanged. Q4_K stays 4-bit (20 bytes per 32 weights vs 18 in the file), Q5_K and Q6_K become 8-bit (36 bytes
-//! vs 22 and 26.25).
+//! The kernels read 32-weight blocks of 4-bit nibbles (plus 1 or 2 high-bit words for 5- and 6-bit quants) or 8-bit
+//! quants, with one or two f16 constants. Super-blocks are first converted to such blocks ([`blocks32`]): Q4_K to
+//! Q4_1 blocks, Q5_K to Q5_1 blocks, IQ4_XS to IQ4_NL blocks, Q6_K to 6-bit blocks with two scales (one per half of
+//! 16 weights); see their modules. The per-block constants are the super-block factor times the sub-block code,
+//! rounded once to f16 (relative error at most 2^-11); the quants are unchanged. Device bytes per 32 weights (file
+//! bytes in brackets): Q4_0 18 (18), Q4_1 20 (20), Q5_0 22 (22), Q5_1 24 (24), Q8_0 34 (34), IQ4_NL 18 (18), Q4_K
+//! 20 (18: 1.11x), Q5_K 24 (22: 1.09x), Q6_K 28 (26.25: 1.07x), IQ4_XS 18 (17: 1.06x).
 //!
-//! Both layouts keep ggml's nibble order inside a 32-weight block: quant word `i` (0..4 for Q4, 0..8 for Q8) of a
-//! block is bytes `4i..4i+4` of its `qs`. For Q4 word `i` holds weights `4i..4i+4` in the low nibbles of its bytes
-//! and weights `16+4i..16+4i+4` in the high nibbles; for Q8 it holds weights `4i..4i+4` as i8.
-//! The second constant of a block (where there is one) is a min added to every weight (Q4_1, Q4_K, Q5_K) or the
-//! scale of words 4..8 (Q6_K: the first scale applies to words 0..4); it is stored where Q4_1 stores its min.
+//! Both layouts keep ggml's nibble order inside a 32-weight block: quant word `i` (0..4 for 4-bit, 0..8 for Q8) of
+//! a block is bytes `4i..4i+4` of its `qs`. A nibble word `i` holds weights `4i..4i+4` in the low nibbles of its
+//! bytes and weights `16+4i..16+4i+4` in the high nibbles; a Q8 word holds weights `4i..4i+4` as i8. After the
+//! quant words come the high-bit words (Q5_0, Q5_1, Q5_K: one, bit 4 of each quant; Q6_K: two, bits 4 and 5),
+//! permuted from ggml's order (bit `j` = weight `j`) so that the kernels move them next to the nibbles with one
+//! shift and mask per word ([`hb_to_device`]): device bit `8b + i` is weight `4i + b`'s and bit `8b + 4 + i` is
+//! weight `16 + 4i + b`'s. With WB words per block (quant words plus high-bit words) the quants buffer keeps the
+//! bytes of the file's quants exactly.
+//! The second constant of a block (where there is one) is a min added to every weight (Q4_1, Q5_1, Q4_K, Q5_K) or
+//! the scale of weights 16..32, the high nibbles (Q6_K: the first scale applies to weights 0..16); it is stored
+//! where Q4_1 stores its min.
 //!
 //! * [`Layout::Tiled`] (CPU adapters such as lavapipe; LAVAPIPE.md §4, "chunk-tiled"): rows come in tiles of
-//!   [`TILE`] = 32 (8 SIMD lanes x 4 outputs; N is padded with zero rows). Quants are `vec4<u32>` at index
+//!   [`TILE`] = 32 (8 SIMD lanes x 4 outputs; N is padded with zero rows). Words are `vec4<u32>` at index
 //!   `((tile * G + g) * WB + i) * 8 + lane`, component `j` = word `i` of block `g` of row `32 tile + 4 lane + j`
-//!   (G = K/32 blocks per row, WB = words per block): the 8 lanes of a chunk read 128 contiguous bytes and the next
-//!   word (then the next block) continues right after. Scales use the same tiling per block: at
+//!   (G = K/32 blocks per row): the 8 lanes of a chunk read 128 contiguous bytes and the next word (then the next
+//!   block) continues right after. Scales use the same tiling per block: at
 //!   `(tile * G + g) * 8 + lane` a `vec2<u32>` of the 4 rows' `d` as f16 pairs (row `4 lane + 2h` in the low half of
 //!   word `h`), or with a second constant a `vec4<u32>` (d01, d23, m01, m23). There is no `mins` buffer.
-//! * [`Layout::Rows`] (GPUs): quants row-major, `[N, G * WB]` words (a row's blocks in order, coalesced along K);
+//! * [`Layout::Rows`] (GPUs): words row-major, `[N, G * WB]` (a row's blocks in order, coalesced along K);
 //!   scales `[N, ceil(G/2)]` words of f16 pairs (block `2w` in the low half of word `w`); second constants (mins,
 //!   Q6_K's second scales) likewise in a `mins` buffer.
 
-use super::{q4_1, q4_k, q5_k, q6_k, GgmlType};
+use super::{iq4_nl, iq4_xs, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, GgmlType};
 use crate::error::{Error, Result};
 use crate::gpu::tensor::{Part, USAGE};
 use crate::gpu::{DType, Gpu, GpuTensor};
@@ -72,14 +79,28 @@ impl Layout {
 }
 
 /// The packable GGUF types, in the order tests and variant lists use.
-pub const PACKABLE: [GgmlType; 6] = [
+/// (The first six were the first supported: test grids that pair cases with positions keep their old cases.)
+pub const PACKABLE: [GgmlType; 10] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q8_0,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
 ];
+
+/// One format per distinct kernel block type (Q4_K, Q5_K and IQ4_XS read as Q4_1, Q5_1 and IQ4_NL and share their
+/// shaders): the formats variant lists cover.
+pub fn kernel_formats() -> impl Iterator<Item = Format> {
+    PACKABLE
+        .into_iter()
+        .map(|ty| Format { ty })
+        .filter(|f| f.kernel_ty() == f.ty)
+}
 
 /// A packable GGUF type with the geometry of the 32-weight blocks the kernels read for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -93,85 +114,167 @@ impl Format {
         if PACKABLE.contains(&ty) {
             return Ok(Format { ty });
         }
+        let names: Vec<&str> = PACKABLE.iter().map(|t| t.name()).collect();
         Err(Error::Invalid(format!(
-            "{ty} weights cannot be packed for matmul_q (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K only)"
+            "{ty} weights cannot be packed for matmul_q ({} only)",
+            names.join(", ")
         )))
     }
-    /// 8-bit quants (Q8_0, and the repacked Q5_K and Q6_K).
+    /// The type whose 32-weight blocks the kernels read: Q4_K reads as Q4_1, Q5_K as Q5_1, IQ4_XS as IQ4_NL (the
+    /// other types as themselves; Q6_K's blocks are its own). Formats with the same kernel type share shaders.
+    pub fn kernel_ty(self) -> GgmlType {
+        match self.ty {
+            GgmlType::Q4_K => GgmlType::Q4_1,
+            GgmlType::Q5_K => GgmlType::Q5_1,
+            GgmlType::IQ4_XS => GgmlType::IQ4_NL,
+            t => t,
+        }
+    }
+    /// 8-bit quants (Q8_0).
     pub fn q8(self) -> bool {
-        matches!(self.ty, GgmlType::Q8_0 | GgmlType::Q5_K | GgmlType::Q6_K)
+        self.ty == GgmlType::Q8_0
     }
-    /// A per-block minimum, added to every weight (Q4_1, Q4_K, Q5_K).
+    /// A per-block minimum, added to every weight (Q4_1, Q5_1, Q4_K, Q5_K).
     pub fn has_min(self) -> bool {
-        matches!(self.ty, GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q5_K)
+        matches!(self.kernel_ty(), GgmlType::Q4_1 | GgmlType::Q5_1)
     }
-    /// A second scale for weights 16..32 of a block, i.e. quant words 4..8 (Q6_K).
+    /// A second scale for weights 16..32 of a block, i.e. the high nibbles (Q6_K).
     pub fn split_scale(self) -> bool {
         self.ty == GgmlType::Q6_K
+    }
+    /// High-bit words per block: 1 for 5-bit quants (Q5_0, Q5_1, Q5_K), 2 for 6-bit (Q6_K), else 0.
+    pub fn high_bits(self) -> usize {
+        match self.kernel_ty() {
+            GgmlType::Q5_0 | GgmlType::Q5_1 => 1,
+            GgmlType::Q6_K => 2,
+            _ => 0,
+        }
+    }
+    /// Nibbles index the IQ4_NL codebook (IQ4_NL, IQ4_XS).
+    pub fn codebook(self) -> bool {
+        self.kernel_ty() == GgmlType::IQ4_NL
+    }
+    /// The offset `c` of formats whose weights are `d * (q - c)` (Q4_0 8, Q5_0 16, Q6_K 32); 0 for the others.
+    pub fn centre(self) -> u32 {
+        match self.kernel_ty() {
+            GgmlType::Q4_0 => 8,
+            GgmlType::Q5_0 => 16,
+            GgmlType::Q6_K => 32,
+            _ => 0,
+        }
     }
     /// Two f16 constants per block (a min or a second scale), stored alike.
     pub fn pair(self) -> bool {
         self.has_min() || self.split_scale()
     }
-    /// Whether the kernels need the sum of x over a block: Q4_0's offset and the mins are folded out with it.
+    /// Whether the kernels need the sum of x over a block: the offsets and the mins are folded out with it (Q6_K
+    /// needs the sums of each half).
     pub fn needs_x_sum(self) -> bool {
-        !self.q8() || self.has_min()
+        self.centre() != 0 || self.has_min()
     }
-    /// The shader flags of this format: `Q8`, `MIN`, `S16` (second scale), `PAIR` (two constants per block) and
-    /// `XSUM` (block sums of x).
+    /// The shader flags of this format: `Q8`, `MIN`, `S16` (second scale), `PAIR` (two constants per block), `XSUM`
+    /// (block sums of x), `HB1` / `HB2` (one or two high-bit words per block), `NL` (codebook nibbles), and the
+    /// definition `QC` (the offset `c` as an f32 literal).
     pub fn shader_flags(self, key: crate::gpu::ShaderKey) -> crate::gpu::ShaderKey {
         key.flag("Q8", self.q8())
             .flag("MIN", self.has_min())
             .flag("S16", self.split_scale())
             .flag("PAIR", self.pair())
             .flag("XSUM", self.needs_x_sum())
+            .flag("HB1", self.high_bits() >= 1)
+            .flag("HB2", self.high_bits() == 2)
+            .flag("NL", self.codebook())
+            .def("QC", format!("{}.0", self.centre()))
     }
-    /// Quant words per block (4 for Q4, 8 for Q8).
-    pub fn words_per_block(self) -> usize {
+    /// Quant words per block (4 for 4-bit nibbles, 8 for Q8), not counting the high-bit words.
+    pub fn quant_words(self) -> usize {
         if self.q8() {
             8
         } else {
             4
         }
     }
-    /// Bytes of one 32-weight block the kernels read (the GGUF block for Q4_0, Q4_1 and Q8_0; the repacked one for
-    /// k-quants).
+    /// Device words per block: the quant words and the high-bit words.
+    pub fn words_per_block(self) -> usize {
+        self.quant_words() + self.high_bits()
+    }
+    /// Bytes of one 32-weight block the kernels read ([`blocks32`]: the GGUF block, or the repacked one).
     pub fn block_bytes(self) -> usize {
         2 + 2 * usize::from(self.pair()) + 4 * self.words_per_block()
     }
-    /// Byte offset of `qs` in a block.
-    fn qs_offset(self) -> usize {
-        if self.pair() {
-            4
+    /// Byte offsets in a block of `qs` and of the high-bit words.
+    fn offsets(self) -> (usize, usize) {
+        match self.kernel_ty() {
+            GgmlType::Q4_0 => (q4_0::QS_OFFSET, 0),
+            GgmlType::Q4_1 => (q4_1::QS_OFFSET, 0),
+            GgmlType::Q5_0 => (q5_0::QS_OFFSET, q5_0::QH_OFFSET),
+            GgmlType::Q5_1 => (q5_1::QS_OFFSET, q5_1::QH_OFFSET),
+            GgmlType::Q8_0 => (q8_0::QS_OFFSET, 0),
+            GgmlType::IQ4_NL => (iq4_nl::QS_OFFSET, 0),
+            _ => (q6_k::BLOCK32_QS, q6_k::BLOCK32_QH),
+        }
+    }
+    /// Byte offset in a block of device word `i` (quant words first, then high-bit words).
+    fn word_offset(self, i: usize) -> usize {
+        let (qs, qh) = self.offsets();
+        let wq = self.quant_words();
+        if i < wq {
+            qs + 4 * i
         } else {
-            2
+            qh + 4 * (i - wq)
         }
     }
 }
 
-/// The 32-weight blocks the kernels read, from raw GGUF data of a packable type: the data itself for Q4_0, Q4_1 and
-/// Q8_0; k-quant super-blocks repacked (an error when a block constant does not fit an f16).
+/// A high-bit word from ggml's order (bit `j` = weight `j`) to the device order of the module doc: bit `8b + i` =
+/// weight `4i + b`, bit `8b + 4 + i` = weight `16 + 4i + b`, so nibble word `i` finds its 8 high bits at
+/// `(w >> i) & 0x0f0f0f0f`-like positions: bit `i` (low nibbles) and `4 + i` (high nibbles) of each byte.
+pub fn hb_to_device(w: u32) -> u32 {
+    let mut o = 0;
+    for b in 0..4 {
+        for i in 0..4 {
+            o |= ((w >> (4 * i + b)) & 1) << (8 * b + i);
+            o |= ((w >> (16 + 4 * i + b)) & 1) << (8 * b + 4 + i);
+        }
+    }
+    o
+}
+
+/// Inverse of [`hb_to_device`].
+pub fn hb_from_device(o: u32) -> u32 {
+    let mut w = 0;
+    for b in 0..4 {
+        for i in 0..4 {
+            w |= ((o >> (8 * b + i)) & 1) << (4 * i + b);
+            w |= ((o >> (8 * b + 4 + i)) & 1) << (16 + 4 * i + b);
+        }
+    }
+    w
+}
+
+/// The 32-weight blocks the kernels read, from raw GGUF data of a packable type: the data itself for the 32-weight
+/// types; super-blocks repacked (an error when a block constant does not fit an f16).
 pub fn blocks32(ty: GgmlType, raw: &[u8]) -> Result<Cow<'_, [u8]>> {
     Format::new(ty)?;
     Ok(match ty {
         GgmlType::Q4_K => Cow::Owned(q4_k::to_q4_1(raw)?),
-        GgmlType::Q5_K => Cow::Owned(q5_k::to_blocks32(raw)?),
+        GgmlType::Q5_K => Cow::Owned(q5_k::to_q5_1(raw)?),
         GgmlType::Q6_K => Cow::Owned(q6_k::to_blocks32(raw)?),
+        GgmlType::IQ4_XS => Cow::Owned(iq4_xs::to_iq4_nl(raw)?),
         _ => Cow::Borrowed(raw),
     })
 }
 
 /// The weights the kernels compute from raw GGUF data of a packable type: the CPU dequantization of [`blocks32`].
-/// For Q4_0, Q4_1 and Q8_0 this is [`super::dequantize`]; for k-quants it differs from it only by the f16 rounding
-/// of the block constants.
+/// For the 32-weight types this is [`super::dequantize`]; for super-block types it differs from it only by the f16
+/// rounding of the block constants.
 pub fn dequantize_packed(ty: GgmlType, raw: &[u8]) -> Result<Vec<f32>> {
+    let format = Format::new(ty)?;
     let blocks = blocks32(ty, raw)?;
-    let mut out = vec![0f32; blocks.len() / Format::new(ty)?.block_bytes() * QK];
+    let mut out = vec![0f32; blocks.len() / format.block_bytes() * QK];
     match ty {
-        GgmlType::Q4_K => q4_1::dequantize_into(&blocks, &mut out)?,
-        GgmlType::Q5_K => q5_k::dequantize_blocks32(&blocks, &mut out)?,
         GgmlType::Q6_K => q6_k::dequantize_blocks32(&blocks, &mut out)?,
-        _ => super::dequantize_into(ty, &blocks, &mut out)?,
+        _ => super::dequantize_into(format.kernel_ty(), &blocks, &mut out)?,
     }
     Ok(out)
 }
@@ -245,6 +348,16 @@ fn word(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
+/// Device word `i` of the 32-weight block `blk` (high-bit words permuted, [`hb_to_device`]).
+fn device_word(format: Format, blk: &[u8], i: usize) -> u32 {
+    let w = word(blk, format.word_offset(i));
+    if i < format.quant_words() {
+        w
+    } else {
+        hb_to_device(w)
+    }
+}
+
 /// f16 bits at `b[at..at + 2]`.
 fn half(b: &[u8], at: usize) -> u32 {
     u16::from_le_bytes([b[at], b[at + 1]]) as u32
@@ -254,7 +367,7 @@ fn half(b: &[u8], at: usize) -> u32 {
 /// padding).
 fn pack_part(format: Format, layout: Layout, n: usize, k: usize, raw: &[u8], row0: usize, rows: usize) -> HostPart {
     let g = k / QK;
-    let (bb, wb, qs) = (format.block_bytes(), format.words_per_block(), format.qs_offset());
+    let (bb, wb) = (format.block_bytes(), format.words_per_block());
     let padded = rows.next_multiple_of(layout.granule());
     let (qw, sw, mw) = words(format, layout, padded, g);
     let mut part = HostPart {
@@ -279,7 +392,8 @@ fn pack_part(format: Format, layout: Layout, n: usize, k: usize, raw: &[u8], row
                                 continue;
                             };
                             for i in 0..wb {
-                                part.quants[(((tile * g + b) * wb + i) * LANES + lane) * 4 + j] = word(blk, qs + 4 * i);
+                                part.quants[(((tile * g + b) * wb + i) * LANES + lane) * 4 + j] =
+                                    device_word(format, blk, i);
                             }
                             let s = ((tile * g + b) * LANES + lane) * per_s;
                             let shift = 16 * (j % 2);
@@ -298,7 +412,7 @@ fn pack_part(format: Format, layout: Layout, n: usize, k: usize, raw: &[u8], row
                 for b in 0..g {
                     let Some(blk) = block(r, b) else { continue };
                     for i in 0..wb {
-                        part.quants[(r * g + b) * wb + i] = word(blk, qs + 4 * i);
+                        part.quants[(r * g + b) * wb + i] = device_word(format, blk, i);
                     }
                     let shift = 16 * (b % 2);
                     part.scales[r * sw + b / 2] |= half(blk, 0) << shift;
@@ -325,11 +439,11 @@ pub fn pack(ty: GgmlType, layout: Layout, n: usize, k: usize, raw: &[u8], max_bi
 }
 
 /// Inverse of [`pack`]: the 32-weight blocks of the `[n, k]` tensor the parts were packed from ([`blocks32`] of
-/// the raw GGUF bytes; those bytes themselves for Q4_0, Q4_1 and Q8_0). For tests and tools.
+/// the raw GGUF bytes; those bytes themselves for the 32-weight types). For tests and tools.
 pub fn unpack(ty: GgmlType, layout: Layout, n: usize, k: usize, parts: &[HostPart]) -> Result<Vec<u8>> {
     let format = Format::new(ty)?;
     let g = k / QK;
-    let (bb, wb, qs) = (format.block_bytes(), format.words_per_block(), format.qs_offset());
+    let (bb, wb) = (format.block_bytes(), format.words_per_block());
     let mut raw = vec![0u8; n * g * bb];
     for p in parts {
         let padded = p.rows.next_multiple_of(layout.granule());
@@ -374,8 +488,10 @@ pub fn unpack(ty: GgmlType, layout: Layout, n: usize, k: usize, parts: &[HostPar
                 if format.pair() {
                     blk[2..4].copy_from_slice(&(m as u16).to_le_bytes());
                 }
-                for (i, w) in q.iter().enumerate() {
-                    blk[qs + 4 * i..qs + 4 * i + 4].copy_from_slice(&w.to_le_bytes());
+                for (i, &w) in q.iter().enumerate() {
+                    let w = if i < format.quant_words() { w } else { hb_from_device(w) };
+                    let at = format.word_offset(i);
+                    blk[at..at + 4].copy_from_slice(&w.to_le_bytes());
                 }
             }
         }
@@ -523,6 +639,33 @@ mod tests {
     }
 
     #[test]
+    fn high_bit_words_move_next_to_their_nibbles() {
+        // Weight 4i + b (low nibble of byte b of word i) -> bit 8b + i; weight 16 + 4i + b -> bit 8b + 4 + i.
+        for j in 0..32 {
+            let (half, i, b) = (j / 16, j % 16 / 4, j % 4);
+            assert_eq!(hb_to_device(1 << j), 1 << (8 * b + 4 * half + i), "weight {j}");
+            assert_eq!(hb_from_device(hb_to_device(1 << j)), 1 << j);
+        }
+        let w = 0x9e37_79b9;
+        assert_eq!(hb_from_device(hb_to_device(w)), w);
+    }
+
+    #[test]
+    fn device_bytes_stay_within_1_1x_of_the_file_but_q4_k() {
+        for ty in PACKABLE {
+            let f = Format::new(ty).unwrap();
+            let file = ty.type_size() as f64 * 32.0 / ty.block_size() as f64;
+            let ratio = f.block_bytes() as f64 / file;
+            let limit = if ty == GgmlType::Q4_K { 20.0 / 18.0 } else { 1.1 };
+            assert!(
+                ratio <= limit + 1e-12,
+                "{ty}: {} device bytes vs {file} in the file",
+                f.block_bytes()
+            );
+        }
+    }
+
+    #[test]
     fn tiled_layout_puts_a_chunk_on_contiguous_words() {
         // Row 4*lane + j, block b, word i sits at ((tile*G + b)*WB + i)*8 + lane, component j.
         let (n, k) = (64, 64);
@@ -564,7 +707,7 @@ mod tests {
         let d = crate::quant::f16_to_f32(u16::from_le_bytes([sb[208], sb[209]]));
         for (j, half) in [(0, 2usize), (16, 3)] {
             let sc = sb[192 + half] as i8 as f32;
-            let h = u16::from_le_bytes([b[9 * 36 + 2 * (j / 16)], b[9 * 36 + 2 * (j / 16) + 1]]);
+            let h = u16::from_le_bytes([b[9 * 28 + 2 * (j / 16)], b[9 * 28 + 2 * (j / 16) + 1]]);
             assert_eq!(h, crate::quant::f32_to_f16(d * sc), "block 9 scale {j}");
         }
         for (w, (a, e)) in got.iter().zip(&want).enumerate() {

@@ -10,17 +10,12 @@
 //! bytes 48..176  qs      low 4 bits, as Q4_K's qs: byte l of group c, low nibble sub-block 2c, high 2c + 1
 //! ```
 //!
-//! For the GPU a super-block is repacked into 8 blocks of 32 in an 8-bit form with a min (`to_blocks32`), the same
-//! byte structure as Q4_1 with 8-bit quants:
-//! ```text
-//! bytes 0..2    d     f16: d * sc[s]
-//! bytes 2..4    m     f16: -dmin * m[s]
-//! bytes 4..36   qs    32 x u8 quants 0..=31 (read as i8: they are below 128)
-//! ```
-//! Both constants are exact in f32 and rounded once to f16 (relative error at most 2^-11).
+//! For the GPU a super-block is repacked into 8 Q5_1 blocks of 32 (`to_q5_1`, 24 bytes each: 1.09x the file's 22
+//! per 32 weights): `d = d * sc[s]`, `m = -dmin * m[s]`, the 5-bit quants unchanged. Both constants are exact in
+//! f32 and rounded once to f16 (relative error at most 2^-11).
 
 use super::q4_k::{f16_constant, pack_scales_mins, scale_min, six_bit, sub_block_ranges};
-use super::{check_blocks, read_f16, QK_K};
+use super::{check_blocks, q5_0, q5_1, read_f16, QK_K};
 use crate::error::Result;
 
 /// Bytes per super-block.
@@ -30,12 +25,6 @@ pub const DMIN_OFFSET: usize = 2;
 pub const SCALES_OFFSET: usize = 4;
 pub const QH_OFFSET: usize = 16;
 pub const QS_OFFSET: usize = 48;
-
-/// Bytes of one repacked 32-weight block, and its offsets.
-pub const BLOCK32_BYTES: usize = 36;
-pub const BLOCK32_D: usize = 0;
-pub const BLOCK32_M: usize = 2;
-pub const BLOCK32_QS: usize = 4;
 
 /// The 5-bit quant of weight `l` of sub-block `s` of super-block `b`.
 fn quant(b: &[u8], s: usize, l: usize) -> u8 {
@@ -63,39 +52,23 @@ pub fn dequantize_into(bytes: &[u8], out: &mut [f32]) -> Result<()> {
     Ok(())
 }
 
-/// Repacks whole super-blocks into the 36-byte blocks with a min of the module doc (8 per super-block).
-pub fn to_blocks32(bytes: &[u8]) -> Result<Vec<u8>> {
+/// Repacks whole super-blocks into Q5_1 blocks (8 per super-block) as the module doc says.
+pub fn to_q5_1(bytes: &[u8]) -> Result<Vec<u8>> {
     let nb = check_blocks("Q5_K bytes", bytes.len(), BLOCK_BYTES)?;
-    let mut out = vec![0u8; nb * 8 * BLOCK32_BYTES];
-    for (b, o) in bytes
-        .chunks_exact(BLOCK_BYTES)
-        .zip(out.chunks_exact_mut(8 * BLOCK32_BYTES))
-    {
+    let bb = q5_1::BLOCK_BYTES;
+    let mut out = vec![0u8; nb * 8 * bb];
+    for (b, o) in bytes.chunks_exact(BLOCK_BYTES).zip(out.chunks_exact_mut(8 * bb)) {
         let (d, dmin) = (read_f16(b, D_OFFSET), read_f16(b, DMIN_OFFSET));
-        for (s, blk) in o.chunks_exact_mut(BLOCK32_BYTES).enumerate() {
+        for (s, blk) in o.chunks_exact_mut(bb).enumerate() {
             let (sc, m) = scale_min(&b[SCALES_OFFSET..SCALES_OFFSET + 12], s);
-            blk[BLOCK32_D..BLOCK32_D + 2].copy_from_slice(&f16_constant("Q5_K", d * sc as f32)?);
-            blk[BLOCK32_M..BLOCK32_M + 2].copy_from_slice(&f16_constant("Q5_K", 0.0 - dmin * m as f32)?);
-            for l in 0..32 {
-                blk[BLOCK32_QS + l] = quant(b, s, l);
-            }
+            blk[q5_1::D_OFFSET..q5_1::D_OFFSET + 2].copy_from_slice(&f16_constant("Q5_K", d * sc as f32)?);
+            blk[q5_1::M_OFFSET..q5_1::M_OFFSET + 2].copy_from_slice(&f16_constant("Q5_K", 0.0 - dmin * m as f32)?);
+            let q: [u8; 32] = std::array::from_fn(|l| quant(b, s, l));
+            let qh = q5_0::pack5(&q, &mut blk[q5_1::QS_OFFSET..]);
+            blk[q5_1::QH_OFFSET..q5_1::QH_OFFSET + 4].copy_from_slice(&qh.to_le_bytes());
         }
     }
     Ok(out)
-}
-
-/// Dequantizes repacked 36-byte blocks (`out.len() == bytes.len() / 36 * 32`): what the GPU kernels compute.
-pub fn dequantize_blocks32(bytes: &[u8], out: &mut [f32]) -> Result<()> {
-    let nb = check_blocks("Q5_K blocks", out.len(), 32)?;
-    check_blocks("Q5_K block bytes", bytes.len(), BLOCK32_BYTES)?;
-    debug_assert_eq!(bytes.len(), nb * BLOCK32_BYTES);
-    for (b, y) in bytes.chunks_exact(BLOCK32_BYTES).zip(out.chunks_exact_mut(32)) {
-        let (d, m) = (read_f16(b, BLOCK32_D), read_f16(b, BLOCK32_M));
-        for (j, o) in y.iter_mut().enumerate() {
-            *o = d * b[BLOCK32_QS + j] as i8 as f32 + m;
-        }
-    }
-    Ok(())
 }
 
 /// Quantizes whole super-blocks round-to-nearest, as `q4_k::quantize` with 31 steps per sub-block.
@@ -162,11 +135,11 @@ mod tests {
         let b = hand_block();
         let mut want = vec![0f32; 256];
         dequantize_into(&b, &mut want).unwrap();
-        let r = to_blocks32(&b).unwrap();
+        let r = to_q5_1(&b).unwrap();
         let mut got = vec![0f32; 256];
-        dequantize_blocks32(&r, &mut got).unwrap();
+        q5_1::dequantize_into(&r, &mut got).unwrap();
         assert_eq!(got, want);
-        assert_eq!(r[4], 16, "weight 0 of sub-block 0 has its high bit");
+        assert_eq!(r[4] & 1, 1, "weight 0 of sub-block 0 has its high bit");
     }
 
     #[test]

@@ -10,14 +10,17 @@
 //! bytes 208..210  d       f16, little-endian
 //! ```
 //!
-//! For the GPU a super-block is repacked into 8 blocks of 32 in an 8-bit form with two scales (one per half of 16;
-//! `to_blocks32`), the same byte structure as Q4_1 with 8-bit quants:
+//! For the GPU a super-block is repacked into 8 blocks of 32 with two scales (one per half of 16; `to_blocks32`):
+//! 4-bit nibbles in Q4_0's order plus two high-bit planes, 28 bytes per 32 weights (1.07x the file's 26.25):
 //! ```text
 //! bytes 0..2    d_lo  f16: d * sc for weights 0..16 of the block
 //! bytes 2..4    d_hi  f16: d * sc for weights 16..32
-//! bytes 4..36   qs    32 x i8, q - 32 (in -32..=31)
+//! bytes 4..20   qs    byte j: bits 0..4 of q of weight j (low nibble) and of weight j + 16 (high nibble)
+//! bytes 20..24  qh0   u32, little-endian: bit j is bit 4 of q of weight j
+//! bytes 24..28  qh1   u32, little-endian: bit j is bit 5 of q of weight j
 //! ```
-//! `d * sc` is exact in f32 and rounded once to f16 (relative error at most 2^-11; beyond the f16 range is an error).
+//! x = d_half * (q - 32). `d * sc` is exact in f32 and rounded once to f16 (relative error at most 2^-11; beyond the
+//! f16 range is an error).
 
 use super::q4_k::f16_constant;
 use super::{check_blocks, f32_to_f16, read_f16, QK_K};
@@ -32,10 +35,11 @@ pub const SCALES_OFFSET: usize = 192;
 pub const D_OFFSET: usize = 208;
 
 /// Bytes of one repacked 32-weight block, and its offsets.
-pub const BLOCK32_BYTES: usize = 36;
+pub const BLOCK32_BYTES: usize = 28;
 pub const BLOCK32_D_LO: usize = 0;
 pub const BLOCK32_D_HI: usize = 2;
 pub const BLOCK32_QS: usize = 4;
+pub const BLOCK32_QH: usize = 20;
 
 /// The 6-bit quant (0..=63) of weight `w` of super-block `b`.
 fn quant(b: &[u8], w: usize) -> u8 {
@@ -62,7 +66,7 @@ pub fn dequantize_into(bytes: &[u8], out: &mut [f32]) -> Result<()> {
     Ok(())
 }
 
-/// Repacks whole super-blocks into the 36-byte two-scale blocks of the module doc (8 per super-block).
+/// Repacks whole super-blocks into the 28-byte two-scale blocks of the module doc (8 per super-block).
 pub fn to_blocks32(bytes: &[u8]) -> Result<Vec<u8>> {
     let nb = check_blocks("Q6_K bytes", bytes.len(), BLOCK_BYTES)?;
     let mut out = vec![0u8; nb * 8 * BLOCK32_BYTES];
@@ -76,23 +80,33 @@ pub fn to_blocks32(bytes: &[u8]) -> Result<Vec<u8>> {
                 let sc = b[SCALES_OFFSET + 2 * s + half] as i8;
                 blk[at..at + 2].copy_from_slice(&f16_constant("Q6_K", d * sc as f32)?);
             }
+            let (mut qh0, mut qh1) = (0u32, 0u32);
             for l in 0..32 {
-                blk[BLOCK32_QS + l] = (quant(b, 32 * s + l) as i8 - 32) as u8;
+                let q = quant(b, 32 * s + l);
+                blk[BLOCK32_QS + l % 16] |= (q & 0x0f) << (4 * (l / 16));
+                qh0 |= (((q >> 4) & 1) as u32) << l;
+                qh1 |= ((q >> 5) as u32) << l;
             }
+            blk[BLOCK32_QH..BLOCK32_QH + 4].copy_from_slice(&qh0.to_le_bytes());
+            blk[BLOCK32_QH + 4..BLOCK32_QH + 8].copy_from_slice(&qh1.to_le_bytes());
         }
     }
     Ok(out)
 }
 
-/// Dequantizes repacked 36-byte blocks (`out.len() == bytes.len() / 36 * 32`): what the GPU kernels compute.
+/// Dequantizes repacked 28-byte blocks (`out.len() == bytes.len() / 28 * 32`): what the GPU kernels compute.
 pub fn dequantize_blocks32(bytes: &[u8], out: &mut [f32]) -> Result<()> {
     let nb = check_blocks("Q6_K blocks", out.len(), 32)?;
     check_blocks("Q6_K block bytes", bytes.len(), BLOCK32_BYTES)?;
     debug_assert_eq!(bytes.len(), nb * BLOCK32_BYTES);
     for (b, y) in bytes.chunks_exact(BLOCK32_BYTES).zip(out.chunks_exact_mut(32)) {
         let (lo, hi) = (read_f16(b, BLOCK32_D_LO), read_f16(b, BLOCK32_D_HI));
+        let word = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        let (qh0, qh1) = (word(BLOCK32_QH), word(BLOCK32_QH + 4));
         for (j, o) in y.iter_mut().enumerate() {
-            *o = if j < 16 { lo } else { hi } * b[BLOCK32_QS + j] as i8 as f32;
+            let nib = (b[BLOCK32_QS + j % 16] >> (4 * (j / 16))) & 0x0f;
+            let q = nib as u32 | ((qh0 >> j) & 1) << 4 | ((qh1 >> j) & 1) << 5;
+            *o = if j < 16 { lo } else { hi } * (q as i32 - 32) as f32;
         }
     }
     Ok(())
@@ -180,16 +194,19 @@ mod tests {
         let mut want = vec![0f32; 256];
         dequantize_into(&b, &mut want).unwrap();
         let r = to_blocks32(&b).unwrap();
-        assert_eq!(r.len(), 8 * 36);
+        assert_eq!(r.len(), 8 * 28);
         let mut got = vec![0f32; 256];
         dequantize_blocks32(&r, &mut got).unwrap();
         assert_eq!(got, want);
         // Block 7 (weights 224..256): scales sc[14] = 6 and sc[15] = -128 times d; weight 255 is q - 32 = 23.
         assert_eq!(
-            &r[7 * 36..7 * 36 + 4],
+            &r[7 * 28..7 * 28 + 4],
             [f32_to_f16(1.5).to_le_bytes(), f32_to_f16(-32.0).to_le_bytes()].concat()
         );
-        assert_eq!(r[7 * 36 + 4 + 31] as i8, 23);
+        // q = 55 = 0b110111: nibble 7 (byte 15's high nibble), bit 4 set, bit 5 set (bit 31 of both planes).
+        let blk = &r[7 * 28..8 * 28];
+        assert_eq!(blk[4 + 15] >> 4, 7);
+        assert_eq!((blk[23] >> 7, blk[27] >> 7), (1, 1));
     }
 
     #[test]

@@ -1,13 +1,14 @@
-//! embedding_q vs the CPU dequantization of the very blocks that were packed (`pack::dequantize_packed`: k-quants
-//! as the 32-weight blocks they are repacked into): Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K in both layouts, ids at 0
+//! embedding_q vs the CPU dequantization of the very blocks that were packed (`pack::dequantize_packed`:
+//! super-block types as the 32-weight blocks they are repacked into): every packable type in both layouts, ids at 0
 //! and N-1, repeated ids, an id >= N (a zero row), tables split into row parts, and a tied embedding / LM head
 //! reading one packed copy in one graph. k-quants need K a multiple of 256: each K is rounded up to one for them.
 //!
-//! Metric: Q4_0, Q8_0 and Q6_K exact bits (one rounding of `d * (q - 8)` or `d * q` on both sides; the f16 constants
-//! are decoded exactly). Formats with a min, `d * q + m`: the GPU compiler may fuse it into one FMA where the CPU
-//! rounds twice, so the bound is rel+abs with rtol 0 and atol 2^-23 for Q4_1 (at least 2 ulp of the product
-//! d * q <= 15 * 2^-4 < 1); for k-quants 2 ulp of the largest result, d q + |m| < 2 + 2^-2 for Q4_K (d q <=
-//! 15 * 63 * 2^-9), < 4 + 2^-2 for Q5_K (31 * 63 * 2^-9): 2^-21 and 2^-20;
+//! Metric: Q4_0, Q5_0, Q8_0, Q6_K, IQ4_NL and IQ4_XS exact bits (one rounding of `d * (q - c)` or `d * q` on both
+//! sides, q the codebook value for IQ4: the kernels' polynomial rounds to it exactly; the f16 constants are decoded
+//! exactly). Formats with a min, `d * q + m`: the GPU compiler may fuse it into one FMA where the CPU rounds twice,
+//! so the bound is rel+abs with rtol 0 and atol 2^-23 for Q4_1 (at least 2 ulp of the product d * q <= 15 * 2^-4
+//! < 1), 2^-21 for Q5_1 (2 ulp of d q + |m| < 31 * 2^-4 + 2^-2 < 4); for k-quants 2 ulp of the largest result,
+//! d q + |m| < 2 + 2^-2 for Q4_K (d q <= 15 * 63 * 2^-9), < 4 + 2^-2 for Q5_K (31 * 63 * 2^-9): 2^-21 and 2^-20;
 //! a wrong nibble, scale or row is off by at least d >= 2^-5 (k-quants: by a sub-block scale, 2^-10 or more unless
 //! its 6-bit code is 0, and most of the 256 codes of a row are not).
 
@@ -20,7 +21,7 @@ use shaderlm::quant::pack::{dequantize_packed, Format, Layout, PackedWeight, PAC
 use shaderlm::quant::GgmlType;
 use std::sync::OnceLock;
 
-const FORMATS: [GgmlType; 6] = PACKABLE;
+const FORMATS: [GgmlType; 10] = PACKABLE;
 const LAYOUTS: [Layout; 2] = [Layout::Tiled, Layout::Rows];
 
 /// A device whose storage bindings are capped at 4 KiB.
@@ -38,6 +39,7 @@ fn gpu_small_bindings() -> &'static Gpu {
 fn compare(ty: GgmlType, got: &[f32], want: &[f32]) -> Check {
     let atol = match ty {
         GgmlType::Q4_1 => Some(23),
+        GgmlType::Q5_1 => Some(21),
         GgmlType::Q4_K => Some(21),
         GgmlType::Q5_K => Some(20),
         _ => None,
@@ -123,15 +125,20 @@ pub fn cases() -> Vec<Case> {
             ));
         }
     }
-    // Split tables (4 KiB bindings): ids on both sides of every part edge. Q4 [1000, 32]: 16 B of quants a row,
-    // parts of 256 rows (8 tiles), 4 parts; Q8 [300, 32]: 32 B a row, 128 rows a part, 3 parts. k-quants (K = 256,
-    // 8x the bytes a row) on 32 KiB bindings (8x too): the same parts (Q4_K packs as Q4, Q5_K and Q6_K as Q8).
+    // Split tables (4 KiB bindings): ids on both sides of every part edge. 4-bit [1000, 32]: 16 B of quants a row,
+    // parts of 256 rows (8 tiles), 4 parts; 5-bit (20 B a row): tiled 192 rows (6 tiles), rows layout 204 (51
+    // granules of 4); 6-bit (24 B): 160 / 168 rows; Q8 [300, 32]: 32 B a row, 128 rows a part, 3 parts. Super-block
+    // types (K = 256, 8x the bytes a row) on 32 KiB bindings (8x too): the same parts (Q4_K and IQ4_XS pack as
+    // 4-bit, Q5_K as 5-bit, Q6_K as 6-bit).
     for ty in FORMATS {
         for layout in LAYOUTS {
-            let (n, k, per): (usize, usize, usize) = if Format::new(ty).is_ok_and(|f| f.q8()) {
-                (300, 32, 128)
-            } else {
-                (1000, 32, 256)
+            let f = Format::new(ty).expect("packable");
+            let tiled = layout == Layout::Tiled;
+            let (n, k, per): (usize, usize, usize) = match f.high_bits() {
+                _ if f.q8() => (300, 32, 128),
+                0 => (1000, 32, 256),
+                1 => (1000, 32, if tiled { 192 } else { 204 }),
+                _ => (1000, 32, if tiled { 160 } else { 168 }),
             };
             let on: fn() -> &'static Gpu = if k_quant(ty) { gpu_split } else { gpu_small_bindings };
             let parts = n.div_ceil(per);

@@ -1,17 +1,18 @@
 //! matmul_q vs a CPU reference: f64 accumulation over the CPU dequantization of the very blocks that were packed
-//! (`pack::dequantize_packed`: for k-quants the 32-weight blocks they are repacked into, whose constants are
-//! rounded to f16), so the test measures the kernel, not the quantization. Formats Q4_0, Q4_1, Q8_0, Q4_K, Q5_K,
-//! Q6_K; both layouts (tiled and rows, each run on this adapter); GEMV and GEMM; bias; W split into row parts; the
+//! (`pack::dequantize_packed`: for super-block types the 32-weight blocks they are repacked into, whose constants
+//! are rounded to f16), so the test measures the kernel, not the quantization. Formats: every packable type (Q4_0,
+//! Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS); both layouts (tiled and rows, each run on this adapter); GEMV and GEMM; bias; W split into row parts; the
 //! fallback device. k-quants need K a multiple of 256, so each grid K is rounded up to one for them.
 //!
-//! Weights are random raw blocks (every nibble / byte pattern, -128 included; f16 scales of 2^-5..2^-4, Q4_1 mins
-//! of either sign; k-quants: every 6-bit or i8 sub-block code, super-block factors that make sub-block scales up
+//! Weights are random raw blocks (every nibble / byte / high-bit pattern, -128 included; f16 scales of 2^-5..2^-4,
+//! Q4_1 and Q5_1 mins of either sign; IQ4_XS: every 6-bit scale code; k-quants: every 6-bit or i8 sub-block code, super-block factors that make sub-block scales up
 //! to about 2^-3 and mins up to 2^-2), x uniform in [-1, 1].
 //!
 //! Metric: NMSE, bound 1e-9. Why: the kernels sum in f32 in another order than the f64 reference. Per block they
-//! form `s = sum q x` with q up to 15 (Q8: |q| <= 128), then fold the Q4_0 offset as `d (s - 8 sum x)` (Q4_1:
-//! `d s + m sum x`; Q6_K sums each half of a block apart), which cancels: |s| is about 2x the folded sum (Q4_0), so
-//! the rounding of s weighs about 4x in squared error. With per-step error eps = 2^-24 on running sums of L terms
+//! form `s = sum q x` with q up to 15 (5-bit: 31, 6-bit: 63, Q8: |q| <= 128, codebook: |q| <= 127), then fold the
+//! offset as `d (s - c sum x)` (c = 8 for Q4_0, 16 for Q5_0; Q4_1 and Q5_1: `d s + m sum x`; Q6_K sums each half
+//! of a block apart, c = 32), which cancels: |s| is about 2x the folded sum (the quants' range is centred on c),
+//! so the rounding of s weighs about 4x in squared error whatever the width. With per-step error eps = 2^-24 on running sums of L terms
 //! growing like sqrt(j), the NMSE is about eps^2 L^2 / (2K) <= eps^2 K / 2 for one chain over all of K; with
 //! K = 4096 and the 4x fold that is 2.9e-11. The bound leaves 30x margin, while one wrong nibble order, scale, block
 //! or row offset gives 1e-3 or more (k-quant cases measure 1e-14..1e-11).
@@ -44,7 +45,7 @@ const U16: f64 = 1.0 / 2048.0;
 /// Most products in one f16 partial sum of the f16 kernels.
 const L16: f64 = 8.0;
 
-const FORMATS: [GgmlType; 6] = PACKABLE;
+const FORMATS: [GgmlType; 10] = PACKABLE;
 
 /// A device whose storage bindings are capped at 32 KiB, so small weights split into several row parts.
 pub fn gpu_split() -> &'static Gpu {
@@ -60,7 +61,8 @@ pub fn gpu_split() -> &'static Gpu {
 
 /// Random raw GGUF blocks of a [n, k] tensor: all quant patterns, f16 scales in [2^-5, 2^-4), signed mins.
 /// k-quants: all sub-block codes; Q4_K / Q5_K `d` in [2^-10, 2^-9) (sub-block scales up to 63 d < 2^-3) and `dmin`
-/// of either sign below 2^-8 (mins up to 2^-2); Q6_K `d` in [2^-11, 2^-10) (|scale| up to 128 d < 2^-3).
+/// of either sign below 2^-8 (mins up to 2^-2); Q6_K `d` in [2^-11, 2^-10) (|scale| up to 128 d < 2^-3); IQ4_XS
+/// `d` in [2^-10, 2^-9) (sub-block scales up to 32 d = 2^-4, as the 32-weight types).
 pub fn random_blocks(ty: GgmlType, n: usize, k: usize, seed: u64) -> Vec<u8> {
     let mut rng = Rng::new(seed);
     let bb = ty.type_size();
@@ -78,9 +80,10 @@ pub fn random_blocks(ty: GgmlType, n: usize, k: usize, seed: u64) -> Vec<u8> {
                 f16_at(blk, 2, rng.f32() / 256.0);
             }
             GgmlType::Q6_K => f16_at(blk, 208, (1.0 + rng.f32().abs()) / 2048.0),
+            GgmlType::IQ4_XS => f16_at(blk, 0, (1.0 + rng.f32().abs()) / 1024.0),
             _ => {
                 f16_at(blk, 0, (1.0 + rng.f32().abs()) / 32.0);
-                if ty == GgmlType::Q4_1 {
+                if matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1) {
                     f16_at(blk, 2, rng.f32() * 0.25);
                 }
             }
@@ -322,15 +325,19 @@ pub fn cases() -> Vec<Case> {
         }
     }
     // W split into row parts (32 KiB bindings): one dispatch per part, the last one shorter. Tiled parts are whole
-    // 32-row tiles: Q4 K=1024 (16 KiB per tile) 2 tiles a part, [1000, 1024] in 16 parts; Q8 [300, 256] 4 tiles a
-    // part, 3 parts. Rows parts: Q4 K=1024 64 rows a part, 16 parts; Q8 [300, 256] 128 rows a part, 3 parts.
-    // (Q4_K packs as Q4, Q5_K and Q6_K as Q8.)
+    // 32-row tiles: 4-bit K=1024 (16 KiB per tile) 2 tiles a part, [1000, 1024] in 16 parts; 5- and 6-bit (20 and
+    // 24 KiB per tile) 1 tile a part, 32 parts; Q8 [300, 256] 4 tiles a part, 3 parts. Rows parts (4-row granules):
+    // 4-bit K=1024 (512 B a row) 64 rows a part, 16 parts; 5-bit (640 B) 48 rows, 21 parts; 6-bit (768 B) 40 rows,
+    // 25 parts; Q8 [300, 256] 128 rows a part, 3 parts. (Q4_K and IQ4_XS pack as 4-bit, Q5_K as 5-bit.)
     for ty in FORMATS {
         for layout in layouts {
-            let (k, n, parts) = if Format::new(ty).is_ok_and(|f| f.q8()) {
-                (256, 300, 3)
-            } else {
-                (1024, 1000, 16)
+            let f = Format::new(ty).expect("packable");
+            let (k, n, parts) = match (f.q8(), f.high_bits(), layout) {
+                (true, _, _) => (256, 300, 3),
+                (false, 0, _) => (1024, 1000, 16),
+                (false, _, Layout::Tiled) => (1024, 1000, 32),
+                (false, 1, Layout::Rows) => (1024, 1000, 21),
+                (false, _, Layout::Rows) => (1024, 1000, 25),
             };
             for (m, math) in [(1, QMath::Auto), (5, QMath::Auto), (1, QMath::F16), (5, QMath::F16)] {
                 if math == QMath::F16 && layout == Layout::Tiled {
@@ -352,9 +359,16 @@ pub fn cases() -> Vec<Case> {
     }
     // Block constants of every f16 kind decode exactly: subnormal, zero, negative and normal scales (and Q4_1
     // mins), mixed per block. A decoder that flushes subnormals (a denormals-are-zero FPU mode) or drops the sign
-    // fails here: rows whose scales are all subnormal would come out zero. (The 32-weight formats: k-quant blocks
-    // go through the same decoder once repacked.)
-    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+    // fails here: rows whose scales are all subnormal would come out zero. (The 32-weight formats: super-block
+    // types go through the same decoder once repacked.)
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::IQ4_NL,
+    ] {
         for (layout, math) in [
             (Layout::Tiled, QMath::Auto),
             (Layout::Rows, QMath::Auto),
@@ -382,7 +396,7 @@ pub fn cases() -> Vec<Case> {
                         }
                     };
                     blk[0..2].copy_from_slice(&h().to_le_bytes());
-                    if ty == GgmlType::Q4_1 {
+                    if matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1) {
                         blk[2..4].copy_from_slice(&h().to_le_bytes());
                     }
                 }
@@ -430,10 +444,15 @@ pub fn cases() -> Vec<Case> {
         ));
     }
     // The worst case around the limit: every quant the largest in magnitude in f16 form (nibble 0, centred to -8;
-    // Q8 byte -128, as -16), every x the same, so each f16 partial sum is 64 x. Just under the limit (511.75) that
+    // Q5_0 quant 0, (0 - 16) / 2 = -8; IQ4_NL index 0, -127 / 16; Q8 byte -128, as -16), every x the same, so each f16 partial sum is 64 x. Just under the limit (511.75) that
     // is 32752: finite, in f16. Over it (1100) it would be 70400, past 65504: infinite unless summed in f32, so a
     // guard that is missing or set above 1023 fails here. All errors have one sign: the worst-case bound.
-    for (ty, byte) in [(GgmlType::Q4_0, 0u8), (GgmlType::Q8_0, 0x80)] {
+    for (ty, byte) in [
+        (GgmlType::Q4_0, 0u8),
+        (GgmlType::Q5_0, 0),
+        (GgmlType::IQ4_NL, 0),
+        (GgmlType::Q8_0, 0x80),
+    ] {
         let s = Shape {
             math: QMath::F16,
             ..shape(ty, Layout::Rows, (2, 1024, 129), false, QPath::Auto)

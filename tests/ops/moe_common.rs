@@ -32,7 +32,14 @@ impl Wt {
 /// Every form: dense f32 and f16, and each packable 32-block format in both layouts.
 pub fn all_forms() -> Vec<Wt> {
     let mut v = vec![Wt::F32, Wt::F16];
-    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::IQ4_NL,
+    ] {
         for layout in [Layout::Tiled, Layout::Rows] {
             v.push(Wt::Q(ty, layout));
         }
@@ -40,11 +47,11 @@ pub fn all_forms() -> Vec<Wt> {
     v
 }
 
-/// The k-quant forms (packed as 32-weight blocks: Q4_K as Q4_1, Q5_K as 8-bit with a min, Q6_K as 8-bit with two
-/// scales) in both layouts. Their K must be a multiple of 256.
+/// The super-block forms (packed as 32-weight blocks: Q4_K as Q4_1, Q5_K as Q5_1, Q6_K as 6-bit blocks with two
+/// scales, IQ4_XS as IQ4_NL) in both layouts. Their K must be a multiple of 256.
 pub fn kquant_forms() -> Vec<Wt> {
     let mut v = Vec::new();
-    for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+    for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS] {
         for layout in [Layout::Tiled, Layout::Rows] {
             v.push(Wt::Q(ty, layout));
         }
