@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One-time set-up on a fresh machine: a Vulkan driver if there is none (lavapipe, Mesa's software Vulkan, on
-# Debian/Ubuntu), and the default model (SmolLM2-135M-Instruct, GGUF Q4_1) in models/. Safe to run again.
+# Debian/Ubuntu), and the default model (SmolLM2-135M-Instruct, GGUF Q4_1) in models/; with --test also the real
+# files the tests use. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -22,3 +23,8 @@ if [ "$(uname -s)" = Linux ] && ! have_vulkan; then
 fi
 
 bash models/fetch.sh
+# --test: also the real published files the tests check (Qwen2.5-Coder-0.5B and Gemma 3 270M, Q4_K_M GGUFs).
+if [ "${1:-}" = "--test" ]; then
+    bash models/fetch.sh qwen2.5-coder-0.5b
+    bash models/fetch.sh gemma3-270m
+fi
