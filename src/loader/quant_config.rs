@@ -32,13 +32,7 @@ fn bad(path: &Path, message: impl Into<String>) -> Error {
     }
 }
 
-fn read_json(path: &Path) -> Result<Value> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-        path: path.into(),
-        source,
-    })?;
-    serde_json::from_str(&text).map_err(|e| bad(path, format!("not valid JSON: {e}")))
-}
+use super::read_json;
 
 impl QuantConfig {
     /// The quantization of the model in `dir`, or `None` for an unquantized checkpoint. config.json's

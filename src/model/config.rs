@@ -347,12 +347,7 @@ impl LlamaConfig {
 
     /// From a Hugging Face `config.json`, as transformers 4.x and 5.x write it.
     pub fn from_hf(path: &Path) -> Result<LlamaConfig> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-            path: path.into(),
-            source,
-        })?;
-        let v: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| bad(path, format!("not valid JSON: {e}")))?;
+        let v = crate::loader::read_json(path)?;
         let archs: Vec<&str> = v
             .get("architectures")
             .and_then(|a| a.as_array())

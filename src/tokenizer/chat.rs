@@ -120,14 +120,7 @@ impl HfTokenizerConfig {
         let mut cfg = HfTokenizerConfig::default();
         let path = dir.join("tokenizer_config.json");
         if path.exists() {
-            let text = std::fs::read_to_string(&path).map_err(|source| Error::Io {
-                path: path.clone(),
-                source,
-            })?;
-            let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::File {
-                path: path.clone(),
-                message: format!("not valid JSON: {e}"),
-            })?;
+            let v = crate::loader::read_json(&path)?;
             cfg.bos_token = token_text(v.get("bos_token"));
             cfg.eos_token = token_text(v.get("eos_token"));
             cfg.add_bos_token = v.get("add_bos_token").and_then(|b| b.as_bool()).unwrap_or(false);
@@ -162,14 +155,7 @@ pub fn hf_eos_ids(dir: &Path) -> Result<Vec<u32>> {
         if !path.is_file() {
             continue;
         }
-        let text = std::fs::read_to_string(&path).map_err(|source| Error::Io {
-            path: path.clone(),
-            source,
-        })?;
-        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::File {
-            path: path.clone(),
-            message: format!("not valid JSON: {e}"),
-        })?;
+        let v = crate::loader::read_json(&path)?;
         let bad = || Error::File {
             path: path.clone(),
             message: "eos_token_id must be a token id or a list of token ids".into(),

@@ -180,11 +180,7 @@ fn has_byte_level(v: &serde_json::Value) -> bool {
 /// does.
 fn tokenizer_metadata(w: &mut GgufWriter, dir: &Path, model_vocab: usize) -> Result<()> {
     let path = dir.join("tokenizer.json");
-    let text = std::fs::read_to_string(&path).map_err(|source| Error::Io {
-        path: path.clone(),
-        source,
-    })?;
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(&path, format!("not valid JSON: {e}")))?;
+    let v = crate::loader::read_json(&path)?;
     let model = &v["model"];
     let spm = "only byte-level BPE tokenizers (GPT-2 style, as SmolLM, Llama 3 and Qwen use) are converted to GGUF \
                metadata here; for this model use llama.cpp's convert_hf_to_gguf.py, or quantize to gptq4";

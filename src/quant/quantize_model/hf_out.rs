@@ -73,14 +73,7 @@ impl HfSink {
         let config = match &src.container {
             Container::Hf(_) => {
                 let path = src.path.join("config.json");
-                let text = std::fs::read_to_string(&path).map_err(|source| Error::Io {
-                    path: path.clone(),
-                    source,
-                })?;
-                let mut v: Value = serde_json::from_str(&text).map_err(|e| Error::File {
-                    path: path.clone(),
-                    message: format!("not valid JSON: {e}"),
-                })?;
+                let mut v = crate::loader::read_json(&path)?;
                 let Some(o) = v.as_object_mut() else {
                     return Err(Error::File {
                         path,
