@@ -2,7 +2,7 @@
 //! `architectures`, Gemma 3's layer types), GGUF rope keys, and the RoPE scaling types against values worked from
 //! transformers' `modeling_rope_utils` formulas.
 
-use shaderlm::model::config::{FfnAct, RopeScaling};
+use shaderlm::model::config::{Glu, RopeScaling};
 use shaderlm::model::{Arch, LlamaConfig};
 use std::path::Path;
 
@@ -169,7 +169,7 @@ fn gemma3_configs_old_and_new() {
         serde_json::json!({"rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
         "sliding_window_pattern": 6, "rope_scaling": {"rope_type": "linear", "factor": 8.0}}),
     );
-    assert_eq!(c.ffn_act, FfnAct::GeluTanh);
+    assert_eq!(c.ffn_act, Glu::GeluTanh);
     assert!(c.post_norms && c.qk_norm && c.tie_embeddings);
     assert_eq!(c.attn_scale, 0.25);
     assert_eq!(c.mup.emb, 8.0);

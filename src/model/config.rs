@@ -3,6 +3,7 @@
 use crate::error::{Error, Result};
 use crate::loader::gguf::GgufFile;
 use crate::ops::rope::RopeStyle;
+pub use crate::ops::silu_mul::Glu;
 use std::path::Path;
 
 pub use super::rope_scaling::{LongRope, RopeScaling};
@@ -41,15 +42,6 @@ impl Arch {
         ("MiniCPMForCausalLM", "minicpm", Arch::MiniCpm),
         ("Gemma3ForCausalLM", "gemma3_text", Arch::Gemma3),
     ];
-}
-
-/// The FFN's gate activation: `down(act(gate x) * up x)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FfnAct {
-    /// SwiGLU (`silu`).
-    Silu,
-    /// GeGLU with the tanh approximation of GELU (`gelu_pytorch_tanh`, Gemma).
-    GeluTanh,
 }
 
 /// Sliding-window attention: layers marked local attend to the last `window` keys (a query at position p sees
@@ -190,7 +182,8 @@ pub struct LlamaConfig {
     pub mup: Mup,
     /// Query scale before softmax: 1/sqrt(head_dim), or Gemma's `query_pre_attn_scalar^-0.5`.
     pub attn_scale: f32,
-    pub ffn_act: FfnAct,
+    /// The FFN's gate activation: `down(act(gate x) * up x)` (SwiGLU, or Gemma's GeGLU).
+    pub ffn_act: Glu,
     /// RMSNorms on the attention and FFN outputs before the residual adds (Gemma 3).
     pub post_norms: bool,
     pub sliding: Option<SlidingWindow>,
@@ -336,7 +329,7 @@ impl LlamaConfig {
                 ..Mup::default()
             },
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
-            ffn_act: if gemma { FfnAct::GeluTanh } else { FfnAct::Silu },
+            ffn_act: if gemma { Glu::GeluTanh } else { Glu::Silu },
             post_norms: gemma,
             sliding,
             sparse: None,
@@ -390,9 +383,9 @@ impl LlamaConfig {
             .or(v.get("hidden_act"))
             .and_then(|a| a.as_str());
         let ffn_act = match act {
-            None if gemma => FfnAct::GeluTanh,
-            None | Some("silu" | "swish") => FfnAct::Silu,
-            Some("gelu_pytorch_tanh" | "gelu_tanh") => FfnAct::GeluTanh,
+            None if gemma => Glu::GeluTanh,
+            None | Some("silu" | "swish") => Glu::Silu,
+            Some("gelu_pytorch_tanh" | "gelu_tanh") => Glu::GeluTanh,
             Some(other) => {
                 return Err(bad(
                     path,

@@ -3,7 +3,7 @@
 //! graph of one forward step.
 
 use super::blockffn::BlockFfn;
-use super::config::{Arch, FfnAct, LlamaConfig};
+use super::config::{Arch, LlamaConfig};
 use super::rope_scaling::RopeSession;
 use super::sparse::{self, CompressedKeys};
 use super::weights::{load_vector, Linear, WeightSource};
@@ -11,7 +11,6 @@ use crate::error::{Error, Result};
 use crate::gpu::{DType, Gpu, GpuTensor};
 use crate::graph::{Graph, Plan, TensorId};
 use crate::ops::rope::RopeConfig;
-use crate::ops::silu_mul::Glu;
 
 /// Tensor names of one file convention.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -456,10 +455,7 @@ impl Llama {
         }
         let alpha = c.mup.residual;
         let scale = c.attn_scale;
-        let act = match c.ffn_act {
-            FfnAct::Silu => Glu::Silu,
-            FfnAct::GeluTanh => Glu::GeluTanh,
-        };
+        let act = c.ffn_act;
         // The FFN output still to be added to `h`: fused into the next norm (one dispatch for add + norm).
         let mut pending: Option<TensorId> = None;
         let mut router = Vec::new();

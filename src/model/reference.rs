@@ -1,15 +1,14 @@
 //! A plain CPU forward of the Llama family in f32, written straight from the architecture's definition, to check
 //! the GPU graph on small models (`cargo test`) and to debug a layer at a time.
 
-use super::config::LlamaConfig;
-use super::config::{Arch, FfnAct};
+use super::config::{Arch, LlamaConfig};
 use super::llama::Names;
 use super::rope_scaling::RopeSession;
 use super::weights::WeightSource;
 use crate::error::Result;
 use crate::ops::attention_prefill::AttnShape;
 use crate::ops::rope::RopeStyle;
-use crate::ops::silu_mul::{reference_act, Glu};
+use crate::ops::silu_mul::reference_act;
 
 fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     let ms = x.iter().map(|v| (v * v) as f64).sum::<f64>() / x.len() as f64;
@@ -140,10 +139,7 @@ pub fn logits_steps(
         }))
     };
     let get_norm = |name: &str| -> Result<Vec<f32>> { Ok(get(name)?.iter().map(|w| w + shift).collect()) };
-    let glu = match c.ffn_act {
-        FfnAct::Silu => Glu::Silu,
-        FfnAct::GeluTanh => Glu::GeluTanh,
-    };
+    let glu = c.ffn_act;
     let gemma = c.arch == Arch::Gemma3;
     for i in 0..c.n_layers {
         let (theta, scaling) = c.layer_rope(i);
