@@ -6,7 +6,7 @@ use super::blockffn::BlockFfn;
 use super::config::{Arch, LlamaConfig};
 use super::rope_scaling::RopeSession;
 use super::sparse::{self, CompressedKeys};
-use super::weights::{load_vector, Linear, WeightSource};
+use super::weights::{load_vector, load_vector_with, Linear, WeightSource};
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Gpu, GpuTensor};
 use crate::graph::{Graph, Plan, TensorId};
@@ -216,20 +216,8 @@ impl Llama {
         };
         // Gemma's Hugging Face norms compute x * (1 + w); llama.cpp's converter stores 1 + w, which the kernels use.
         let norm_shift = c.arch == Arch::Gemma3 && names == Names::Hf;
-        let vector = |name: String, len: usize| -> Result<GpuTensor> {
-            let t = src.require(&name)?;
-            if !norm_shift || !name.contains("norm") {
-                return load_vector(gpu, &t, len);
-            }
-            let w: Vec<f32> = t.to_f32()?.iter().map(|w| w + 1.0).collect();
-            if w.len() != len {
-                return Err(Error::shape(
-                    "load",
-                    format!("{}: {} values, expected {len}", t.name, w.len()),
-                ));
-            }
-            GpuTensor::upload_f32(gpu, &t.name, &[len], &w)
-        };
+        let stored = move |w: f32| if norm_shift { w + 1.0 } else { w };
+        let vector = |name: String, len: usize| load_vector_with(gpu, &src.require(&name)?, len, stored);
         let optional = |name: String, len: usize| -> Result<Option<GpuTensor>> {
             src.tensor(&name)?.map(|t| load_vector(gpu, &t, len)).transpose()
         };
@@ -305,20 +293,9 @@ impl Llama {
             });
         }
         progress(c.n_layers, c.n_layers);
-        let norm = if c.mup.logit == 1.0 || norm_shift {
-            vector(names.norm().into(), c.hidden)?
-        } else {
-            // logits = head(norm(h) * logit): folded into the norm's weight.
-            let t = src.require(names.norm())?;
-            let w: Vec<f32> = t.to_f32()?.iter().map(|w| w * c.mup.logit).collect();
-            if w.len() != c.hidden {
-                return Err(Error::shape(
-                    "load",
-                    format!("{}: {} values, expected {}", t.name, w.len(), c.hidden),
-                ));
-            }
-            GpuTensor::upload_f32(gpu, &t.name, &[c.hidden], &w)?
-        };
+        // logits = head(norm(h) * logit): MiniCPM's logit scale folded into the norm's weight (exact when 1).
+        let logit = c.mup.logit;
+        let norm = load_vector_with(gpu, &src.require(names.norm())?, c.hidden, |w| stored(w) * logit)?;
         gpu.check("load")?;
         Ok(Llama {
             cfg,
@@ -404,10 +381,9 @@ impl Llama {
         head + layers
     }
 
-    /// The rope of layer `i` (global, or a sliding-window layer's own).
-    fn rope(&self, g: &mut Graph, cache: &KvCache, i: usize) -> RopeConfig {
+    /// The rope op's settings for one of the session's rotations.
+    fn rope(&self, g: &mut Graph, t: &RopeTable) -> RopeConfig {
         let c = &self.cfg;
-        let t = &cache.rope[usize::from(c.layer_window(i).is_some())];
         let mut r = RopeConfig::new(c.rope_style, t.session.theta, c.rope_dim);
         r.freq_scale = t.session.freq_scale;
         r.attn_factor = t.session.attn_factor;
@@ -456,6 +432,8 @@ impl Llama {
         let alpha = c.mup.residual;
         let scale = c.attn_scale;
         let act = c.ffn_act;
+        // The global rotation, then the sliding-window layers' own (indexed by whether a layer has a window).
+        let ropes: Vec<RopeConfig> = cache.rope.iter().map(|t| self.rope(&mut g, t)).collect();
         // The FFN output still to be added to `h`: fused into the next norm (one dispatch for add + norm).
         let mut pending: Option<TensorId> = None;
         let mut router = Vec::new();
@@ -481,7 +459,7 @@ impl Llama {
                 q = g.rms_norm(q, qn, c.rms_eps)?;
                 k = g.rms_norm(k, kn, c.rms_eps)?;
             }
-            let rope = self.rope(&mut g, cache, i);
+            let rope = ropes[usize::from(c.layer_window(i).is_some())];
             let (q, k) = g.rope_pair(q, k, rope)?;
             let (kc, vc) = (g.external(k_cache), g.external(v_cache));
             g.kv_write_pair(k, v, kc, vc)?;

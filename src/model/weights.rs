@@ -376,7 +376,12 @@ impl Linear {
 
 /// A vector weight (norm scale or bias) as f32 on the device.
 pub fn load_vector(gpu: &Gpu, t: &HostTensor<'_>, len: usize) -> Result<GpuTensor> {
-    let v = t.to_f32()?;
+    load_vector_with(gpu, t, len, |w| w)
+}
+
+/// [`load_vector`] with `f` applied to every value first (Gemma's `1 + w` norms, a scale folded into a norm).
+pub fn load_vector_with(gpu: &Gpu, t: &HostTensor<'_>, len: usize, f: impl Fn(f32) -> f32) -> Result<GpuTensor> {
+    let v: Vec<f32> = t.to_f32()?.into_iter().map(f).collect();
     if v.len() != len {
         return Err(Error::shape(
             "weights",
