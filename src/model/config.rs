@@ -575,14 +575,15 @@ struct HfRope {
 
 impl HfRope {
     fn read(path: &Path, v: &serde_json::Value, rope_dim: usize, context: usize) -> Result<HfRope> {
-        let theta_of = |o: &serde_json::Value, default: f64| -> Result<f32> {
-            let t = o.get("rope_theta").and_then(|x| x.as_f64()).unwrap_or(default);
+        let base = |t: f64| -> Result<f32> {
             if t.is_finite() && t > 1.0 {
                 Ok(t as f32)
             } else {
                 Err(bad(path, format!("rope_theta {t} is not a base above 1")))
             }
         };
+        let theta_of =
+            |o: &serde_json::Value, default: f64| base(o.get("rope_theta").and_then(|x| x.as_f64()).unwrap_or(default));
         let default_theta = v.get("rope_theta").and_then(|x| x.as_f64()).unwrap_or(10000.0);
         if let Some(p) = v.get("rope_parameters").filter(|p| !p.is_null()) {
             // Per layer type (Gemma 3 under transformers 5): {"full_attention": {..}, "sliding_attention": {..}}.
@@ -608,7 +609,7 @@ impl HfRope {
             None => RopeScaling::None,
         };
         let local = match v.get("rope_local_base_freq").and_then(|x| x.as_f64()) {
-            Some(b) => Some((theta_of(&serde_json::json!({ "rope_theta": b }), b)?, RopeScaling::None)),
+            Some(b) => Some((base(b)?, RopeScaling::None)),
             None => None,
         };
         Ok(HfRope {
