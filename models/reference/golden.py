@@ -384,6 +384,23 @@ def greedy(model: Llama, ids, n_steps: int):
     return out, steps, all_logits
 
 
+def fixture_record(pr: dict, text: str, ids, gen, gen_text: str, eos_at, steps) -> dict:
+    """One prompt's fixture, in the field order the files have."""
+    return {
+        "name": pr["name"],
+        "kind": "chat" if "messages" in pr else "text",
+        "messages": pr.get("messages"),
+        "add_generation_prompt": pr.get("add_generation_prompt"),
+        "prompt": text,
+        "prompt_tokens": ids,
+        "n_prompt_tokens": len(ids),
+        "greedy_tokens": gen,
+        "greedy_text": gen_text,
+        "first_eos_step": eos_at,
+        "steps": steps,
+    }
+
+
 def dump_fixture(rec: dict, path: str):
     """JSON with one line per top-level field and one line per step, so the files stay small and diffable."""
     compact = dict(ensure_ascii=False, separators=(", ", ": "))
@@ -570,19 +587,7 @@ def main():
             checks.setdefault("llama_cpp", {"version": lcpp.version})[pr["name"]] = res
         gen_text = tok.decode(gen, skip_special_tokens=False)
         eos_at = next((i for i, t in enumerate(gen) if t == eos), None)
-        rec = {
-            "name": pr["name"],
-            "kind": "chat" if "messages" in pr else "text",
-            "messages": pr.get("messages"),
-            "add_generation_prompt": pr.get("add_generation_prompt"),
-            "prompt": text,
-            "prompt_tokens": ids,
-            "n_prompt_tokens": len(ids),
-            "greedy_tokens": gen,
-            "greedy_text": gen_text,
-            "first_eos_step": eos_at,
-            "steps": steps,
-        }
+        rec = fixture_record(pr, text, ids, gen, gen_text, eos_at, steps)
         fname = f"{pr['name']}.json"
         dump_fixture(rec, os.path.join(args.out, fname))
         gaps = [s["gap"] for s in steps]

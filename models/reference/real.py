@@ -3,7 +3,7 @@
 
     python models/reference/real.py qwen2.5-coder-0.5b | qwen2.5-coder-1.5b | gemma3-270m [--only NAME,...]
 
-It shares the GGUF reading, greedy loop, fixture format and prompts with golden.py (imported from it, unchanged)
+It shares the GGUF reading, greedy loop, fixture format and prompts with golden.py (imported from it)
 and adds numpy forwards of two more architectures, written from Hugging Face's modeling code:
 
 * qwen2 (modeling_qwen2.py): Llama with biases on q/k/v, untied output.weight. llama.cpp's converter
@@ -48,7 +48,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import golden  # noqa: E402  (prompt texts, GGUF reader, greedy loop, fixture writer)
-from golden import Gguf, dump_fixture, greedy, render_chat, sha256  # noqa: E402
+from golden import Gguf, dump_fixture, fixture_record, greedy, render_chat, sha256  # noqa: E402
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers  # noqa: E402
 
@@ -598,19 +598,7 @@ def main():
         gen, steps, _ = greedy(model, ids, args.steps)
         gen_text = tok.decode(gen, skip_special_tokens=False)
         eos_at = next((i for i, t in enumerate(gen) if t in eos_ids), None)
-        rec = {
-            "name": pr["name"],
-            "kind": "chat" if "messages" in pr else "text",
-            "messages": pr.get("messages"),
-            "add_generation_prompt": pr.get("add_generation_prompt"),
-            "prompt": text,
-            "prompt_tokens": ids,
-            "n_prompt_tokens": len(ids),
-            "greedy_tokens": gen,
-            "greedy_text": gen_text,
-            "first_eos_step": eos_at,
-            "steps": steps,
-        }
+        rec = fixture_record(pr, text, ids, gen, gen_text, eos_at, steps)
         if spec["arch"] == "gemma3":
             # Gemma: BOS is added by the tokenizer to a raw prompt; a chat prompt carries "<bos>" as text.
             rec["bos_added"] = with_bos
