@@ -7,20 +7,7 @@
 #include "lib/quant_half.wgsl"
 #include "lib/quant_nl.wgsl"
 
-#if Q8
-const WQ = 8u;  // quant words per block
-#else
-const WQ = 4u;
-#endif
-#if HB2
-const WB = WQ + 2u;  // device words per block: quant words, then high-bit words
-#else
-#if HB1
-const WB = WQ + 1u;
-#else
-const WB = WQ;
-#endif
-#endif
+#include "lib/quant_words.wgsl"
 
 // The integer quants of nibble word i (q) with its block's high-bit words (h: bit 4 with HB1, h2: bit 5 with HB2;
 // ignored without them): weights 4i..4i+4 (lo) and 16+4i..16+4i+4 (hi).

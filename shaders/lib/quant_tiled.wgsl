@@ -110,20 +110,7 @@ fn nl_word(q: vec4<u32>, xa: vec4<f32>, xb: vec4<f32>) -> vec4<f32> {
     return lo + hi;
 }
 
-#if Q8
-const WQ = 8u;  // quant words per block per row
-#else
-const WQ = 4u;
-#endif
-#if HB2
-const WB = WQ + 2u;  // device words per block per row: quant words, then high-bit words
-#else
-#if HB1
-const WB = WQ + 1u;
-#else
-const WB = WQ;
-#endif
-#endif
+#include "lib/quant_words.wgsl"
 
 // One token's 8 x vectors of a block, pre-scaled for the quant helpers, and (Q4) their sum.
 struct XBlock {

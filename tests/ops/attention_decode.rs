@@ -95,11 +95,18 @@ fn steps(gpu: &Gpu, s: AttnShape, positions: &[usize], seed: u64) -> shaderlm::R
     Ok(worst)
 }
 
-/// (name, n_q, n_heads, n_kv, head_dim, kv_len, max_ctx, window)
-type Windowed = (&'static str, usize, usize, usize, usize, usize, usize, usize);
-
-/// (name, n_q, n_heads, n_kv, head_dim, kv_len, max_ctx, amp)
-type Extra = (&'static str, usize, usize, usize, usize, usize, usize, f32);
+/// (name, n_q, n_heads, n_kv, head_dim, kv_len, max_ctx, amp, sliding window)
+type Extra = (
+    &'static str,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    f32,
+    Option<usize>,
+);
 
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
@@ -129,25 +136,35 @@ pub fn cases() -> Vec<Case> {
             }
         }
     }
-    let extra: [Extra; 11] = [
+    let extra: [Extra; 19] = [
         // 32 splits of 2 keys: splits 17..31 are empty.
-        ("some_splits_empty", 1, 9, 3, 64, 33, 8192, AMP),
-        ("one_key_32_splits", 1, 4, 1, 128, 1, 8192, AMP),
+        ("some_splits_empty", 1, 9, 3, 64, 33, 8192, AMP, None),
+        ("one_key_32_splits", 1, 4, 1, 128, 1, 8192, AMP, None),
         // Speculative verification: several queries, causal inside the step.
-        ("spec_4_tokens", 4, 9, 3, 64, 300, 512, AMP),
+        ("spec_4_tokens", 4, 9, 3, 64, 300, 512, AMP, None),
         // 8 tokens x group 8 = 64 rows: 4 row blocks along z.
-        ("spec_8_tokens_gqa8", 8, 8, 1, 128, 1000, 2048, AMP),
-        ("spec_8_tokens_14_2", 8, 14, 2, 64, 4097, 4200, AMP),
+        ("spec_8_tokens_gqa8", 8, 8, 1, 128, 1000, 2048, AMP, None),
+        ("spec_8_tokens_14_2", 8, 14, 2, 64, 4097, 4200, AMP, None),
         // 20 splits of 2 keys for 8 queries: the last splits hold keys only the last queries see, so the other
         // rows' partials there are empty (m = NEG, l = 0).
-        ("spec_rows_with_empty_splits", 8, 4, 1, 64, 40, 8192, AMP),
-        ("spec_whole_cache", 8, 3, 1, 64, 8, 8, AMP),
-        ("head_dim_32", 1, 8, 2, 32, 700, 1024, AMP),
-        ("head_dim_80", 2, 6, 2, 80, 333, 512, AMP),
-        ("head_dim_96", 1, 12, 4, 96, 2500, 4096, AMP),
-        ("large_scores", 1, 4, 1, 64, 1000, 2048, 8.0),
+        ("spec_rows_with_empty_splits", 8, 4, 1, 64, 40, 8192, AMP, None),
+        ("spec_whole_cache", 8, 3, 1, 64, 8, 8, AMP, None),
+        ("head_dim_32", 1, 8, 2, 32, 700, 1024, AMP, None),
+        ("head_dim_80", 2, 6, 2, 80, 333, 512, AMP, None),
+        ("head_dim_96", 1, 12, 4, 96, 2500, 4096, AMP, None),
+        ("large_scores", 1, 4, 1, 64, 1000, 2048, 8.0, None),
+        // Sliding windows (Gemma 3): the keys before a window hold finite random values, so a kernel that reads
+        // them changes the result.
+        ("window1", 1, 4, 1, 64, 300, 512, AMP, Some(1)),
+        ("window5_spec4", 4, 4, 1, 64, 300, 512, AMP, Some(5)),
+        ("window300_splits", 1, 8, 2, 64, 4097, 4200, AMP, Some(300)),
+        ("window512_many_splits", 1, 4, 1, 128, 2000, 8192, AMP, Some(512)),
+        ("window_past_kv_len", 2, 4, 2, 64, 100, 512, AMP, Some(4096)),
+        ("window_spec8_crosses_split", 8, 8, 1, 64, 1000, 8192, AMP, Some(260)),
+        ("head_dim_256_window", 1, 4, 1, 256, 700, 1024, AMP, Some(512)),
+        ("head_dim_256_spec", 3, 8, 2, 256, 90, 256, AMP, Some(4096)),
     ];
-    for (name, n_tokens, n_heads, n_kv, head_dim, kv_len, max_ctx, amp) in extra {
+    for (name, n_tokens, n_heads, n_kv, head_dim, kv_len, max_ctx, amp, window) in extra {
         seed += 1;
         let s = AttnShape {
             n_tokens,
@@ -157,32 +174,7 @@ pub fn cases() -> Vec<Case> {
             max_ctx,
         };
         v.push(Case::new("attention_decode", name, move |gpu| {
-            run(gpu, s, kv_len, amp, seed)
-        }));
-    }
-    // Sliding windows (Gemma 3): (name, n_q, n_heads, n_kv, head_dim, kv_len, max_ctx, window). The keys before
-    // the window hold finite random values, so a kernel that reads them changes the result.
-    let windows: [Windowed; 8] = [
-        ("window1", 1, 4, 1, 64, 300, 512, 1),
-        ("window5_spec4", 4, 4, 1, 64, 300, 512, 5),
-        ("window300_splits", 1, 8, 2, 64, 4097, 4200, 300),
-        ("window512_many_splits", 1, 4, 1, 128, 2000, 8192, 512),
-        ("window_past_kv_len", 2, 4, 2, 64, 100, 512, 4096),
-        ("window_spec8_crosses_split", 8, 8, 1, 64, 1000, 8192, 260),
-        ("head_dim_256_window", 1, 4, 1, 256, 700, 1024, 512),
-        ("head_dim_256_spec", 3, 8, 2, 256, 90, 256, 4096),
-    ];
-    for (name, n_tokens, n_heads, n_kv, head_dim, kv_len, max_ctx, window) in windows {
-        seed += 1;
-        let s = AttnShape {
-            n_tokens,
-            n_heads,
-            n_kv,
-            head_dim,
-            max_ctx,
-        };
-        v.push(Case::new("attention_decode", name, move |gpu| {
-            run_window(gpu, s, kv_len, AMP, seed, Some(window))
+            run_window(gpu, s, kv_len, amp, seed, window)
         }));
     }
     // One plan, successive decode steps (positions 0..20, then a jump past a split boundary).

@@ -106,8 +106,18 @@ fn two_chunks(gpu: &Gpu, s: AttnShape, first: usize, seed: u64) -> shaderlm::Res
     Ok(nmse(&last.0, &last.1, NMSE_MAX))
 }
 
-/// (name, n_heads, n_kv, head_dim, n_tokens, pos, max_ctx, amp)
-type Extra = (&'static str, usize, usize, usize, usize, usize, usize, f32);
+/// (name, n_heads, n_kv, head_dim, n_tokens, pos, max_ctx, amp, sliding window)
+type Extra = (
+    &'static str,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    f32,
+    Option<usize>,
+);
 
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
@@ -136,16 +146,25 @@ pub fn cases() -> Vec<Case> {
         }
     }
     // Other head dims, the chunk ending exactly at max_ctx, large scores (exp range), GQA ratio 8 with 4 kv heads.
-    let extra: [Extra; 7] = [
-        ("head_dim_32", 8, 2, 32, 37, 5, 42, AMP),
-        ("head_dim_80", 6, 2, 80, 37, 5, 50, AMP),
-        ("head_dim_96", 12, 4, 96, 20, 33, 60, AMP),
-        ("ends_at_max_ctx", 4, 2, 64, 64, 64, 128, AMP),
-        ("large_scores", 4, 1, 64, 37, 30, 80, 8.0),
-        ("gqa8_kv4", 32, 4, 128, 9, 300, 320, AMP),
-        ("long_prefix", 3, 1, 64, 5, 2000, 2010, AMP),
+    let extra: [Extra; 14] = [
+        ("head_dim_32", 8, 2, 32, 37, 5, 42, AMP, None),
+        ("head_dim_80", 6, 2, 80, 37, 5, 50, AMP, None),
+        ("head_dim_96", 12, 4, 96, 20, 33, 60, AMP, None),
+        ("ends_at_max_ctx", 4, 2, 64, 64, 64, 128, AMP, None),
+        ("large_scores", 4, 1, 64, 37, 30, 80, 8.0, None),
+        ("gqa8_kv4", 32, 4, 128, 9, 300, 320, AMP, None),
+        ("long_prefix", 3, 1, 64, 5, 2000, 2010, AMP, None),
+        // Sliding windows (Gemma 3): keys before a row's window are finite random values, so reading them changes
+        // the result; tiles start unaligned to the window.
+        ("window1", 4, 1, 64, 37, 0, 56, AMP, Some(1)),
+        ("window5_first_chunk", 4, 2, 64, 37, 0, 56, AMP, Some(5)),
+        ("window7_after_prefix", 8, 2, 128, 70, 100, 189, AMP, Some(7)),
+        ("window64_rows_cross_tiles", 9, 3, 64, 130, 50, 199, AMP, Some(64)),
+        ("window_past_everything", 4, 1, 64, 20, 10, 49, AMP, Some(4096)),
+        ("head_dim_256", 4, 1, 256, 37, 5, 61, AMP, Some(4096)),
+        ("head_dim_256_window", 4, 1, 256, 70, 40, 129, AMP, Some(33)),
     ];
-    for (name, n_heads, n_kv, head_dim, n_tokens, pos, max_ctx, amp) in extra {
+    for (name, n_heads, n_kv, head_dim, n_tokens, pos, max_ctx, amp, window) in extra {
         seed += 1;
         let s = AttnShape {
             n_tokens,
@@ -155,31 +174,7 @@ pub fn cases() -> Vec<Case> {
             max_ctx,
         };
         v.push(Case::new("attention_prefill", name, move |gpu| {
-            run(gpu, s, pos, amp, seed)
-        }));
-    }
-    // Sliding windows (Gemma 3): (name, n_heads, n_kv, head_dim, n_tokens, pos, window). Keys before a row's window
-    // are finite random values, so reading them changes the result; tiles start unaligned to the window.
-    let windows: [(&str, usize, usize, usize, usize, usize, usize); 7] = [
-        ("window1", 4, 1, 64, 37, 0, 1),
-        ("window5_first_chunk", 4, 2, 64, 37, 0, 5),
-        ("window7_after_prefix", 8, 2, 128, 70, 100, 7),
-        ("window64_rows_cross_tiles", 9, 3, 64, 130, 50, 64),
-        ("window_past_everything", 4, 1, 64, 20, 10, 4096),
-        ("head_dim_256", 4, 1, 256, 37, 5, 4096),
-        ("head_dim_256_window", 4, 1, 256, 70, 40, 33),
-    ];
-    for (name, n_heads, n_kv, head_dim, n_tokens, pos, window) in windows {
-        seed += 1;
-        let s = AttnShape {
-            n_tokens,
-            n_heads,
-            n_kv,
-            head_dim,
-            max_ctx: pos + n_tokens + 19,
-        };
-        v.push(Case::new("attention_prefill", name, move |gpu| {
-            run_window(gpu, s, pos, AMP, seed, Some(window))
+            run_window(gpu, s, pos, amp, seed, window)
         }));
     }
     for (n_heads, n_kv, head_dim, n_tokens, first) in [(9, 3, 64, 37, 37), (8, 2, 128, 20, 50)] {
