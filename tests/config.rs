@@ -20,6 +20,16 @@ fn base() -> serde_json::Value {
     })
 }
 
+/// [`base`] with head dim 128 (64 rotary pairs), base `theta` and `rope_scaling` set to `scaling`.
+fn scaled(theta: f64, scaling: serde_json::Value) -> LlamaConfig {
+    let mut v = base();
+    v["head_dim"] = 128.into();
+    v["hidden_size"] = 512.into();
+    v["rope_theta"] = theta.into();
+    v["rope_scaling"] = scaling;
+    read(&v).unwrap()
+}
+
 fn read(v: &serde_json::Value) -> shaderlm::Result<LlamaConfig> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("config.json");
@@ -81,13 +91,9 @@ fn unknown_rope_types_and_unsupported_math_are_errors_that_name_them() {
 /// 8192 are divided by 8, in between blended by `smooth = (8192 / wavelen - 1) / 3`.
 #[test]
 fn llama3_divisors_follow_the_published_rule() {
-    let mut v = base();
-    v["head_dim"] = 128.into();
-    v["hidden_size"] = 512.into();
-    v["rope_theta"] = 500000.0.into();
-    v["rope_scaling"] = serde_json::json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+    let scaling = serde_json::json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192});
-    let c = read(&v).unwrap();
+    let c = scaled(500000.0, scaling);
     let s = c.rope_scaling.session(c.rope_theta, 128, 8192);
     let d = s.divisors.unwrap();
     assert_eq!(d.len(), 64);
@@ -113,13 +119,11 @@ fn llama3_divisors_follow_the_published_rule() {
 /// correction keep their frequency, those past beta_slow's are divided by 4, and cos/sin scale by 0.1 ln 4 + 1.
 #[test]
 fn yarn_ramp_and_attention_factor() {
-    let mut v = base();
-    v["head_dim"] = 128.into();
-    v["hidden_size"] = 512.into();
-    v["rope_theta"] = 1000000.0.into();
-    v["max_position_embeddings"] = 131072.into();
-    v["rope_scaling"] = serde_json::json!({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768});
-    let c = read(&v).unwrap();
+    // max_position_embeddings (8192 in `base`) does not enter: original_max_position_embeddings is given.
+    let c = scaled(
+        1000000.0,
+        serde_json::json!({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}),
+    );
     let s = c.rope_scaling.session(c.rope_theta, 128, 131072);
     assert!((s.attn_factor - (0.1 * 4f32.ln() + 1.0)).abs() < 1e-6);
     let d = s.divisors.unwrap();
