@@ -189,7 +189,6 @@ impl Graph {
         scale: f32,
         window: Option<usize>,
     ) -> Result<TensorId> {
-        let window = check_window("attention_decode", window)?;
         let shape = AttnShape::check(self, "attention_decode", q, k_cache, v_cache)?;
         if shape.n_tokens > MAX_TOKENS {
             return Err(Error::shape(
@@ -198,6 +197,28 @@ impl Graph {
                     "{} query tokens, at most {MAX_TOKENS} (use attention_prefill)",
                     shape.n_tokens
                 ),
+            ));
+        }
+        self.attention_split_kv(q, k_cache, v_cache, scale, window)
+    }
+
+    /// The split-KV kernel for any number of queries: `attention_decode` without its token limit. Chunks of many
+    /// tokens share each K/V read among only `rows_for(head_dim)` rows (the tiled prefill kernel shares it among
+    /// 64), so `attention_prefill` sends here only the head dims its own kernel does not serve.
+    pub(super) fn attention_split_kv(
+        &mut self,
+        q: TensorId,
+        k_cache: TensorId,
+        v_cache: TensorId,
+        scale: f32,
+        window: Option<usize>,
+    ) -> Result<TensorId> {
+        let window = check_window("attention_decode", window)?;
+        let shape = AttnShape::check(self, "attention_decode", q, k_cache, v_cache)?;
+        if (shape.n_tokens * shape.group()).div_ceil(rows_for(shape.head_dim)) > u16::MAX as usize {
+            return Err(Error::shape(
+                "attention_decode",
+                format!("{} query tokens exceed one dispatch", shape.n_tokens),
             ));
         }
         if !scale.is_finite() {

@@ -11,9 +11,13 @@ use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::{Graph, TensorId};
 
-/// Head dims with a shader variant (the private accumulators have constant size) in every attention op.
+/// Head dims with a shader variant (the private accumulators have constant size) in every attention op; this
+/// op's own tiled kernel serves exactly these.
 pub const HEAD_DIMS: [usize; 5] = [32, 64, 80, 96, 128];
-/// Head dims of the dense ops (this one and `attention_decode`): also Gemma's 256.
+/// Head dims of the dense ops (this one and `attention_decode`): also Gemma's 256, which this op runs through
+/// `attention_decode`'s split-KV kernel. The tiled kernel keeps a row's query and output accumulator per
+/// invocation (512 floats at head_dim 256): on lavapipe (Vulkan and GL alike) it gave wrong results once a row saw
+/// more than about 450 keys (NMSE ~1; cause not found), and on GPUs that much private state spills anyway.
 pub const DENSE_HEAD_DIMS: [usize; 6] = [32, 64, 80, 96, 128, 256];
 
 /// Rows (query token x head of a GQA group) per workgroup.
@@ -21,10 +25,10 @@ const ROWS_PER_WG: usize = 64;
 
 /// Keys per tile: K and V tiles take 2 * BK * head_dim * 4 bytes, kept within WebGPU's guaranteed 16 KiB.
 fn tile_keys(head_dim: usize) -> usize {
-    match head_dim {
-        0..=64 => 32,
-        65..=128 => 16,
-        _ => 8,
+    if head_dim <= 64 {
+        32
+    } else {
+        16
     }
 }
 
@@ -191,8 +195,11 @@ impl Graph {
         scale: f32,
         window: Option<usize>,
     ) -> Result<TensorId> {
-        let window = check_window("attention_prefill", window)?;
+        let window_keys = check_window("attention_prefill", window)?;
         let shape = AttnShape::check(self, "attention_prefill", q, k_cache, v_cache)?;
+        if !HEAD_DIMS.contains(&shape.head_dim) {
+            return self.attention_split_kv(q, k_cache, v_cache, scale, window);
+        }
         if !scale.is_finite() {
             return Err(Error::shape(
                 "attention_prefill",
@@ -207,7 +214,11 @@ impl Graph {
             ));
         }
         let out_shape = [shape.n_tokens, shape.n_heads, shape.head_dim];
-        let kernel = AttentionPrefill { shape, scale, window };
+        let kernel = AttentionPrefill {
+            shape,
+            scale,
+            window: window_keys,
+        };
         Ok(self.add_node(kernel, &[q, k_cache, v_cache], &[("attn_out", &out_shape, DType::F32)])?[0])
     }
 }
@@ -273,5 +284,5 @@ pub fn reference_window(
 }
 
 pub fn variants() -> Vec<ShaderKey> {
-    DENSE_HEAD_DIMS.iter().map(|&d| key(d)).collect()
+    HEAD_DIMS.iter().map(|&d| key(d)).collect()
 }

@@ -136,7 +136,7 @@ pub fn cases() -> Vec<Case> {
             }
         }
     }
-    let extra: [Extra; 19] = [
+    let extra: [Extra; 20] = [
         // 32 splits of 2 keys: splits 17..31 are empty.
         ("some_splits_empty", 1, 9, 3, 64, 33, 8192, AMP, None),
         ("one_key_32_splits", 1, 4, 1, 128, 1, 8192, AMP, None),
@@ -163,6 +163,8 @@ pub fn cases() -> Vec<Case> {
         ("window_spec8_crosses_split", 8, 8, 1, 64, 1000, 8192, AMP, Some(260)),
         ("head_dim_256_window", 1, 4, 1, 256, 700, 1024, AMP, Some(512)),
         ("head_dim_256_spec", 3, 8, 2, 256, 90, 256, AMP, Some(4096)),
+        // Gemma 3 270M's shape: the last 3 tokens of a 1,411-token prompt, the window 512 keys behind.
+        ("gemma3_tail_past_window", 3, 4, 1, 256, 1411, 2048, AMP, Some(512)),
     ];
     for (name, n_tokens, n_heads, n_kv, head_dim, kv_len, max_ctx, amp, window) in extra {
         seed += 1;

@@ -146,7 +146,7 @@ pub fn cases() -> Vec<Case> {
         }
     }
     // Other head dims, the chunk ending exactly at max_ctx, large scores (exp range), GQA ratio 8 with 4 kv heads.
-    let extra: [Extra; 14] = [
+    let extra: [Extra; 16] = [
         ("head_dim_32", 8, 2, 32, 37, 5, 42, AMP, None),
         ("head_dim_80", 6, 2, 80, 37, 5, 50, AMP, None),
         ("head_dim_96", 12, 4, 96, 20, 33, 60, AMP, None),
@@ -163,6 +163,10 @@ pub fn cases() -> Vec<Case> {
         ("window_past_everything", 4, 1, 64, 20, 10, 49, AMP, Some(4096)),
         ("head_dim_256", 4, 1, 256, 37, 5, 61, AMP, Some(4096)),
         ("head_dim_256_window", 4, 1, 256, 70, 40, 129, AMP, Some(33)),
+        // Gemma 3 270M's shape: a 128-token chunk deep into a 2048-position cache, the window a full 512 behind.
+        ("gemma3_chunk_past_window", 4, 1, 256, 128, 1280, 2048, AMP, Some(512)),
+        // The tiled kernel went wrong at head_dim 256 once a row saw ~450 keys (see DENSE_HEAD_DIMS).
+        ("head_dim_256_rows_see_500_keys", 4, 1, 256, 16, 500, 600, AMP, None),
     ];
     for (name, n_heads, n_kv, head_dim, n_tokens, pos, max_ctx, amp, window) in extra {
         seed += 1;
