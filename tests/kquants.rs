@@ -401,8 +401,8 @@ fn gpu_logits(src: &dyn WeightSource, cfg: LlamaConfig, tokens: &[u32], prompt: 
     got
 }
 
-#[test]
-fn tiny_llama_in_a_q4_k_m_mix_matches_the_cpu_reference() {
+/// A tiny Llama whose 2-D tensors have the types `ty_of` gives, through the GPU model against the CPU reference.
+fn tiny_llama_matches_the_cpu_reference(file: &str, ty_of: &dyn Fn(&str) -> GgmlType) {
     // Widths that are whole super-blocks: hidden 256, ffn 512, 4 heads of 64 (K of attn_output 256).
     let t = Tiny {
         arch: "llama",
@@ -416,18 +416,17 @@ fn tiny_llama_in_a_q4_k_m_mix_matches_the_cpu_reference() {
         tied: false,
     };
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny-q4_k_m.gguf");
-    let q4_k_m = |name: &str| {
-        if name == "output.weight" || name.ends_with("ffn_down.weight") {
-            GgmlType::Q6_K
-        } else {
-            GgmlType::Q4_K
-        }
-    };
-    write_gguf_typed(&path, &t, 9, &q4_k_m);
+    let path = dir.path().join(file);
+    write_gguf_typed(&path, &t, 9, ty_of);
     let f = GgufFile::open(&path).unwrap();
-    assert_eq!(f.tensor("blk.1.ffn_down.weight").unwrap().ggml_type, GgmlType::Q6_K);
-    assert_eq!(f.tensor("blk.1.attn_q.weight").unwrap().ggml_type, GgmlType::Q4_K);
+    for name in [
+        "token_embd.weight",
+        "blk.1.ffn_down.weight",
+        "blk.1.attn_q.weight",
+        "blk.0.attn_v.weight",
+    ] {
+        assert_eq!(f.tensor(name).unwrap().ggml_type, ty_of(name), "{name}");
+    }
     let cfg = LlamaConfig::from_gguf(&f).unwrap();
     let tokens: Vec<u32> = (0..14u32).map(|i| (i * 37 + 11) % 101).collect();
     let got = gpu_logits(&f, cfg.clone(), &tokens, 10);
@@ -453,4 +452,39 @@ fn tiny_llama_in_a_q4_k_m_mix_matches_the_cpu_reference() {
         );
         assert!(e < 1e-5, "position {p}: logits nmse {e:e} vs the ggml-value reference");
     }
+}
+
+#[test]
+fn tiny_llama_in_a_q4_k_m_mix_matches_the_cpu_reference() {
+    let q4_k_m = |name: &str| {
+        if name == "output.weight" || name.ends_with("ffn_down.weight") {
+            GgmlType::Q6_K
+        } else {
+            GgmlType::Q4_K
+        }
+    };
+    tiny_llama_matches_the_cpu_reference("tiny-q4_k_m.gguf", &q4_k_m);
+}
+
+#[test]
+fn tiny_llama_in_every_new_type_matches_the_cpu_reference() {
+    // Published "Q4_K_M" files of small models are mostly Q5_0 (with Q8_0, Q6_K, and IQ4_NL where a row is not
+    // whole super-blocks); here every type read since then, each in some role: the Q5_0 token embedding goes through
+    // embedding_q, the others through matmul_q.
+    let mix = |name: &str| {
+        let roles = [
+            ("token_embd", GgmlType::Q5_0),
+            ("output", GgmlType::Q6_K),
+            ("attn_q", GgmlType::Q5_0),
+            ("attn_k", GgmlType::Q5_1),
+            ("attn_v", GgmlType::IQ4_NL),
+            ("attn_output", GgmlType::IQ4_XS),
+            ("ffn_gate", GgmlType::Q5_K),
+            ("ffn_up", GgmlType::Q5_0),
+            ("ffn_down", GgmlType::Q6_K),
+        ];
+        let role = name.trim_end_matches(".weight").rsplit('.').next().unwrap_or("");
+        roles.iter().find(|r| r.0 == role).map_or(GgmlType::Q8_0, |r| r.1)
+    };
+    tiny_llama_matches_the_cpu_reference("tiny-new-types.gguf", &mix);
 }

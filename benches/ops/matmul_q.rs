@@ -1,10 +1,10 @@
 //! matmul_q throughput: the GEMV (decode) at the projection shapes of the three models (N x K: SmolLM2 FFN down and
-//! up, its 49152 x 576 LM head, Qwen2.5-0.5B FFN down, a 2048 x 8192 and Llama3-8B's FFN down), for each format
-//! and both layouts; the GEMM for a 128-token chunk; f32 vs f16 arithmetic in the rows layout; and the f16 `matmul`
+//! up, its 49152 x 576 LM head, Qwen2.5-0.5B FFN down, a 2048 x 8192, a 4096 x 4096 and Llama3-8B's FFN down), for
+//! each 32-weight format and both layouts; the GEMM for a 128-token chunk; f32 vs f16 arithmetic in the rows layout; and the f16 `matmul`
 //! GEMV at the same shapes as a baseline.
-//! GB/s counts the packed weight bytes (quants, scales, mins) plus x and y. The k-quants Q4_K and Q6_K (Q4_K_M's
-//! two types), at the shapes whose K is whole 256-weight super-blocks: their packed bytes are the repacked 32-weight
-//! blocks (Q4_K 20 bytes per 32 weights, Q6_K 36), not the file's (18, 26.25).
+//! GB/s counts the packed weight bytes (quants, scales, mins) plus x and y. The super-block types (Q4_K, Q5_K, Q6_K,
+//! IQ4_XS), at the shapes whose K is whole 256-weight super-blocks: their packed bytes are the repacked 32-weight
+//! blocks (Q4_K 20 bytes per 32 weights, Q5_K 24, Q6_K 28, IQ4_XS 18), not the file's (18, 22, 26.25, 17).
 
 use crate::common::{plan_of, Bench, MODELS};
 use crate::embedding_q::blocks;
@@ -19,7 +19,15 @@ fn shapes() -> Vec<(usize, usize)> {
     let (_, h, f, ..) = MODELS[0];
     let (_, h1, f1, ..) = MODELS[1];
     let (_, h2, f2, ..) = MODELS[2];
-    vec![(h, f), (f, h), (MODELS[0].6, h), (h1, f1), (2048, 8192), (h2, f2)]
+    vec![
+        (h, f),
+        (f, h),
+        (MODELS[0].6, h),
+        (h1, f1),
+        (2048, 8192),
+        (4096, 4096),
+        (h2, f2),
+    ]
 }
 
 fn layout_name(l: Layout) -> &'static str {
@@ -31,7 +39,14 @@ fn layout_name(l: Layout) -> &'static str {
 
 pub fn benches() -> Vec<Bench> {
     let mut v = Vec::new();
-    let formats = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
+    let formats = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::IQ4_NL,
+    ];
     for (n, k) in shapes() {
         for layout in [Layout::Tiled, Layout::Rows] {
             for ty in formats {
@@ -103,7 +118,7 @@ pub fn benches() -> Vec<Bench> {
     // k-quant GEMVs: SmolLM2 FFN down, Qwen FFN down, 2048 x 8192 and Llama3-8B FFN down.
     for (n, k) in shapes().into_iter().filter(|&(_, k)| k.is_multiple_of(256)) {
         for layout in [Layout::Tiled, Layout::Rows] {
-            for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+            for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS] {
                 let name = format!("matmul_q gemv {ty} {} {n}x{k}", layout_name(layout));
                 v.push(Bench::new(name, move |gpu| {
                     let w = PackedWeight::upload_with(gpu, "w", ty, layout, n, k, &blocks(ty, n, k))?;
@@ -157,7 +172,7 @@ pub fn benches() -> Vec<Bench> {
     // be whole super-blocks, SmolLM2's FFN down instead of its up).
     for (n, k) in [(MODELS[0].1, MODELS[0].2), (MODELS[1].1, MODELS[1].2)] {
         for layout in [Layout::Tiled, Layout::Rows] {
-            for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+            for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS] {
                 let name = format!("matmul_q gemm {ty} {} {tokens}x{n}x{k}", layout_name(layout));
                 v.push(Bench::new(name, move |gpu| {
                     let w = PackedWeight::upload_with(gpu, "w", ty, layout, n, k, &blocks(ty, n, k))?;

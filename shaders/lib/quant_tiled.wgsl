@@ -96,17 +96,18 @@ fn u8_dot(v: vec4<u32>, xs: vec4<f32>) -> vec4<f32> {
     return a + b;
 }
 
-// sum_b T[q[b]] * xa[b] + T[q[b+16]] * xb[b] over one codebook nibble word of 4 rows (x not pre-scaled).
+// sum_b T[q[b]] * xa[b] + T[q[b+16]] * xb[b] over one codebook nibble word of 4 rows (x not pre-scaled). The
+// indices convert from i32 (a signed conversion is one instruction on x86; unsigned ones are emulated).
 fn nl_word(q: vec4<u32>, xa: vec4<f32>, xb: vec4<f32>) -> vec4<f32> {
     let m = vec4<u32>(15u);
-    var lo = nl4(vec4<f32>(q & m)) * xa.x;
-    var hi = nl4(vec4<f32>((q >> vec4<u32>(4u)) & m)) * xb.x;
-    lo += nl4(vec4<f32>((q >> vec4<u32>(8u)) & m)) * xa.y;
-    hi += nl4(vec4<f32>((q >> vec4<u32>(12u)) & m)) * xb.y;
-    lo += nl4(vec4<f32>((q >> vec4<u32>(16u)) & m)) * xa.z;
-    hi += nl4(vec4<f32>((q >> vec4<u32>(20u)) & m)) * xb.z;
-    lo += nl4(vec4<f32>((q >> vec4<u32>(24u)) & m)) * xa.w;
-    hi += nl4(vec4<f32>(q >> vec4<u32>(28u))) * xb.w;
+    var lo = nl4(vec4<f32>(bitcast<vec4<i32>>(q & m))) * xa.x;
+    var hi = nl4(vec4<f32>(bitcast<vec4<i32>>((q >> vec4<u32>(4u)) & m))) * xb.x;
+    lo += nl4(vec4<f32>(bitcast<vec4<i32>>((q >> vec4<u32>(8u)) & m))) * xa.y;
+    hi += nl4(vec4<f32>(bitcast<vec4<i32>>((q >> vec4<u32>(12u)) & m))) * xb.y;
+    lo += nl4(vec4<f32>(bitcast<vec4<i32>>((q >> vec4<u32>(16u)) & m))) * xa.z;
+    hi += nl4(vec4<f32>(bitcast<vec4<i32>>((q >> vec4<u32>(20u)) & m))) * xb.z;
+    lo += nl4(vec4<f32>(bitcast<vec4<i32>>((q >> vec4<u32>(24u)) & m))) * xa.w;
+    hi += nl4(vec4<f32>(bitcast<vec4<i32>>(q >> vec4<u32>(28u)))) * xb.w;
     return lo + hi;
 }
 

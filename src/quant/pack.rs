@@ -17,11 +17,16 @@
 //! quant words come the high-bit words (Q5_0, Q5_1, Q5_K: one, bit 4 of each quant; Q6_K: two, bits 4 and 5),
 //! permuted from ggml's order (bit `j` = weight `j`) so that the kernels move them next to the nibbles with one
 //! shift and mask per word ([`hb_to_device`]): device bit `8b + i` is weight `4i + b`'s and bit `8b + 4 + i` is
-//! weight `16 + 4i + b`'s. With WB words per block (quant words plus high-bit words) the quants buffer keeps the
-//! bytes of the file's quants exactly.
+//! weight `16 + 4i + b`'s. With WB words per block (quant words plus high-bit words) the quants buffer holds as many
+//! bytes as the file's quants.
 //! The second constant of a block (where there is one) is a min added to every weight (Q4_1, Q5_1, Q4_K, Q5_K) or
 //! the scale of weights 16..32, the high nibbles (Q6_K: the first scale applies to weights 0..16); it is stored
 //! where Q4_1 stores its min.
+//!
+//! Not packable yet: Q2_K and Q3_K. Their 16-weight sub-blocks make two f16 constants per 32 weights (and two mins
+//! for Q2_K) 1.16x to 1.5x the file; within 1.1x they need their sub-block codes per block (16 bits: 4-bit scale and
+//! min pairs, or two 6-bit scales) and the super-block factors d (dmin) once per 256 weights in a third buffer, with
+//! 2-bit quant words (16 weights each, masked in place) and, for Q3_K, its high-bit word summed apart.
 //!
 //! * [`Layout::Tiled`] (CPU adapters such as lavapipe; LAVAPIPE.md §4, "chunk-tiled"): rows come in tiles of
 //!   [`TILE`] = 32 (8 SIMD lanes x 4 outputs; N is padded with zero rows). Words are `vec4<u32>` at index
@@ -227,8 +232,9 @@ impl Format {
 }
 
 /// A high-bit word from ggml's order (bit `j` = weight `j`) to the device order of the module doc: bit `8b + i` =
-/// weight `4i + b`, bit `8b + 4 + i` = weight `16 + 4i + b`, so nibble word `i` finds its 8 high bits at
-/// `(w >> i) & 0x0f0f0f0f`-like positions: bit `i` (low nibbles) and `4 + i` (high nibbles) of each byte.
+/// weight `4i + b`, bit `8b + 4 + i` = weight `16 + 4i + b`, so nibble word `i` finds its 8 high bits at bit `i`
+/// (low nibbles) and `4 + i` (high nibbles) of each byte: one shift and one mask put them at bit 4 of their quant's
+/// byte.
 pub fn hb_to_device(w: u32) -> u32 {
     let mut o = 0;
     for b in 0..4 {
