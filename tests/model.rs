@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::tiny::{write_gguf, write_gguf_types, write_hf, Tiny, GEMMA_WINDOW};
+use common::tiny::{phi3, write_gguf, write_gguf_types, write_hf, Tiny, GEMMA_WINDOW, PHI3_ROPE_DIM, PHI3_WINDOW};
 use shaderlm::gpu::{Gpu, GpuOptions};
 use shaderlm::loader::gguf::GgufFile;
 use shaderlm::loader::safetensors::SafetensorsModel;
@@ -169,4 +169,40 @@ fn tiny_gemma3_safetensors_and_gguf_are_one_model() {
     no_window.sliding.as_mut().unwrap().window = 1000;
     let wide = reference::logits(&st, &no_window, Names::Hf, &ids).unwrap();
     assert!(nmse(&wide[16], &hf_logits[16]) > 1e-4);
+}
+
+#[test]
+fn tiny_phi3_fused_matrices_in_safetensors_and_gguf() {
+    // Fused q|k|v and gate|up, partial rotary, longrope (long factors: both contexts pass the original 32) and a
+    // sliding window of 7 on every layer, crossed by the 17 tokens. The HF directory (top-level
+    // original_max_position_embeddings, as Phi-3 writes it) and the GGUF (llama.cpp's factor tensors) are one model.
+    let t = phi3();
+    let ids = tokens(17, 101);
+    let dir = tempfile::tempdir().unwrap();
+    write_hf(dir.path(), &t, 7, false);
+    let cfg = LlamaConfig::from_hf(&dir.path().join("config.json")).unwrap();
+    assert_eq!((cfg.arch, cfg.rope_dim), (shaderlm::model::Arch::Phi3, PHI3_ROPE_DIM));
+    assert!((0..t.layers).all(|i| cfg.layer_window(i) == Some(PHI3_WINDOW)));
+    assert!(matches!(
+        cfg.rope_scaling,
+        shaderlm::model::config::RopeScaling::LongRope(_)
+    ));
+    let st = SafetensorsModel::open(dir.path()).unwrap();
+    let hf_logits = reference::logits(&st, &cfg, Names::Hf, &ids).unwrap();
+    check(&st, cfg, Names::Hf, &ids, 13);
+    let path = dir.path().join("tiny.gguf");
+    write_gguf(&path, &t, 7, GgmlType::F32);
+    let f = GgufFile::open(&path).unwrap();
+    let gcfg = LlamaConfig::from_gguf(&f).unwrap();
+    assert_eq!(
+        gcfg.rope_scaling,
+        LlamaConfig::from_hf(&dir.path().join("config.json"))
+            .unwrap()
+            .rope_scaling
+    );
+    let gguf_logits = reference::logits(&f, &gcfg, Names::Gguf, &ids).unwrap();
+    for (a, b) in hf_logits.iter().zip(&gguf_logits) {
+        assert!(nmse(a, b) < 1e-10, "HF and GGUF layouts differ: {:e}", nmse(a, b));
+    }
+    check(&f, gcfg, Names::Gguf, &ids, 13);
 }

@@ -22,25 +22,30 @@ pub enum Arch {
     /// Gemma 3 (text): sliding-window and global layers, q/k norms, GeGLU, the embedding scaled by sqrt(hidden),
     /// norms after attention and FFN as well as before.
     Gemma3,
+    /// Phi-3 / Phi-4-mini: Llama with q|k|v and gate|up fused in the files (see `model::fused`), longrope,
+    /// partial rotary (Phi-4-mini), a sliding window on every layer where the config sets one.
+    Phi3,
 }
 
 impl Arch {
     /// The architectures a GGUF `general.architecture` names.
-    const GGUF: [(&'static str, Arch); 5] = [
+    const GGUF: [(&'static str, Arch); 6] = [
         ("llama", Arch::Llama),
         ("mistral", Arch::Llama),
         ("qwen2", Arch::Qwen2),
         ("qwen3", Arch::Qwen3),
         ("gemma3", Arch::Gemma3),
+        ("phi3", Arch::Phi3),
     ];
     /// Hugging Face `architectures[0]` and `model_type` names.
-    const HF: [(&'static str, &'static str, Arch); 6] = [
+    const HF: [(&'static str, &'static str, Arch); 7] = [
         ("LlamaForCausalLM", "llama", Arch::Llama),
         ("MistralForCausalLM", "mistral", Arch::Llama),
         ("Qwen2ForCausalLM", "qwen2", Arch::Qwen2),
         ("Qwen3ForCausalLM", "qwen3", Arch::Qwen3),
         ("MiniCPMForCausalLM", "minicpm", Arch::MiniCpm),
         ("Gemma3ForCausalLM", "gemma3_text", Arch::Gemma3),
+        ("Phi3ForCausalLM", "phi3", Arch::Phi3),
     ];
 }
 
@@ -285,6 +290,13 @@ impl LlamaConfig {
                 local: (0..n_layers).map(|i| (i + 1) % 6 != 0).collect(),
                 local_theta: 10000.0,
                 local_scaling: RopeScaling::None,
+            }),
+            // Phi-3: every layer, with the model's own rope.
+            Some(w) if arch == Arch::Phi3 => Some(SlidingWindow {
+                window: w as usize,
+                local: vec![true; n_layers],
+                local_theta: f.get_opt::<f32>(&key("rope.freq_base"))?.unwrap_or(10000.0),
+                local_scaling: rope_scaling.clone(),
             }),
             Some(_) => {
                 return Err(bad(
@@ -605,7 +617,15 @@ impl HfRope {
             });
         }
         let scaling = match v.get("rope_scaling").filter(|s| !s.is_null()) {
-            Some(s) => RopeScaling::from_hf(path, s, rope_dim, context)?,
+            Some(s) => {
+                // Phi-3 writes original_max_position_embeddings beside rope_scaling, not in it.
+                let mut s = s.clone();
+                if let (Some(o), Some(top)) = (s.as_object_mut(), v.get("original_max_position_embeddings")) {
+                    o.entry("original_max_position_embeddings")
+                        .or_insert_with(|| top.clone());
+                }
+                RopeScaling::from_hf(path, &s, rope_dim, context)?
+            }
             None => RopeScaling::None,
         };
         let local = match v.get("rope_local_base_freq").and_then(|x| x.as_f64()) {
@@ -703,6 +723,26 @@ fn gguf_rope_scaling(f: &GgufFile, arch: &str, rope_dim: usize) -> Result<RopeSc
     }
     let factor = f.get_opt::<f32>(&key("factor"))?;
     let original = f.get_opt::<u64>(&key("original_context_length"))?.map(|x| x as usize);
+    // Phi-3's longrope as llama.cpp's converter stores it: both factor lists as tensors, the attention factor
+    // under rope.scaling.attn_factor.
+    if f.tensor("rope_factors_long.weight").is_some() {
+        let original_max =
+            original.ok_or_else(|| bad(f.path(), format!("longrope needs {}", key("original_context_length"))))?;
+        let context = f.get_u64(&format!("{arch}.context_length"))? as f64;
+        let scale = context / original_max.max(2) as f64;
+        let attn_default = if scale <= 1.0 {
+            1.0
+        } else {
+            (1.0 + scale.ln() / (original_max as f64).ln()).sqrt()
+        };
+        let l = LongRope {
+            short: f.tensor_f32("rope_factors_short.weight")?,
+            long: f.tensor_f32("rope_factors_long.weight")?,
+            original_max,
+            attn_factor: f.get_opt::<f32>(&key("attn_factor"))?.unwrap_or(attn_default as f32),
+        };
+        return RopeScaling::LongRope(l).check(f.path(), rope_dim);
+    }
     let scaling = match f.get_opt::<&str>(&key("type"))? {
         None | Some("none") => RopeScaling::None,
         Some("linear") => match factor {

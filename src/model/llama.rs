@@ -202,6 +202,8 @@ impl Llama {
         mut progress: impl FnMut(usize, usize),
     ) -> Result<Llama> {
         let c = &cfg;
+        let unfused = super::fused::Unfused::of(src, c, names);
+        let src: &dyn WeightSource = &unfused;
         let q_dim = c.n_heads * c.head_dim;
         let kv_dim = c.n_kv_heads * c.head_dim;
         let linear = |name: String, n: usize, k: usize| -> Result<Linear> {

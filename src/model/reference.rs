@@ -98,6 +98,8 @@ pub fn logits_steps(
             .collect(),
         _ => Vec::new(),
     };
+    let unfused = super::fused::Unfused::of(src, c, names);
+    let src: &dyn WeightSource = &unfused;
     let get = |name: &str| -> Result<Vec<f32>> { src.require(name)?.to_f32() };
     let l = |i: usize, hf: &str, gg: &str| match names {
         Names::Hf => format!("model.layers.{i}.{hf}"),

@@ -48,7 +48,45 @@ pub struct HostTensor<'a> {
     pub data: HostData<'a>,
 }
 
-impl HostTensor<'_> {
+impl<'a> HostTensor<'a> {
+    /// Rows `r0 .. r0 + n` of a matrix `[rows, cols]`, named `name` (a fused q|k|v or gate|up matrix served in
+    /// parts). Rows of every format are whole blocks, so this is a slice of the data.
+    pub fn rows(&self, name: &str, r0: usize, n: usize) -> Result<HostTensor<'a>> {
+        let [rows, cols] = self.shape[..] else {
+            return Err(Error::shape(
+                "weights",
+                format!("{}: {:?} is not a matrix", self.name, self.shape),
+            ));
+        };
+        if r0 + n > rows {
+            return Err(Error::shape(
+                "weights",
+                format!("{}: rows {r0}..{} of {rows}", self.name, r0 + n),
+            ));
+        }
+        let data = match &self.data {
+            HostData::F32(v) => HostData::F32(v[r0 * cols..(r0 + n) * cols].to_vec()),
+            HostData::F16(b) => HostData::F16(&b[r0 * cols * 2..(r0 + n) * cols * 2]),
+            HostData::Quant(t, b) => {
+                let row = b.len() / rows;
+                HostData::Quant(*t, &b[r0 * row..(r0 + n) * row])
+            }
+            HostData::Repacked { ty, raw, perm } => {
+                let row = raw.len() / rows;
+                HostData::Repacked {
+                    ty: *ty,
+                    raw: raw[r0 * row..(r0 + n) * row].to_vec(),
+                    perm: perm.clone(),
+                }
+            }
+        };
+        Ok(HostTensor {
+            name: name.into(),
+            shape: vec![n, cols],
+            data,
+        })
+    }
+
     /// Values as f32 (dequantized on the CPU for quantized data): for vectors and CPU references.
     pub fn to_f32(&self) -> Result<Vec<f32>> {
         Ok(match &self.data {

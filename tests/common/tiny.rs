@@ -51,6 +51,86 @@ impl Tiny {
 /// The sliding window of [`Tiny::gemma3`]: short, so that prompts of a dozen tokens cross it.
 pub const GEMMA_WINDOW: usize = 5;
 
+/// Phi-3 in small: q|k|v and gate|up fused in the files, partial rotary (24 of 32 dims), longrope with both
+/// contexts past the original 32, and a sliding window of [`PHI3_WINDOW`] keys on every layer.
+pub fn phi3() -> Tiny {
+    Tiny {
+        arch: "phi3",
+        ..Tiny::llama()
+    }
+}
+pub const PHI3_WINDOW: usize = 7;
+pub const PHI3_ROPE_DIM: usize = 24;
+pub const PHI3_ORIGINAL_MAX: usize = 32;
+
+/// Phi-3's longrope factors, `[PHI3_ROPE_DIM / 2]` each.
+pub fn phi3_factors() -> (Vec<f32>, Vec<f32>) {
+    let n = PHI3_ROPE_DIM / 2;
+    let short = (0..n).map(|j| 1.0 + 0.05 * j as f32).collect();
+    let long = (0..n).map(|j| 1.0 + 0.9 * j as f32).collect();
+    (short, long)
+}
+
+/// Phi-3's files fuse q|k|v (HF `qkv_proj`, GGUF `attn_qkv`) and gate|up (HF `gate_up_proj`; GGUF `ffn_up`, gate
+/// rows first): the separate weights of [`weights`] concatenated by rows.
+fn fuse_phi3(ws: Vec<(String, String, Vec<usize>, Vec<f32>)>) -> Vec<(String, String, Vec<usize>, Vec<f32>)> {
+    let mut out = Vec::new();
+    let mut pending: Vec<(String, String, Vec<usize>, Vec<f32>)> = Vec::new();
+    let fused = [
+        (
+            ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"].as_slice(),
+            "self_attn.qkv_proj",
+            "attn_qkv",
+        ),
+        (
+            ["mlp.gate_proj", "mlp.up_proj"].as_slice(),
+            "mlp.gate_up_proj",
+            "ffn_up",
+        ),
+    ];
+    for w in ws {
+        let Some((parts, hf, gg)) = fused
+            .iter()
+            .find(|f| f.0.iter().any(|p| w.0.ends_with(&format!("{p}.weight"))))
+        else {
+            out.push(w);
+            continue;
+        };
+        pending.push(w);
+        if pending.len() == parts.len() {
+            let layer = pending[0]
+                .0
+                .rsplit_once(".self_attn")
+                .or(pending[0].0.rsplit_once(".mlp"))
+                .unwrap()
+                .0
+                .to_string();
+            let i = layer.rsplit_once('.').unwrap().1.to_string();
+            let cols = pending[0].2[1];
+            let rows: usize = pending.iter().map(|p| p.2[0]).sum();
+            let v: Vec<f32> = pending.iter().flat_map(|p| p.3.clone()).collect();
+            out.push((
+                format!("{layer}.{hf}.weight"),
+                format!("blk.{i}.{gg}.weight"),
+                vec![rows, cols],
+                v,
+            ));
+            pending.clear();
+        }
+    }
+    out
+}
+
+/// [`weights`] as the architecture's files hold them.
+fn stored(t: &Tiny, seed: u64) -> Vec<(String, String, Vec<usize>, Vec<f32>)> {
+    let ws = weights(t, seed);
+    if t.arch == "phi3" {
+        fuse_phi3(ws)
+    } else {
+        ws
+    }
+}
+
 /// SplitMix64 values in [-scale, scale).
 pub fn random(seed: u64, n: usize, scale: f32) -> Vec<f32> {
     let mut s = seed;
@@ -226,6 +306,7 @@ pub fn write_hf(dir: &Path, t: &Tiny, seed: u64, half: bool) {
         "qwen2" => "Qwen2ForCausalLM",
         "qwen3" => "Qwen3ForCausalLM",
         "gemma3" => "Gemma3ForCausalLM",
+        "phi3" => "Phi3ForCausalLM",
         _ => "LlamaForCausalLM",
     };
     let mut config = serde_json::json!({
@@ -261,9 +342,21 @@ pub fn write_hf(dir: &Path, t: &Tiny, seed: u64, half: bool) {
             config[k] = v.clone();
         }
     }
+    if t.arch == "phi3" {
+        let (short, long) = phi3_factors();
+        let extra = serde_json::json!({
+            "partial_rotary_factor": PHI3_ROPE_DIM as f64 / t.head_dim as f64,
+            "sliding_window": PHI3_WINDOW,
+            "original_max_position_embeddings": PHI3_ORIGINAL_MAX,
+            "rope_scaling": {"type": "longrope", "short_factor": short, "long_factor": long},
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            config[k] = v.clone();
+        }
+    }
     std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&config).unwrap()).unwrap();
     let gemma_norm = |name: &str| t.arch == "gemma3" && name.ends_with("norm.weight");
-    let ws: Vec<_> = weights(t, seed)
+    let ws: Vec<_> = stored(t, seed)
         .into_iter()
         .map(|(hf, gg, shape, v)| {
             let v = if gemma_norm(&hf) {
@@ -332,13 +425,29 @@ pub fn write_gguf_types(path: &Path, t: &Tiny, seed: u64, ty: GgmlType, up: Opti
         .unwrap();
     let theta = if a == "gemma3" { 1000000.0 } else { 10000.0 };
     w.add_metadata(k("rope.freq_base"), Value::F32(theta)).unwrap();
-    w.add_metadata(k("rope.dimension_count"), Value::U32(t.head_dim as u32))
+    let rope_dim = if a == "phi3" { PHI3_ROPE_DIM } else { t.head_dim };
+    w.add_metadata(k("rope.dimension_count"), Value::U32(rope_dim as u32))
         .unwrap();
     if a == "gemma3" {
         w.add_metadata(k("attention.sliding_window"), Value::U32(GEMMA_WINDOW as u32))
             .unwrap();
     }
-    for (_, gg, shape, v) in weights(t, seed) {
+    if a == "phi3" {
+        // As llama.cpp's converter writes Phi-3's longrope: the factor lists as tensors.
+        let (short, long) = phi3_factors();
+        w.add_metadata(k("attention.sliding_window"), Value::U32(PHI3_WINDOW as u32))
+            .unwrap();
+        w.add_metadata(
+            k("rope.scaling.original_context_length"),
+            Value::U32(PHI3_ORIGINAL_MAX as u32),
+        )
+        .unwrap();
+        w.add_tensor("rope_factors_short.weight", &[short.len()], GgmlType::F32, &short)
+            .unwrap();
+        w.add_tensor("rope_factors_long.weight", &[long.len()], GgmlType::F32, &long)
+            .unwrap();
+    }
+    for (_, gg, shape, v) in stored(t, seed) {
         let ty = match (shape.len(), up) {
             (2, Some(up)) if gg.ends_with("ffn_up.weight") => up,
             (2, _) => ty,

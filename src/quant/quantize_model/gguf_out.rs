@@ -100,7 +100,7 @@ fn hyper_parameters(w: &mut GgufWriter, c: &LlamaConfig, dir: &Path) -> Result<(
         Arch::Llama => "llama",
         Arch::Qwen2 => "qwen2",
         Arch::Qwen3 => "qwen3",
-        Arch::MiniCpm | Arch::Gemma3 => return Err(Error::File {
+        Arch::MiniCpm | Arch::Gemma3 | Arch::Phi3 => return Err(Error::File {
             path: dir.into(),
             message:
                 "MiniCPM and Gemma 3 checkpoints are not written as GGUF here (shaderlm runs MiniCPM from its Hugging \

@@ -123,7 +123,11 @@ fn from_gguf(f: &GgufFile, c: &LlamaConfig, quant: &Value) -> Result<(Value, Fil
         Arch::Qwen2 => ("Qwen2ForCausalLM", "qwen2"),
         Arch::Qwen3 => ("Qwen3ForCausalLM", "qwen3"),
         Arch::MiniCpm => return Err(bad("MiniCPM from GGUF is not supported".into())),
-        Arch::Gemma3 => return Err(bad("Gemma 3 is not written as a Hugging Face directory here".into())),
+        Arch::Gemma3 | Arch::Phi3 => {
+            return Err(bad(
+                "Gemma 3 and Phi-3 are not written as Hugging Face directories here".into(),
+            ))
+        }
     };
     let rope_scaling = match &c.rope_scaling {
         RopeScaling::None => Value::Null,

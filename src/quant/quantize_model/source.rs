@@ -129,10 +129,10 @@ impl Source {
         }
         let unsupported = |cfg: &LlamaConfig| {
             // Gemma 3's post-norms, GeGLU and sliding windows are not in the calibration forward yet.
-            if cfg.arch == Arch::Gemma3 || cfg.sliding.is_some() {
+            if matches!(cfg.arch, Arch::Gemma3 | Arch::Phi3) || cfg.sliding.is_some() {
                 return Err(Error::File {
                     path: path.into(),
-                    message: "quantize does not support Gemma 3 or sliding-window models yet".into(),
+                    message: "quantize does not support Gemma 3, Phi-3 or sliding-window models yet".into(),
                 });
             }
             Ok(())
