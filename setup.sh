@@ -23,8 +23,9 @@ if [ "$(uname -s)" = Linux ] && ! have_vulkan; then
 fi
 
 bash models/fetch.sh
-# --test: also the real published files the tests check (Qwen2.5-Coder-0.5B and Gemma 3 270M, Q4_K_M GGUFs).
+# --test: also the real published files the tests check (Qwen2.5-Coder-0.5B and 1.5B, Gemma 3 270M; Q4_K_M GGUFs).
 if [ "${1:-}" = "--test" ]; then
     bash models/fetch.sh qwen2.5-coder-0.5b
+    bash models/fetch.sh qwen2.5-coder-1.5b
     bash models/fetch.sh gemma3-270m
 fi
