@@ -1,0 +1,911 @@
+#!/usr/bin/env python3
+"""Tiny random checkpoints of every architecture shaderlm runs, with logits from an independent numpy forward.
+
+For each architecture this script
+
+* draws small random weights (numpy's PCG64 with a fixed seed per checkpoint, every value rounded to the nearest
+  float16 so that an f16 and an f32 copy of one checkpoint hold exactly the same numbers);
+* writes the checkpoint as the model's own code saves it: `config.json` (transformers 4's layout for Llama,
+  Qwen2 and the MiniCPM remote code; transformers 5's layout, produced by transformers' own config classes, for
+  Qwen3 and Gemma 3) and `model.safetensors` written with the `safetensors` package's numpy API; for Llama also a
+  GGUF written with the `gguf` package's writer as llama.cpp's converter lays it out (q/k rows permuted for
+  ggml's interleaved rope, `rope_freqs.weight` for llama3 rope scaling, vectors F32, matrices F16);
+* runs a float64 numpy forward written from the published modeling code (transformers' modeling_llama, _qwen2,
+  _qwen3, _gemma3 and masking_utils; openbmb's modeling_minicpm.py; thunlp/BlockFFN's `BlockMLP`) over a fixed
+  token sequence, and stores the logits of every position in `tests/fixtures/tiny/<name>/expected.json`.
+
+Nothing here comes from shaderlm. The forward reads the checkpoint back from the files it wrote (safetensors via
+`safetensors.numpy`, the GGUF via `gguf.GGUFReader`), so the files, not the arrays in memory, are what is
+checked; the GGUF forward undoes the converter's permutation and must equal the HF one.
+
+Run from the repository root: `python models/reference/tiny.py [--only NAME,...] [--out DIR]`. Deterministic.
+See models/reference/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+from importlib.metadata import version as pkg_version
+
+import numpy as np
+
+import gguf
+from safetensors.numpy import load_file, save_file
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+DEFAULT_OUT = os.path.join(REPO, "tests", "fixtures", "tiny")
+
+N_TOKENS = 16
+SIG = 6  # significant digits of stored logits
+
+
+def tokens_for(vocab: int):
+    return [(i * 37 + 11) % vocab for i in range(N_TOKENS)]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# random weights
+# --------------------------------------------------------------------------------------------------------------
+
+
+class Draw:
+    """Uniform values in [offset - scale, offset + scale), rounded to float16, in a fixed order from one seed."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.Generator(np.random.PCG64(seed))
+
+    def __call__(self, shape, scale, offset=0.0):
+        v = self.rng.uniform(-scale, scale, size=shape) + offset
+        return v.astype(np.float16).astype(np.float32)
+
+
+def attn_weights(d: Draw, p: str, hidden, heads, kv_heads, head_dim, bias=False, qk_norm=False, gemma=False):
+    w = 1.0 / math.sqrt(hidden)
+    t = {
+        f"{p}.self_attn.q_proj.weight": d((heads * head_dim, hidden), 2 * w),
+        f"{p}.self_attn.k_proj.weight": d((kv_heads * head_dim, hidden), 2 * w),
+        f"{p}.self_attn.v_proj.weight": d((kv_heads * head_dim, hidden), w),
+        f"{p}.self_attn.o_proj.weight": d((hidden, heads * head_dim), 1.0 / math.sqrt(heads * head_dim)),
+    }
+    if bias:
+        t[f"{p}.self_attn.q_proj.bias"] = d((heads * head_dim,), 0.5)
+        t[f"{p}.self_attn.k_proj.bias"] = d((kv_heads * head_dim,), 0.5)
+        t[f"{p}.self_attn.v_proj.bias"] = d((kv_heads * head_dim,), 0.5)
+    if qk_norm:
+        # Gemma stores w for x * (1 + w); Qwen3 stores the multiplier itself.
+        off = 0.0 if gemma else 1.0
+        t[f"{p}.self_attn.q_norm.weight"] = d((head_dim,), 0.3, off)
+        t[f"{p}.self_attn.k_norm.weight"] = d((head_dim,), 0.3, off)
+    return t
+
+
+def mlp_weights(d: Draw, p: str, hidden, ffn):
+    w = 1.0 / math.sqrt(hidden)
+    return {
+        f"{p}.mlp.gate_proj.weight": d((ffn, hidden), 2 * w),
+        f"{p}.mlp.up_proj.weight": d((ffn, hidden), w),
+        f"{p}.mlp.down_proj.weight": d((hidden, ffn), 1.0 / math.sqrt(ffn)),
+    }
+
+
+# --------------------------------------------------------------------------------------------------------------
+# numpy building blocks (float64)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def rmsnorm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
+
+
+def rope_tables(inv_freq, n, attention_factor=1.0):
+    """cos, sin [n, head_dim] as transformers builds them: emb = cat(freqs, freqs), times the attention factor."""
+    t = np.arange(n, dtype=np.float64)
+    freqs = np.outer(t, inv_freq)
+    emb = np.concatenate([freqs, freqs], axis=-1)
+    return np.cos(emb) * attention_factor, np.sin(emb) * attention_factor
+
+
+def default_inv_freq(theta, dim):
+    return 1.0 / theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+
+
+def llama3_inv_freq(theta, dim, rs):
+    """transformers' `_compute_llama3_parameters`."""
+    inv = default_inv_freq(theta, dim)
+    factor, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+    old = rs["original_max_position_embeddings"]
+    lo_wl, hi_wl = old / lo, old / hi
+    wl = 2 * math.pi / inv
+    out = np.where(wl > lo_wl, inv / factor, inv)
+    smooth = (old / wl - lo) / (hi - lo)
+    smoothed = (1 - smooth) * out / factor + smooth * out
+    medium = ~(wl < hi_wl) & ~(wl > lo_wl)
+    return np.where(medium, smoothed, out)
+
+
+def attention(q, k, v, cos, sin, scale, window=None):
+    """q [T, H, D], k/v [T, KV, D]; rotate-half rope on q and k; causal (and sliding-window) softmax attention."""
+    T, H, D = q.shape
+    KV = k.shape[1]
+    q = q * cos[:, None, :] + rotate_half(q) * sin[:, None, :]
+    k = k * cos[:, None, :] + rotate_half(k) * sin[:, None, :]
+    group = H // KV
+    out = np.zeros((T, H, v.shape[2]))
+    qi = np.arange(T)[:, None]
+    ki = np.arange(T)[None, :]
+    allowed = ki <= qi
+    if window is not None:
+        allowed &= ki > qi - window  # masking_utils.sliding_window_overlay
+    for h in range(H):
+        kh = h // group  # repeat_kv: query head h reads kv head h // n_rep
+        s = (q[:, h, :] @ k[:, kh, :].T) * scale
+        s = np.where(allowed, s, -np.inf)
+        s = s - s.max(axis=-1, keepdims=True)
+        p = np.exp(s)
+        p /= p.sum(axis=-1, keepdims=True)
+        out[:, h, :] = p @ v[:, kh, :]
+    return out.reshape(T, H * v.shape[2])
+
+
+def lin(x, w, b=None):
+    y = x @ w.T
+    return y if b is None else y + b
+
+
+# --------------------------------------------------------------------------------------------------------------
+# forwards
+# --------------------------------------------------------------------------------------------------------------
+
+
+def forward_llama(W, c, ids, arch, windows=None):
+    """transformers' LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM; `windows[i]`, only for the self-check,
+    a sliding window on layer i."""
+    hidden, L = c["hidden_size"], c["num_hidden_layers"]
+    H, KV = c["num_attention_heads"], c["num_key_value_heads"]
+    D = c.get("head_dim") or hidden // H
+    eps = c["rms_norm_eps"]
+    rp = c.get("rope_parameters") or {"rope_type": "default", "rope_theta": c["rope_theta"], **(c.get("rope_scaling") or {})}
+    theta = rp.get("rope_theta", c.get("rope_theta"))
+    rtype = rp.get("rope_type", "default")
+    if rtype == "llama3":
+        inv = llama3_inv_freq(theta, D, rp)
+    else:
+        assert rtype == "default", rtype
+        inv = default_inv_freq(theta, D)
+    cos, sin = rope_tables(inv, len(ids))
+    x = W["model.embed_tokens.weight"][ids]
+    T = len(ids)
+    for i in range(L):
+        p = f"model.layers.{i}"
+        h = rmsnorm(x, W[f"{p}.input_layernorm.weight"], eps)
+        g = lambda n: W.get(f"{p}.self_attn.{n}")
+        q = lin(h, g("q_proj.weight"), g("q_proj.bias")).reshape(T, H, D)
+        k = lin(h, g("k_proj.weight"), g("k_proj.bias")).reshape(T, KV, D)
+        v = lin(h, g("v_proj.weight"), g("v_proj.bias")).reshape(T, KV, D)
+        if arch == "qwen3":  # Qwen3Attention: q_norm / k_norm over head_dim before rope
+            q = rmsnorm(q, g("q_norm.weight"), eps)
+            k = rmsnorm(k, g("k_norm.weight"), eps)
+        a = attention(q, k, v, cos, sin, D**-0.5, (windows or {}).get(i))
+        x = x + lin(a, g("o_proj.weight"))
+        h = rmsnorm(x, W[f"{p}.post_attention_layernorm.weight"], eps)
+        m = lambda n: W[f"{p}.mlp.{n}.weight"]
+        x = x + lin(silu(lin(h, m("gate_proj"))) * lin(h, m("up_proj")), m("down_proj"))
+    x = rmsnorm(x, W["model.norm.weight"], eps)
+    head = W["model.embed_tokens.weight"] if c["tie_word_embeddings"] else W["lm_head.weight"]
+    return lin(x, head)
+
+
+def forward_gemma3(W, c, ids):
+    """transformers 5's Gemma3ForCausalLM (modeling_gemma3.py, masking_utils.py)."""
+    hidden, L = c["hidden_size"], c["num_hidden_layers"]
+    H, KV, D = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    eps = c["rms_norm_eps"]
+    assert c["hidden_activation"] == "gelu_pytorch_tanh"
+    assert c.get("attn_logit_softcapping") is None and c.get("final_logit_softcapping") is None
+    norm = lambda x, w: rmsnorm(x, 1.0 + w, eps)  # Gemma3RMSNorm: x * (1 + w)
+    tables = {}
+    for lt, rp in c["rope_parameters"].items():
+        assert rp["rope_type"] == "default", rp
+        tables[lt] = rope_tables(default_inv_freq(rp["rope_theta"], D), len(ids))
+    T = len(ids)
+    x = W["model.embed_tokens.weight"][ids] * math.sqrt(hidden)  # Gemma3TextScaledWordEmbedding
+    for i in range(L):
+        p = f"model.layers.{i}"
+        lt = c["layer_types"][i]
+        window = c["sliding_window"] if lt == "sliding_attention" else None
+        g = lambda n: W[f"{p}.{n}.weight"]
+        h = norm(x, g("input_layernorm"))
+        q = lin(h, g("self_attn.q_proj")).reshape(T, H, D)
+        k = lin(h, g("self_attn.k_proj")).reshape(T, KV, D)
+        v = lin(h, g("self_attn.v_proj")).reshape(T, KV, D)
+        q = norm(q, g("self_attn.q_norm"))
+        k = norm(k, g("self_attn.k_norm"))
+        cos, sin = tables[lt]
+        a = attention(q, k, v, cos, sin, c["query_pre_attn_scalar"] ** -0.5, window)
+        x = x + norm(lin(a, g("self_attn.o_proj")), g("post_attention_layernorm"))
+        h = norm(x, g("pre_feedforward_layernorm"))
+        h = lin(gelu_tanh(lin(h, g("mlp.gate_proj"))) * lin(h, g("mlp.up_proj")), g("mlp.down_proj"))
+        x = x + norm(h, g("post_feedforward_layernorm"))
+    x = norm(x, W["model.norm.weight"])
+    return lin(x, W["model.embed_tokens.weight"])  # tied
+
+
+def forward_minicpm(W, c, ids):
+    """openbmb's modeling_minicpm.py (MiniCPM4) and thunlp/BlockFFN's pretrain/bmt_to_hf/modeling_minicpm.py."""
+    hidden, L = c["hidden_size"], c["num_hidden_layers"]
+    H, KV = c["num_attention_heads"], c["num_key_value_heads"]
+    D = hidden // H  # MiniCPMAttention: head_dim = hidden_size // num_heads
+    eps = c["rms_norm_eps"]
+    T = len(ids)
+    inv = default_inv_freq(c["rope_theta"], D)
+    rs = c.get("rope_scaling")
+    if rs is None:
+        cos, sin = rope_tables(inv, T)
+    else:
+        # MiniCPMLongRoPE: the cos/sin cache is built once in __init__ for seq_len = max_position_embeddings (and
+        # only ever grown), so the factors are the long ones whenever max_position_embeddings exceeds the original
+        # context, whatever the length actually run; cos and sin are both multiplied by the scaling factor.
+        assert rs["rope_type"] == "longrope"
+        orig, mpe = rs["original_max_position_embeddings"], c["max_position_embeddings"]
+        ext = np.array(rs["long_factor"] if mpe > orig else rs["short_factor"], dtype=np.float64)
+        factor = math.sqrt(1 + math.log(mpe / orig) / math.log(orig))
+        t = np.arange(T, dtype=np.float64)
+        freqs = np.outer(t, 1.0 / ext) * inv
+        emb = np.concatenate([freqs, freqs], axis=-1)
+        cos, sin = np.cos(emb) * factor, np.sin(emb) * factor
+    depth = c["scale_depth"] / math.sqrt(L)
+    x = W["model.embed_tokens.weight"][ids] * c["scale_emb"]
+    ffn_type = c.get("ffn_type", "vanilla")
+    for i in range(L):
+        p = f"model.layers.{i}"
+        g = lambda n: W[f"{p}.{n}"]
+        h = rmsnorm(x, g("input_layernorm.weight"), eps)
+        q = lin(h, g("self_attn.q_proj.weight")).reshape(T, H, D)
+        k = lin(h, g("self_attn.k_proj.weight")).reshape(T, KV, D)
+        v = lin(h, g("self_attn.v_proj.weight")).reshape(T, KV, D)
+        a = attention(q, k, v, cos, sin, 1.0 / math.sqrt(D))
+        x = x + lin(a, g("self_attn.o_proj.weight")) * depth
+        h = rmsnorm(x, g("post_attention_layernorm.weight"), eps)
+        if ffn_type == "vanilla":
+            m = silu(lin(h, g("mlp.gate_proj.weight"))) * lin(h, g("mlp.up_proj.weight"))
+            y = lin(m, g("mlp.down_proj.weight"))
+        else:
+            y = block_mlp(W, p, c, h)
+        x = x + y * depth
+    x = rmsnorm(x, W["model.norm.weight"], eps)
+    head = W["model.embed_tokens.weight"] if c["tie_word_embeddings"] else W["lm_head.weight"]
+    return lin(x / (hidden / c["dim_model_base"]), head)
+
+
+ROUTER_ACTIVE = []  # fraction of (token, expert) pairs with a nonzero router weight, per BlockMLP call
+
+
+def block_mlp(W, p, c, x):
+    """BlockFFN's BlockMLP.forward with block_implementation = torch."""
+    E, de = c["num_experts"], c["expert_size"]
+    assert c["router_act"] == "relu" and c["hidden_act"] == "silu"
+    r = np.maximum(lin(x, W[f"{p}.mlp.router_proj.weight"]), 0.0)
+    ROUTER_ACTIVE.append(float((r > 0).mean()))
+    norm = c["norm_after_router"]
+    if norm == "sum":
+        r = r / (r.sum(axis=-1, keepdims=True) * c["norm_scale"] + 1e-5)
+    elif norm == "rms":
+        r = rmsnorm(r, W[f"{p}.mlp.router_norm.weight"], c["rms_norm_eps"])
+    else:
+        assert norm == "none", norm
+    up, down = W[f"{p}.mlp.up_proj"], W[f"{p}.mlp.down_proj"]
+    if c["ffn_type"] == "block_linear":
+        u = silu(x @ up.T).reshape(-1, E, de) * r[:, :, None]  # up [E*de, hidden]
+        return u.reshape(-1, E * de) @ down.T  # down [hidden, E*de]
+    u = silu(np.einsum("sm,edm->esd", x, up)) * r.T[:, :, None]  # up [E, de, hidden]
+    return np.einsum("esd,emd->sm", u, down)  # down [E, hidden, de]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# checkpoints
+# --------------------------------------------------------------------------------------------------------------
+
+
+def write_safetensors(path, tensors, dtype):
+    save_file({k: np.ascontiguousarray(v.astype(dtype)) for k, v in sorted(tensors.items())}, path, metadata={"format": "pt"})
+
+
+def write_json(path, obj):
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=False)
+        f.write("\n")
+
+
+def llama_like(name, arch, seed, *, hidden, layers, heads, kv_heads, head_dim, ffn, vocab, tied):
+    d = Draw(seed)
+    W = {"model.embed_tokens.weight": d((vocab, hidden), 1.0)}
+    for i in range(layers):
+        p = f"model.layers.{i}"
+        W[f"{p}.input_layernorm.weight"] = d((hidden,), 0.2, 1.0)
+        W.update(attn_weights(d, p, hidden, heads, kv_heads, head_dim, bias=arch == "qwen2", qk_norm=arch == "qwen3"))
+        W[f"{p}.post_attention_layernorm.weight"] = d((hidden,), 0.2, 1.0)
+        W.update(mlp_weights(d, p, hidden, ffn))
+    W["model.norm.weight"] = d((hidden,), 0.2, 1.0)
+    if not tied:
+        W["lm_head.weight"] = d((vocab, hidden), 1.0)
+    return W
+
+
+LLAMA3_ROPE = {
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+    "rope_type": "llama3",
+}
+
+
+def make_llama(out):
+    """Llama 3.2-style config (transformers 4 layout) with llama3 rope scaling; HF f32 and a llama.cpp GGUF."""
+    s = dict(hidden=32, layers=2, heads=4, kv_heads=2, head_dim=32, ffn=64, vocab=97, tied=False)
+    W = llama_like("llama", "llama", 101, **s)
+    cfg = {
+        "architectures": ["LlamaForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "head_dim": s["head_dim"],
+        "hidden_act": "silu",
+        "hidden_size": s["hidden"],
+        "initializer_range": 0.02,
+        "intermediate_size": s["ffn"],
+        "max_position_embeddings": 128,
+        "mlp_bias": False,
+        "model_type": "llama",
+        "num_attention_heads": s["heads"],
+        "num_hidden_layers": s["layers"],
+        "num_key_value_heads": s["kv_heads"],
+        "pretraining_tp": 1,
+        "rms_norm_eps": 1e-05,
+        "rope_scaling": dict(LLAMA3_ROPE),
+        "rope_theta": 500000.0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "transformers_version": "4.45.0",
+        "use_cache": True,
+        "vocab_size": s["vocab"],
+    }
+    d = os.path.join(out, "llama")
+    write_json(os.path.join(d, "config.json"), cfg)
+    write_safetensors(os.path.join(d, "model.safetensors"), W, np.float32)
+    write_llama_gguf(os.path.join(d, "model.gguf"), W, cfg)
+    return cfg, np.float32
+
+
+def permute(w, n_head):
+    """llama.cpp convert_hf_to_gguf.py LlamaModel.permute: rotate-half rows to ggml's interleaved pairs."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def unpermute(w, n_head):
+    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def llama3_rope_factors(c):
+    """llama.cpp LlamaModel.generate_extra_tensors: rope_freqs.weight, the divisor of each frequency."""
+    rs = c["rope_scaling"]
+    D = c["head_dim"]
+    freqs = default_inv_freq(c["rope_theta"], D)
+    factor, lo, hi, old = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"], rs["original_max_position_embeddings"]
+    lo_wl, hi_wl = old / lo, old / hi
+    out = []
+    for f in freqs:
+        wl = 2 * math.pi / f
+        if wl < hi_wl:
+            out.append(1.0)
+        elif wl > lo_wl:
+            out.append(factor)
+        else:
+            smooth = (old / wl - lo) / (hi - lo)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+GGUF_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+
+
+def write_llama_gguf(path, W, c):
+    H, KV = c["num_attention_heads"], c["num_key_value_heads"]
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_name("tiny random llama")
+    w.add_vocab_size(c["vocab_size"])
+    w.add_context_length(c["max_position_embeddings"])
+    w.add_embedding_length(c["hidden_size"])
+    w.add_block_count(c["num_hidden_layers"])
+    w.add_feed_forward_length(c["intermediate_size"])
+    w.add_rope_dimension_count(c["head_dim"])
+    w.add_head_count(H)
+    w.add_head_count_kv(KV)
+    w.add_rope_freq_base(c["rope_theta"])
+    w.add_layer_norm_rms_eps(c["rms_norm_eps"])
+    w.add_key_length(c["head_dim"])
+    w.add_value_length(c["head_dim"])
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    w.add_bos_token_id(c["bos_token_id"])
+    w.add_eos_token_id(c["eos_token_id"])
+
+    def put(name, arr):
+        arr = arr.astype(np.float16) if arr.ndim == 2 else arr.astype(np.float32)
+        w.add_tensor(name, np.ascontiguousarray(arr))
+
+    put("rope_freqs.weight", llama3_rope_factors(c))
+    put("token_embd.weight", W["model.embed_tokens.weight"])
+    for i in range(c["num_hidden_layers"]):
+        for hf, gg in GGUF_NAMES.items():
+            t = W[f"model.layers.{i}.{hf}"]
+            if gg == "attn_q.weight":
+                t = permute(t, H)
+            elif gg == "attn_k.weight":
+                t = permute(t, KV)
+            put(f"blk.{i}.{gg}", t)
+    put("output_norm.weight", W["model.norm.weight"])
+    put("output.weight", W["lm_head.weight"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def read_llama_gguf(path, c):
+    """The GGUF back to HF names, permutation undone (as transformers' GGUF loader does)."""
+    r = gguf.GGUFReader(path)
+    H, KV = c["num_attention_heads"], c["num_key_value_heads"]
+    back = {v: k for k, v in GGUF_NAMES.items()}
+    W = {}
+    factors = None
+    for t in r.tensors:
+        a = np.array(t.data, dtype=np.float32).reshape([int(x) for x in reversed(t.shape.tolist())])
+        n = t.name
+        if n == "rope_freqs.weight":
+            factors = a
+        elif n == "token_embd.weight":
+            W["model.embed_tokens.weight"] = a
+        elif n == "output_norm.weight":
+            W["model.norm.weight"] = a
+        elif n == "output.weight":
+            W["lm_head.weight"] = a
+        else:
+            _, i, rest = n.split(".", 2)
+            if rest == "attn_q.weight":
+                a = unpermute(a, H)
+            elif rest == "attn_k.weight":
+                a = unpermute(a, KV)
+            W[f"model.layers.{i}.{back[rest]}"] = a
+    return W, factors
+
+
+def make_qwen2(out):
+    """Qwen2.5-style config (transformers 4 layout): q/k/v biases, tied embeddings, use_sliding_window false with
+    a window smaller than the prompt (transformers ignores it then); f16 safetensors."""
+    s = dict(hidden=64, layers=2, heads=2, kv_heads=1, head_dim=32, ffn=64, vocab=89, tied=True)
+    W = llama_like("qwen2", "qwen2", 202, **s)
+    cfg = {
+        "architectures": ["Qwen2ForCausalLM"],
+        "attention_dropout": 0.0,
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "hidden_act": "silu",
+        "hidden_size": s["hidden"],
+        "initializer_range": 0.02,
+        "intermediate_size": s["ffn"],
+        "max_position_embeddings": 128,
+        "max_window_layers": 1,
+        "model_type": "qwen2",
+        "num_attention_heads": s["heads"],
+        "num_hidden_layers": s["layers"],
+        "num_key_value_heads": s["kv_heads"],
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": None,
+        "rope_theta": 1000000.0,
+        "sliding_window": 6,
+        "tie_word_embeddings": True,
+        "torch_dtype": "float16",
+        "transformers_version": "4.43.1",
+        "use_cache": True,
+        "use_sliding_window": False,
+        "vocab_size": s["vocab"],
+    }
+    d = os.path.join(out, "qwen2")
+    write_json(os.path.join(d, "config.json"), cfg)
+    write_safetensors(os.path.join(d, "model.safetensors"), W, np.float16)
+    return cfg, np.float16
+
+
+def hf5_config(cls_name, **kw):
+    import transformers
+
+    # What save_pretrained writes: the values that differ from the class defaults, plus model_type and version.
+    return getattr(transformers, cls_name)(**kw).to_diff_dict()
+
+
+def make_qwen3(out):
+    """Qwen3 config as transformers 5 saves it (Qwen3Config.to_dict: rope_parameters, layer_types, dtype);
+    head_dim larger than hidden / heads; q/k norms; untied; f32."""
+    s = dict(hidden=32, layers=3, heads=2, kv_heads=1, head_dim=32, ffn=64, vocab=83, tied=False)
+    W = llama_like("qwen3", "qwen3", 303, **s)
+    cfg = hf5_config(
+        "Qwen3Config",
+        vocab_size=s["vocab"],
+        hidden_size=s["hidden"],
+        intermediate_size=s["ffn"],
+        num_hidden_layers=s["layers"],
+        num_attention_heads=s["heads"],
+        num_key_value_heads=s["kv_heads"],
+        head_dim=s["head_dim"],
+        max_position_embeddings=128,
+        rms_norm_eps=1e-6,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        tie_word_embeddings=False,
+        bos_token_id=0,
+        eos_token_id=1,
+        architectures=["Qwen3ForCausalLM"],
+        dtype="float32",
+    )
+    d = os.path.join(out, "qwen3")
+    write_json(os.path.join(d, "config.json"), cfg)
+    write_safetensors(os.path.join(d, "model.safetensors"), W, np.float32)
+    return cfg, np.float32
+
+
+GEMMA_WINDOW = 4
+
+
+def make_gemma3(out):
+    """Gemma 3 text config as transformers 5 saves it (Gemma3TextConfig.to_dict: rope_parameters per layer type,
+    layer_types): 6 layers (5 sliding windows of 4 keys, then one global), query_pre_attn_scalar != head_dim;
+    f16 safetensors, norms stored as w for x * (1 + w)."""
+    hidden, L, H, KV, D, ffn, vocab = 32, 6, 2, 1, 32, 64, 79
+    d = Draw(404)
+    W = {"model.embed_tokens.weight": d((vocab, hidden), 1.0)}
+    for i in range(L):
+        p = f"model.layers.{i}"
+        W[f"{p}.input_layernorm.weight"] = d((hidden,), 0.3)
+        W.update(attn_weights(d, p, hidden, H, KV, D, qk_norm=True, gemma=True))
+        W[f"{p}.post_attention_layernorm.weight"] = d((hidden,), 0.3)
+        W[f"{p}.pre_feedforward_layernorm.weight"] = d((hidden,), 0.3)
+        W[f"{p}.post_feedforward_layernorm.weight"] = d((hidden,), 0.3)
+        W.update(mlp_weights(d, p, hidden, ffn))
+    W["model.norm.weight"] = d((hidden,), 0.3)
+    cfg = hf5_config(
+        "Gemma3TextConfig",
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=ffn,
+        num_hidden_layers=L,
+        num_attention_heads=H,
+        num_key_value_heads=KV,
+        head_dim=D,
+        hidden_activation="gelu_pytorch_tanh",
+        max_position_embeddings=128,
+        rms_norm_eps=1e-6,
+        query_pre_attn_scalar=64,
+        sliding_window=GEMMA_WINDOW,
+        rope_parameters={
+            "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        },
+        tie_word_embeddings=True,
+        bos_token_id=2,
+        eos_token_id=1,
+        pad_token_id=0,
+        architectures=["Gemma3ForCausalLM"],
+        dtype="float16",
+    )
+    assert cfg["layer_types"] == ["sliding_attention"] * 5 + ["full_attention"], cfg["layer_types"]
+    d = os.path.join(out, "gemma3")
+    write_json(os.path.join(d, "config.json"), cfg)
+    write_safetensors(os.path.join(d, "model.safetensors"), W, np.float16)
+    return cfg, np.float16
+
+
+MINICPM_AUTO_MAP = {
+    "AutoConfig": "configuration_minicpm.MiniCPMConfig",
+    "AutoModel": "modeling_minicpm.MiniCPMModel",
+    "AutoModelForCausalLM": "modeling_minicpm.MiniCPMForCausalLM",
+}
+
+
+def make_minicpm4(out):
+    """MiniCPM4-style config (remote code, transformers 4 layout): muP fields, longrope whose original context
+    (32) is below max_position_embeddings (256), untied; f32."""
+    hidden, L, H, KV, ffn, vocab = 64, 2, 2, 1, 64, 101
+    D = hidden // H
+    d = Draw(505)
+    W = {"model.embed_tokens.weight": d((vocab, hidden), 0.2)}
+    for i in range(L):
+        p = f"model.layers.{i}"
+        W[f"{p}.input_layernorm.weight"] = d((hidden,), 0.2, 1.0)
+        W.update(attn_weights(d, p, hidden, H, KV, D))
+        W[f"{p}.post_attention_layernorm.weight"] = d((hidden,), 0.2, 1.0)
+        W.update(mlp_weights(d, p, hidden, ffn))
+    W["model.norm.weight"] = d((hidden,), 0.2, 1.0)
+    W["lm_head.weight"] = d((vocab, hidden), 1.0)
+    half = D // 2
+    cfg = {
+        "architectures": ["MiniCPMForCausalLM"],
+        "auto_map": MINICPM_AUTO_MAP,
+        "bos_token_id": 1,
+        "eos_token_id": [2, 3],
+        "pad_token_id": 2,
+        "hidden_act": "silu",
+        "hidden_size": hidden,
+        "initializer_range": 0.1,
+        "intermediate_size": ffn,
+        "max_position_embeddings": 256,
+        "model_type": "minicpm",
+        "num_attention_heads": H,
+        "num_hidden_layers": L,
+        "num_key_value_heads": KV,
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": {
+            "rope_type": "longrope",
+            "long_factor": [round(1.0 + 0.9 * j, 4) for j in range(half)],
+            "short_factor": [round(1.0 + 0.05 * j, 4) for j in range(half)],
+            "original_max_position_embeddings": 32,
+        },
+        "rope_theta": 10000.0,
+        "scale_depth": 1.4,
+        "scale_emb": 12,
+        "dim_model_base": 16,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "transformers_version": "4.46.3",
+        "use_cache": True,
+        "vocab_size": vocab,
+    }
+    d = os.path.join(out, "minicpm4")
+    write_json(os.path.join(d, "config.json"), cfg)
+    write_safetensors(os.path.join(d, "model.safetensors"), W, np.float32)
+    return cfg, np.float32
+
+
+def make_blockffn(out, name, seed, ffn_type, norm):
+    """thunlp/BlockFFN checkpoint (MiniCPMForCausalLM with ffn_type block / block_linear): ReLU router, router
+    norm, SiLU experts with no gate; router_norm.weight exists only for norm_after_router = rms; tied; f16."""
+    hidden, L, H, KV, vocab, E, de = 64, 2, 2, 2, 71, 6, 32
+    D = hidden // H
+    d = Draw(seed)
+    W = {"model.embed_tokens.weight": d((vocab, hidden), 0.5)}
+    for i in range(L):
+        p = f"model.layers.{i}"
+        W[f"{p}.input_layernorm.weight"] = d((hidden,), 0.2, 1.0)
+        W.update(attn_weights(d, p, hidden, H, KV, D))
+        W[f"{p}.post_attention_layernorm.weight"] = d((hidden,), 0.2, 1.0)
+        W[f"{p}.mlp.router_proj.weight"] = d((E, hidden), 0.3)
+        if norm == "rms":
+            W[f"{p}.mlp.router_norm.weight"] = d((E,), 0.5, 1.0)
+        if ffn_type == "block":
+            W[f"{p}.mlp.up_proj"] = d((E, de, hidden), 0.3)
+            W[f"{p}.mlp.down_proj"] = d((E, hidden, de), 0.3)
+        else:
+            W[f"{p}.mlp.up_proj"] = d((E * de, hidden), 0.3)
+            W[f"{p}.mlp.down_proj"] = d((hidden, E * de), 0.3)
+    W["model.norm.weight"] = d((hidden,), 0.2, 1.0)
+    cfg = {
+        "architectures": ["MiniCPMForCausalLM"],
+        "auto_map": MINICPM_AUTO_MAP,
+        "attention_type": "vanilla",
+        "block_implementation": "torch",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "dim_model_base": 32,
+        "expert_size": de,
+        "ffn_gated": True,
+        "ffn_type": ffn_type,
+        "hidden_act": "silu",
+        "hidden_size": hidden,
+        "intermediate_size": E * de,
+        "max_position_embeddings": 256,
+        "model_type": "minicpm",
+        "norm_after_router": norm,
+        "norm_scale": 1.5,
+        "num_attention_heads": H,
+        "num_experts": E,
+        "num_hidden_layers": L,
+        "num_key_value_heads": KV,
+        "num_shared_experts": 0,
+        "rms_norm_eps": 1e-05,
+        "rope_scaling": None,
+        "rope_theta": 10000.0,
+        "router_act": "relu",
+        "scale_depth": 1.4,
+        "scale_emb": 12,
+        "tie_word_embeddings": True,
+        "torch_dtype": "float16",
+        "transformers_version": "4.46.3",
+        "use_cache": True,
+        "vocab_size": vocab,
+    }
+    d = os.path.join(out, name)
+    write_json(os.path.join(d, "config.json"), cfg)
+    write_safetensors(os.path.join(d, "model.safetensors"), W, np.float16)
+    return cfg, np.float16
+
+
+# --------------------------------------------------------------------------------------------------------------
+# fixtures
+# --------------------------------------------------------------------------------------------------------------
+
+
+def round_sig(x: float) -> float:
+    return float(f"{x:.{SIG}g}")
+
+
+def load_hf(dirpath):
+    W = load_file(os.path.join(dirpath, "model.safetensors"))
+    return {k: v.astype(np.float64) for k, v in W.items()}
+
+
+def record(name, cfg, store_dtype, logits, ids, source, layouts, notes):
+    top2 = np.sort(logits, axis=-1)[:, -2:]
+    return {
+        "name": name,
+        "source": source,
+        "layouts": layouts,
+        "weights_dtype": np.dtype(store_dtype).name,
+        "forward_dtype": "float64",
+        "tokens": ids,
+        "config": cfg,
+        "positions": "logits[p] is the distribution after tokens[0..=p], every p",
+        "notes": notes,
+        "argmax": [int(np.argmax(l)) for l in logits],
+        "gap": [round_sig(float(t[1] - t[0])) for t in top2],
+        "max_abs_logit": round_sig(float(np.abs(logits).max())),
+        "logits": [[round_sig(float(v)) for v in row] for row in logits],
+    }
+
+
+def build(name, out):
+    d = os.path.join(out, name)
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    os.makedirs(d)
+    notes = []
+    if name == "llama":
+        cfg, dt = make_llama(out)
+        ids = tokens_for(cfg["vocab_size"])
+        logits = forward_llama(load_hf(d), cfg, ids, "llama")
+        Wg, factors = read_llama_gguf(os.path.join(d, "model.gguf"), cfg)
+        # The GGUF's rope_freqs must be llama3's divisors, and its weights (permutation undone) the HF ones.
+        inv = default_inv_freq(cfg["rope_theta"], cfg["head_dim"])
+        assert np.allclose(inv / factors, llama3_inv_freq(cfg["rope_theta"], cfg["head_dim"], cfg["rope_scaling"]), rtol=1e-6)
+        lg = forward_llama({k: v.astype(np.float64) for k, v in Wg.items()}, cfg, ids, "llama")
+        assert np.array_equal(lg, logits), "GGUF and HF copies differ"
+        # Without undoing the permutation the logits change: the GGUF layout is really exercised.
+        Wp = {k: v.astype(np.float64) for k, v in Wg.items()}
+        for i in range(cfg["num_hidden_layers"]):
+            for n, h in (("q", cfg["num_attention_heads"]), ("k", cfg["num_key_value_heads"])):
+                key = f"model.layers.{i}.self_attn.{n}_proj.weight"
+                Wp[key] = permute(Wp[key], h)
+        moved = float(np.abs(forward_llama(Wp, cfg, ids, "llama") - logits).max())
+        no_scaling = dict(cfg, rope_scaling=None)
+        moved_rope = float(np.abs(forward_llama(load_hf(d), no_scaling, ids, "llama") - logits).max())
+        notes.append(f"model.gguf holds the same weights (matrices F16, exact: every value is an f16) with q/k rows "
+                     f"permuted as llama.cpp's converter does; the forward on it, permutation undone, equals the HF one "
+                     f"bit for bit. Reading the permuted rows with rotate-half moves the logits by up to {moved:.3g}; "
+                     f"dropping the llama3 rope scaling moves them by up to {moved_rope:.3g}.")
+        layouts = ["model.safetensors (f32) + config.json", "model.gguf (F16 matrices, F32 vectors)"]
+    elif name in ("qwen2", "qwen3"):
+        cfg, dt = (make_qwen2 if name == "qwen2" else make_qwen3)(out)
+        ids = tokens_for(cfg["vocab_size"])
+        logits = forward_llama(load_hf(d), cfg, ids, name)
+        layouts = [f"model.safetensors ({np.dtype(dt).name}) + config.json"]
+        if name == "qwen2":
+            # Qwen2Config: layer i slides only when use_sliding_window and i >= max_window_layers.
+            windowed = forward_llama(load_hf(d), cfg, ids, name, {1: cfg["sliding_window"]})
+            notes.append("use_sliding_window is false, so sliding_window (6, shorter than the prompt) is ignored, "
+                         "as transformers' Qwen2 does (layer_types all full_attention); applying it on layer 1 (as "
+                         f"use_sliding_window true would) moves the logits by up to {np.abs(windowed - logits).max():.3g}")
+    elif name == "gemma3":
+        cfg, dt = make_gemma3(out)
+        ids = tokens_for(cfg["vocab_size"])
+        W = load_hf(d)
+        logits = forward_gemma3(W, cfg, ids)
+        wide = forward_gemma3(W, dict(cfg, sliding_window=1000), ids)
+        off = forward_gemma3(W, dict(cfg, sliding_window=GEMMA_WINDOW + 1), ids)
+        scal = forward_gemma3(W, dict(cfg, query_pre_attn_scalar=cfg["head_dim"]), ids)
+        notes.append(f"without the window the logits move by up to {np.abs(wide - logits).max():.3g}; with a window of "
+                     f"{GEMMA_WINDOW + 1} by up to {np.abs(off - logits).max():.3g}; with query_pre_attn_scalar = head_dim "
+                     f"by up to {np.abs(scal - logits).max():.3g}")
+        layouts = ["model.safetensors (f16) + config.json (transformers 5: rope_parameters per layer type, layer_types)"]
+    elif name == "minicpm4":
+        cfg, dt = make_minicpm4(out)
+        ids = tokens_for(cfg["vocab_size"])
+        W = load_hf(d)
+        logits = forward_minicpm(W, cfg, ids)
+        rs = cfg["rope_scaling"]
+        short = dict(cfg, rope_scaling=dict(rs, long_factor=rs["short_factor"]))
+        notes.append("longrope: the published MiniCPMLongRoPE builds its cos/sin cache for max_position_embeddings "
+                     "(256) > original_max_position_embeddings (32), so it uses long_factor at every length; "
+                     f"short_factor would move these logits by up to {np.abs(forward_minicpm(W, short, ids) - logits).max():.3g}")
+        layouts = ["model.safetensors (f32) + config.json (MiniCPM remote code)"]
+    elif name.startswith("blockffn"):
+        spec = {"blockffn_block_rms": (606, "block", "rms"), "blockffn_linear_sum": (707, "block_linear", "sum")}[name]
+        cfg, dt = make_blockffn(out, name, *spec)
+        ids = tokens_for(cfg["vocab_size"])
+        W = load_hf(d)
+        ROUTER_ACTIVE.clear()
+        logits = forward_minicpm(W, cfg, ids)
+        active = ", ".join(f"{a:.2f}" for a in ROUTER_ACTIVE)
+        notes.append(f"{ffn_type_desc(cfg)}; fraction of active (token, expert) pairs per layer: {active}")
+        layouts = ["model.safetensors (f16) + config.json (BlockFFN's MiniCPM remote code)"]
+    else:
+        raise SystemExit(f"unknown checkpoint {name}")
+    source = SOURCES[name.split("_")[0]]
+    rec = record(name, cfg, dt, logits, ids, source, layouts, notes)
+    write_json(os.path.join(d, "expected.json"), rec)
+    return rec
+
+
+def ffn_type_desc(cfg):
+    return (f"ffn_type {cfg['ffn_type']}, norm_after_router {cfg['norm_after_router']}, {cfg['num_experts']} experts "
+            f"of {cfg['expert_size']}")
+
+
+SOURCES = {
+    "llama": "transformers models/llama/modeling_llama.py, modeling_rope_utils.py (_compute_llama3_parameters); "
+    "llama.cpp convert_hf_to_gguf.py (LlamaModel: permute, rope_freqs)",
+    "qwen2": "transformers models/qwen2/modeling_qwen2.py, configuration_qwen2.py",
+    "qwen3": "transformers models/qwen3/modeling_qwen3.py, configuration_qwen3.py",
+    "gemma3": "transformers models/gemma3/modeling_gemma3.py, configuration_gemma3.py, masking_utils.py",
+    "minicpm4": "openbmb MiniCPM4 modeling_minicpm.py (MiniCPMLongRoPE, MiniCPMDecoderLayer, MiniCPMForCausalLM)",
+    "blockffn": "thunlp/BlockFFN pretrain/bmt_to_hf/modeling_minicpm.py (BlockMLP, MiniCPMDecoderLayer)",
+}
+
+NAMES = ["llama", "qwen2", "qwen3", "gemma3", "minicpm4", "blockffn_block_rms", "blockffn_linear_sum"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", help="comma-separated names (default: all)")
+    ap.add_argument("--out", default=DEFAULT_OUT)
+    args = ap.parse_args()
+    names = args.only.split(",") if args.only else NAMES
+    for n in names:
+        rec = build(n, args.out)
+        print(f"{n}: {len(rec['tokens'])} positions, max |logit| {rec['max_abs_logit']}, min gap {min(rec['gap']):.3g}")
+    if not args.only:
+        index = {
+            "checkpoints": NAMES,
+            "versions": {p: pkg_version(p) for p in ("numpy", "gguf", "safetensors", "transformers")},
+        }
+        write_json(os.path.join(args.out, "index.json"), index)
+
+
+if __name__ == "__main__":
+    main()
