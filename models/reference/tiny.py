@@ -29,7 +29,6 @@ import json
 import math
 import os
 import shutil
-import sys
 from importlib.metadata import version as pkg_version
 
 import numpy as np
