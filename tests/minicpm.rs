@@ -70,8 +70,13 @@ fn config_reads_mup_longrope_and_sparse_config() {
     assert_eq!(l.original_max, ORIGINAL_MAX);
     // sqrt(1 + ln(256 / 32) / ln(32)) = sqrt(1.6)
     assert!((l.attn_factor - 1.6f32.sqrt()).abs() < 1e-6, "{}", l.attn_factor);
-    assert_eq!(l.factors(ORIGINAL_MAX)[1], 1.05);
+    // MiniCPM's own MiniCPMLongRoPE builds its table for max_position_embeddings (256 > 32): the long factors,
+    // for a cache within the original context too (tests/tiny_fixtures.rs checks this against that code).
+    assert_eq!(l.factors(ORIGINAL_MAX)[1], 1.9);
     assert_eq!(l.factors(ORIGINAL_MAX + 1)[1], 1.9);
+    let mut by_session = l.clone();
+    by_session.fixed_ctx = None;
+    assert_eq!(by_session.factors(ORIGINAL_MAX)[1], 1.05);
     let s = c.sparse.unwrap();
     assert_eq!((s.kernel_size, s.kernel_stride, s.block_size), (32, 16, 64));
     assert_eq!((s.init_blocks, s.window_size, s.topk, s.dense_len), (1, 2048, 64, 8192));
@@ -94,7 +99,7 @@ fn bad_minicpm_configs_are_named() {
     assert!(e.contains("long_factor"), "{e}");
 }
 
-/// The muP scalings and longrope (short factors for a cache within the original context, long ones past it):
+/// The muP scalings and longrope (MiniCPM's long factors for every cache size, see above):
 /// chunked prefill then decode, every step's logits against the CPU reference. Bound as in tests/model.rs: f32
 /// on both sides, differing in summation order only (NMSE 1e-8; an indexing or scaling mistake gives > 1e-3).
 #[test]

@@ -62,9 +62,9 @@ fn qwen2_5_coder_1_5b_q4_k_m_long_prompt() {
 /// make; it compounds over the layers. Measured over all prompts and 32 steps: Qwen 0.5B 0.0076 (logits ~15), Gemma
 /// 3 270M 0.037; the bounds are about 5x and 4x that, while a wrong op moves logits by whole units.
 const QWEN_TOL: f32 = 0.04;
-/// The 1.5B's reference ran in float32 (not float64): its own round-off adds to the k-quant constant rounding.
-/// Measured: see the note at the end of this file's tests; bound set from it.
-const QWEN_1_5B_TOL: f32 = 0.5;
+/// The 1.5B (Q4_K and Q6_K only; its reference ran in float32, whose own round-off is ~1e-5 here): measured 0.0173
+/// over its 3 prompts, 0.0137 on the 1,452-token one; the bound is about 4.6x.
+const QWEN_1_5B_TOL: f32 = 0.08;
 const GEMMA_TOL: f32 = 0.15;
 
 #[test]

@@ -415,7 +415,10 @@ impl LlamaConfig {
         };
         let context = num("max_position_embeddings").map_or(4096, |x| x as usize);
         let n_layers = need("num_hidden_layers")?;
-        let rope = HfRope::read(path, &v, rope_dim, context)?;
+        let mut rope = HfRope::read(path, &v, rope_dim, context)?;
+        if let (Arch::MiniCpm, RopeScaling::LongRope(l)) = (arch, &mut rope.scaling) {
+            l.fixed_ctx = Some(context);
+        }
         let sliding = hf_sliding(path, &v, arch, n_layers, &rope)?;
         let mup = if arch == Arch::MiniCpm {
             let dim_base = num("dim_model_base").unwrap_or(hidden as f64);
@@ -740,6 +743,7 @@ fn gguf_rope_scaling(f: &GgufFile, arch: &str, rope_dim: usize) -> Result<RopeSc
             long: f.tensor_f32("rope_factors_long.weight")?,
             original_max,
             attn_factor: f.get_opt::<f32>(&key("attn_factor"))?.unwrap_or(attn_default as f32),
+            fixed_ctx: None,
         };
         return RopeScaling::LongRope(l).check(f.path(), rope_dim);
     }

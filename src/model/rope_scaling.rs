@@ -27,12 +27,17 @@ pub struct LongRope {
     /// `sqrt(1 + ln(s) / ln(original_max))`, `s = max_position_embeddings / original_max` (1 when s <= 1), unless
     /// the config gives `attention_factor`.
     pub attn_factor: f32,
+    /// The context the choice of factors is made for, when the model's own code fixes it: MiniCPM's
+    /// `MiniCPMLongRoPE` builds its table once for `max_position_embeddings`, so a MiniCPM session uses the long
+    /// factors whenever that passes `original_max`, whatever its cache size. `None` (Phi-3): chosen per session
+    /// from its cache size, as llama.cpp does.
+    pub fixed_ctx: Option<usize>,
 }
 
 impl LongRope {
     /// The divisors for a KV cache of `max_ctx` positions.
     pub fn factors(&self, max_ctx: usize) -> &[f32] {
-        if max_ctx > self.original_max {
+        if self.fixed_ctx.unwrap_or(max_ctx) > self.original_max {
             &self.long
         } else {
             &self.short
@@ -362,5 +367,6 @@ fn long_rope(path: &Path, s: &serde_json::Value, context: usize) -> Result<LongR
         long: factors("long_factor")?,
         original_max,
         attn_factor: attn_factor as f32,
+        fixed_ctx: None,
     })
 }
