@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::minicpm::{write_minicpm, ORIGINAL_MAX};
+use common::minicpm::{write_minicpm, write_minicpm_gguf, ORIGINAL_MAX};
 use shaderlm::gpu::{Gpu, GpuOptions};
 use shaderlm::loader::safetensors::SafetensorsModel;
 use shaderlm::model::{reference, Arch, Llama, LlamaConfig, Names, StepOutputs};
@@ -195,4 +195,42 @@ fn minicpm_sparse_attention_matches_the_cpu_reference() {
         worst = worst.max(e);
     }
     println!("sparse MiniCPM: worst nmse {worst:.3e} (sparse vs dense reference {apart:.2e})");
+}
+
+/// MiniCPM as llama.cpp's converter writes it to GGUF (architecture `minicpm`: permuted q/k rows, the muP factors
+/// as embedding/residual/logit scales, longrope factors as tensors) is the same model as its Hugging Face layout:
+/// the CPU forwards of both agree, and the GPU matches on the GGUF at every step.
+#[test]
+fn minicpm_gguf_is_the_hugging_face_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = write_minicpm(dir.path(), 9, None);
+    let hf_cfg = LlamaConfig::from_hf(&dir.path().join("config.json")).unwrap();
+    let st = SafetensorsModel::open(dir.path()).unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_minicpm_gguf(&path, &t, 9);
+    let f = shaderlm::loader::gguf::GgufFile::open(&path).unwrap();
+    let cfg = LlamaConfig::from_gguf(&f).unwrap();
+    assert_eq!(cfg.arch, Arch::MiniCpm);
+    assert_eq!(cfg.rope_scaling, hf_cfg.rope_scaling);
+    let close = |a: f32, b: f32| (a - b).abs() <= 1e-6 * b.abs();
+    assert!(close(cfg.mup.emb, hf_cfg.mup.emb) && close(cfg.mup.residual, hf_cfg.mup.residual));
+    assert!(
+        close(cfg.mup.logit, hf_cfg.mup.logit),
+        "{:?} vs {:?}",
+        cfg.mup,
+        hf_cfg.mup
+    );
+    let ids = tokens(20, t.vocab);
+    let max_ctx = 64;
+    let want = reference::logits_with(&f, &cfg, Names::Gguf, &ids, max_ctx).unwrap();
+    let hf = reference::logits_with(&st, &hf_cfg, Names::Hf, &ids, max_ctx).unwrap();
+    for (p, (a, b)) in want.iter().zip(&hf).enumerate() {
+        let e = nmse(a, b);
+        assert!(e < 1e-10, "position {p}: GGUF and HF layouts differ (nmse {e:.3e})");
+    }
+    let model = Llama::load(gpu(), &f, cfg, Names::Gguf, |_, _| {}).unwrap();
+    for (p, logits) in run_gpu(&model, &ids, 16, 7, max_ctx) {
+        let e = nmse(&logits, &want[p]);
+        assert!(e < 1e-8, "position {p}: nmse {e:.3e}");
+    }
 }

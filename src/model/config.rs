@@ -29,8 +29,9 @@ pub enum Arch {
 
 impl Arch {
     /// The architectures a GGUF `general.architecture` names.
-    const GGUF: [(&'static str, Arch); 6] = [
+    const GGUF: [(&'static str, Arch); 7] = [
         ("llama", Arch::Llama),
+        ("minicpm", Arch::MiniCpm),
         ("mistral", Arch::Llama),
         ("qwen2", Arch::Qwen2),
         ("qwen3", Arch::Qwen3),
@@ -281,7 +282,11 @@ impl LlamaConfig {
             .get_opt::<u64>(&key("rope.dimension_count"))?
             .map_or(head_dim, |v| v as usize);
         let context = u("context_length")?;
-        let rope_scaling = gguf_rope_scaling(f, &arch_name, rope_dim)?;
+        let mut rope_scaling = gguf_rope_scaling(f, &arch_name, rope_dim)?;
+        if let (Arch::MiniCpm, RopeScaling::LongRope(l)) = (arch, &mut rope_scaling) {
+            // As from config.json: MiniCPM's own longrope table is built for the trained context.
+            l.fixed_ctx = Some(context);
+        }
         let gemma = arch == Arch::Gemma3;
         let sliding = match f.get_opt::<u64>(&key("attention.sliding_window"))? {
             // llama.cpp's gemma3: every 6th layer global, local layers at base 10000 without scaling.
@@ -322,9 +327,9 @@ impl LlamaConfig {
             vocab,
             rms_eps: f.get_f32(&key("attention.layer_norm_rms_epsilon"))?,
             rope_theta: f.get_opt::<f32>(&key("rope.freq_base"))?.unwrap_or(10000.0),
-            // llama.cpp's converter permutes Llama q/k rows for ggml's interleaved rope; Qwen and Gemma keep HF's
-            // order.
-            rope_style: if arch == Arch::Llama {
+            // llama.cpp's converter permutes Llama (and MiniCPM) q/k rows for ggml's interleaved rope; Qwen, Gemma
+            // and Phi-3 keep HF's order.
+            rope_style: if matches!(arch, Arch::Llama | Arch::MiniCpm) {
                 RopeStyle::Interleaved
             } else {
                 RopeStyle::RotateHalf
@@ -335,11 +340,7 @@ impl LlamaConfig {
             tie_embeddings: f.tensor("output.weight").is_none(),
             qkv_bias: f.tensor("blk.0.attn_q.bias").is_some(),
             qk_norm: f.tensor("blk.0.attn_q_norm.weight").is_some(),
-            // Gemma: the embedding times sqrt(hidden) (llama.cpp scales in f32 too).
-            mup: Mup {
-                emb: if gemma { (hidden as f32).sqrt() } else { 1.0 },
-                ..Mup::default()
-            },
+            mup: gguf_mup(f, &arch_name, arch, hidden)?,
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
             ffn_act: if gemma { Glu::GeluTanh } else { Glu::Silu },
             post_norms: gemma,
@@ -716,6 +717,33 @@ fn hf_sliding(
     }))
 }
 
+/// The embedding, residual and logit scalings of a GGUF: MiniCPM's muP factors as llama.cpp's converter writes
+/// them (`embedding_scale` = scale_emb, `residual_scale` = scale_depth / sqrt(layers), `logit_scale` =
+/// hidden / dim_model_base, by which the logits are divided), Gemma's sqrt(hidden) (llama.cpp scales in f32 too).
+fn gguf_mup(f: &GgufFile, arch_name: &str, arch: Arch, hidden: usize) -> Result<Mup> {
+    let key = |k: &str| format!("{arch_name}.{k}");
+    let mut m = Mup::default();
+    match arch {
+        Arch::Gemma3 => m.emb = (hidden as f32).sqrt(),
+        Arch::MiniCpm => {
+            m.emb = f.get_opt::<f32>(&key("embedding_scale"))?.unwrap_or(1.0);
+            m.residual = f.get_opt::<f32>(&key("residual_scale"))?.unwrap_or(1.0);
+            let logit = f.get_opt::<f32>(&key("logit_scale"))?.unwrap_or(1.0);
+            if !(logit.is_finite() && logit > 0.0) {
+                return Err(bad(f.path(), format!("{} {logit} is not positive", key("logit_scale"))));
+            }
+            m.logit = 1.0 / logit;
+        }
+        _ => {}
+    }
+    for (name, v) in [("embedding_scale", m.emb), ("residual_scale", m.residual)] {
+        if !v.is_finite() {
+            return Err(bad(f.path(), format!("{} {v} is not finite", key(name))));
+        }
+    }
+    Ok(m)
+}
+
 /// RoPE scaling from GGUF keys: `rope_freqs.weight` (llama3-style divisors stored by llama.cpp), or
 /// `{arch}.rope.scaling.type` none / linear / yarn with `.factor`, `.original_context_length` and `.attn_factor`.
 fn gguf_rope_scaling(f: &GgufFile, arch: &str, rope_dim: usize) -> Result<RopeScaling> {
@@ -729,9 +757,9 @@ fn gguf_rope_scaling(f: &GgufFile, arch: &str, rope_dim: usize) -> Result<RopeSc
     // Phi-3's longrope as llama.cpp's converter stores it: both factor lists as tensors, the attention factor
     // under rope.scaling.attn_factor.
     if f.tensor("rope_factors_long.weight").is_some() {
-        let original_max =
-            original.ok_or_else(|| bad(f.path(), format!("longrope needs {}", key("original_context_length"))))?;
+        // llama.cpp's default for a file without the key: the trained context.
         let context = f.get_u64(&format!("{arch}.context_length"))? as f64;
+        let original_max = original.unwrap_or(context as usize);
         let scale = context / original_max.max(2) as f64;
         let attn_default = if scale <= 1.0 {
             1.0

@@ -63,12 +63,19 @@ pub const PHI3_WINDOW: usize = 7;
 pub const PHI3_ROPE_DIM: usize = 24;
 pub const PHI3_ORIGINAL_MAX: usize = 32;
 
-/// Phi-3's longrope factors, `[PHI3_ROPE_DIM / 2]` each.
-pub fn phi3_factors() -> (Vec<f32>, Vec<f32>) {
-    let n = PHI3_ROPE_DIM / 2;
-    let short = (0..n).map(|j| 1.0 + 0.05 * j as f32).collect();
-    let long = (0..n).map(|j| 1.0 + 0.9 * j as f32).collect();
+/// Longrope factors (short, long) for `pairs` rotary pairs, as config.json numbers; the tiny Phi-3 and MiniCPM
+/// checkpoints share them.
+pub fn longrope_factors(pairs: usize) -> (Vec<f64>, Vec<f64>) {
+    let short = (0..pairs).map(|j| 1.0 + j as f64 * 0.05).collect();
+    let long = (0..pairs).map(|j| 1.0 + j as f64 * 0.9).collect();
     (short, long)
+}
+
+/// [`longrope_factors`] as the f32 tensors a GGUF stores.
+pub fn longrope_factors_f32(pairs: usize) -> (Vec<f32>, Vec<f32>) {
+    let (s, l) = longrope_factors(pairs);
+    let f32s = |v: Vec<f64>| v.into_iter().map(|x| x as f32).collect();
+    (f32s(s), f32s(l))
 }
 
 /// Phi-3's files fuse q|k|v (HF `qkv_proj`, GGUF `attn_qkv`) and gate|up (HF `gate_up_proj`; GGUF `ffn_up`, gate
@@ -343,7 +350,7 @@ pub fn write_hf(dir: &Path, t: &Tiny, seed: u64, half: bool) {
         }
     }
     if t.arch == "phi3" {
-        let (short, long) = phi3_factors();
+        let (short, long) = longrope_factors(PHI3_ROPE_DIM / 2);
         let extra = serde_json::json!({
             "partial_rotary_factor": PHI3_ROPE_DIM as f64 / t.head_dim as f64,
             "sliding_window": PHI3_WINDOW,
@@ -434,7 +441,7 @@ pub fn write_gguf_types(path: &Path, t: &Tiny, seed: u64, ty: GgmlType, up: Opti
     }
     if a == "phi3" {
         // As llama.cpp's converter writes Phi-3's longrope: the factor lists as tensors.
-        let (short, long) = phi3_factors();
+        let (short, long) = longrope_factors_f32(PHI3_ROPE_DIM / 2);
         w.add_metadata(k("attention.sliding_window"), Value::U32(PHI3_WINDOW as u32))
             .unwrap();
         w.add_metadata(
