@@ -149,8 +149,8 @@ mod tests {
     /// A hand-made super-block: d = 0.5, dmin = 0.25, scale byte s = (s + 1) | (15 - s) << 4, qs[i] = i * 37 mod 256.
     fn hand_block() -> Vec<u8> {
         let mut b = vec![0u8; BLOCK_BYTES];
-        for s in 0..16 {
-            b[s] = (s as u8 + 1) | ((15 - s as u8) << 4);
+        for (s, c) in b[SCALES_OFFSET..SCALES_OFFSET + 16].iter_mut().enumerate() {
+            *c = (s as u8 + 1) | ((15 - s as u8) << 4);
         }
         for i in 0..64 {
             b[QS_OFFSET + i] = (i * 37 % 256) as u8;

@@ -162,8 +162,8 @@ mod tests {
     /// i * 53 (mod 256).
     fn hand_block() -> Vec<u8> {
         let mut b = vec![0u8; BLOCK_BYTES];
-        for l in 0..32 {
-            b[l] = (l * 29 % 256) as u8;
+        for (l, h) in b[HMASK_OFFSET..HMASK_OFFSET + 32].iter_mut().enumerate() {
+            *h = (l * 29 % 256) as u8;
         }
         for i in 0..64 {
             b[QS_OFFSET + i] = (i * 53 % 256) as u8;
