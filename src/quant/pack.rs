@@ -1,7 +1,7 @@
-//! GPU layouts of block-quantized weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS): raw
-//! GGUF blocks of a `[N, K]` tensor are repacked once at load into the layout the adapter's kernels read, and
-//! uploaded as `u32` words split into row parts that each fit one storage binding. Weights stay quantized on the
-//! device; `matmul_q` and `embedding_q` dequantize in registers.
+//! GPU layouts of block-quantized weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS, Q2_K,
+//! Q3_K): raw GGUF blocks of a `[N, K]` tensor are repacked once at load into the layout the adapter's kernels
+//! read, and uploaded as `u32` words split into row parts that each fit one storage binding. Weights stay quantized
+//! on the device; `matmul_q` and `embedding_q` dequantize in registers.
 //!
 //! The kernels read 32-weight blocks of 4-bit nibbles (plus 1 or 2 high-bit words for 5- and 6-bit quants) or 8-bit
 //! quants, with one or two f16 constants. Super-blocks are first converted to such blocks ([`blocks32`]): Q4_K to
