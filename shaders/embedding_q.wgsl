@@ -7,9 +7,12 @@
 // Q4_0, Q5_0, NL (q the codebook value, QC 0): d * (q - QC); MIN (Q4_1, Q5_1, Q4_K, Q5_K): d * q + m; Q8_0: d * q;
 // S16 (Q6_K): d * (q - 32) for weights 0..16 of a block (low nibbles), d2 * (q - 32) for 16..32.
 // Bindings: 0 ids [M] u32 | 1 wq quant words (u32; tiled or rows layout, see pack.rs) | 2 ws f16 scale pairs
-//   (tiled PAIR: both constants) | 3 wm f16 pairs of second constants (rows layout PAIR only) | then y [M, K] f32
-//   (written).
-// Defs: TILED (else the rows layout), Q8, HB1, HB2, NL, MIN, S16, PAIR (MIN or S16), QC, XSUM (unused here). Grid: one workgroup of 64 per id (folded into y past the
+//   (tiled PAIR: both constants; SUPER: 16-bit sub-block codes) | 3 wm f16 pairs of second constants (rows layout
+//   PAIR only), or wd super-block factors (SUPER, both layouts) | then y [M, K] f32 (written).
+// SUPER (Q2_K, Q3_K): an invocation dequantizes one 2-bit word, 16 weights of one sub-block: Q2_K d sc q - dmin m,
+//   Q3_K d (sc - 32) (q - 4), each constant formed in f32 from its code and super-block factor (exactly).
+// Defs: TILED (else the rows layout), Q8, HB1, HB2, NL, MIN, S16, PAIR (MIN or S16), SUPER, Q2K, Q3K, QC, XSUM and
+//   XSUM2 (unused here). Grid: one workgroup of 64 per id (folded into y past the
 // per-dimension limit); the lanes stride over the row's quant words.
 
 struct Params {
@@ -25,6 +28,10 @@ struct Params {
 @group(0) @binding(0) var<storage, read> ids: array<u32>;      // [M]
 @group(0) @binding(1) var<storage, read> wq: array<u32>;       // tiled [tiles, G, WB, 8, 4] | rows [rows, G, WB]
 @group(0) @binding(2) var<storage, read> ws: array<u32>;       // tiled [tiles, G, 8, 2 or 4] | rows [rows, ceil(G/2)]
+#if SUPER
+@group(0) @binding(3) var<storage, read> wd: array<u32>;       // tiled [tiles, G/8, 8, 4 or 2] | rows Q2K [rows, G/8], Q3K [rows, ceil(G/16)]
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;  // [M, K]
+#else
 #if TILED
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;  // [M, K]
 #else
@@ -33,6 +40,7 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;  // [M, K]
 #else
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;  // [M, K]
+#endif
 #endif
 #endif
 @group(1) @binding(0) var<uniform> p: Params;
@@ -64,6 +72,59 @@ fn main(
         return;  // another part's row
     }
     let r = id - p.row0;
+#if SUPER
+    for (var w = li; w < words; w += 64u) {
+        let b = w / WQ;
+        let hf = w % WQ;  // sub-block of the block
+        let sb = b / 8u;
+#if TILED
+        let tb = (r / 32u) * p.groups + b;
+        let lane = (r % 32u) / 4u;
+        let j = r % 4u;
+        let q = wq[((tb * WB + hf) * 8u + lane) * 4u + j];
+        let h = wq[((tb * WB + WB - 1u) * 8u + lane) * 4u + j];
+        let code = (ws[(tb * 8u + lane) * 2u + j / 2u] >> (16u * (j & 1u) + 8u * hf)) & 0xffu;
+        let tsb = (r / 32u) * (p.groups / 8u) + sb;
+#if Q2K
+        let fw = ((tsb * 8u + lane) * 4u + j / 2u);
+        let d = half_of(wd[fw], (j & 1u) == 1u);
+        let dm = half_of(wd[fw + 2u], (j & 1u) == 1u);
+#else
+        let d = half_of(wd[(tsb * 8u + lane) * 2u + j / 2u], (j & 1u) == 1u);
+#endif
+#else
+        let rb = (r * p.groups + b) * WB;
+        let q = wq[rb + hf];
+        let h = wq[rb + WB - 1u];
+        let code = (ws[r * ((p.groups + 1u) / 2u) + b / 2u] >> (16u * (b & 1u) + 8u * hf)) & 0xffu;
+#if Q2K
+        let f = wd[r * (p.groups / 8u) + sb];
+        let d = half_of(f, false);
+        let dm = half_of(f, true);
+#else
+        let d = half_of(wd[r * ((p.groups / 8u + 1u) / 2u) + sb / 2u], (sb & 1u) == 1u);
+#endif
+#endif
+        let k0 = out + 32u * b + 16u * hf;
+#if Q2K
+        let a = d * f32(code & 15u);
+        let n = dm * f32(code >> 4u);
+#else
+        let a = d * (f32(code & 63u) - 32.0);
+#endif
+        for (var i = 0u; i < 4u; i++) {
+#if Q2K
+            let v = a * q2_field(q, h, hf, i) - n;
+#else
+            let v = a * (q2_field(q, h, hf, i) - QC);  // as ggml: a zero weight keeps the sign of a
+#endif
+            y[k0 + 4u * i] = v.x;
+            y[k0 + 4u * i + 1u] = v.y;
+            y[k0 + 4u * i + 2u] = v.z;
+            y[k0 + 4u * i + 3u] = v.w;
+        }
+    }
+#else
     for (var w = li; w < words; w += 64u) {
         let b = w / WQ;
         let i = w % WQ;
@@ -124,4 +185,5 @@ fn main(
         y[k0 + 19u] = hi.w;
 #endif
     }
+#endif
 }

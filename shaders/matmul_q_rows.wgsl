@@ -13,9 +13,14 @@
 // 4 for Q8) are f16, then scaled and accumulated in f32, so the error does not grow with K. A word whose x has a
 // value of magnitude X16_MAX or more is summed in f32 for that token (f16 range; lib/quant_rows.wgsl).
 // Bindings: 0 x [M, K] f32 | 1 wq [rows, G * WB] u32 quant words (each block's high-bit words after them) | 2 ws [rows, ceil(G/2)] u32 f16 scale pairs |
-//   3 wm [rows, ceil(G/2)] u32 f16 pairs of second constants (mins, or S16 scales; PAIR only) | then bias [N] f32
+//   3 wm [rows, ceil(G/2)] u32 f16 pairs of second constants (mins, or S16 scales; PAIR only), or wd super-block
+//   factors (SUPER only: Q2K [rows, G/8] d | dmin << 16, Q3K [rows, ceil(G/16)] f16 pairs of d) | then bias [N] f32
 //   (BIAS only) | then y [M, N] f32 (written: columns row0..row0+rows).
-// Defs: TM, Q8, HB1, HB2, NL, MIN, S16, PAIR (MIN or S16), QC, XSUM (unused here), SUBGROUPS, BIAS, F16.
+// SUPER (Q2_K, Q3_K; no F16 form): one 2-bit word (a sub-block of 16 weights) per lane and step, its scale a (and
+//   Q2_K's min n) formed in f32 from the 16-bit code pair in ws and the super-block factors: Q2_K a sum q x - n sum x,
+//   Q3_K a (sum q x - 4 sum x).
+// Defs: TM, Q8, HB1, HB2, NL, MIN, S16, PAIR (MIN or S16), SUPER, Q2K, Q3K, QC, XSUM and XSUM2 (unused here),
+//   SUBGROUPS, BIAS, F16.
 //   Workgroup size 64.
 // Grid: ceil(rows / 4) workgroups (folded into y past the per-dimension limit) x 1 x ceil(M / TM).
 
@@ -36,11 +41,25 @@ const NR = 4u;  // rows of W per workgroup
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;  // [M, N]
 #endif
 #else
+#if SUPER
+#if Q2K
+@group(0) @binding(3) var<storage, read> wd: array<u32>;       // [rows, G/8] d | dmin << 16 (f16)
+#else
+@group(0) @binding(3) var<storage, read> wd: array<u32>;       // [rows, ceil(G/16)] f16 pairs of d
+#endif
+#if BIAS
+@group(0) @binding(4) var<storage, read> bias: array<f32>;     // [N]
+@group(0) @binding(5) var<storage, read_write> y: array<f32>;  // [M, N]
+#else
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;  // [M, N]
+#endif
+#else
 #if BIAS
 @group(0) @binding(3) var<storage, read> bias: array<f32>;     // [N]
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;  // [M, N]
 #else
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;  // [M, N]
+#endif
 #endif
 #endif
 @group(1) @binding(0) var<uniform> p: Params;
@@ -80,6 +99,65 @@ fn main(
         xt[t] = min(m0 + t, p.m - 1u) * p.xv;
     }
     var acc: array<vec4<f32>, TM>;
+#if SUPER
+#if Q2K
+    let dpr = p.groups / 8u;  // factor words per row
+#else
+    let dpr = (p.groups / 8u + 1u) / 2u;
+#endif
+    var rd: vec4<u32>;
+    for (var j = 0u; j < NR; j++) {
+        rd[j] = min(r0 + j, p.rows - 1u) * dpr;
+    }
+    // One 2-bit word (16 weights: sub-block hf of block b) per lane and step.
+    for (var w = li; w < p.groups * WQ; w += WG) {
+        let b = w / WQ;
+        let hf = w % WQ;
+        let sb = b / 8u;
+        var q: vec4<u32>;
+        var hq = vec4<u32>(0u);
+        var a: vec4<f32>;
+        var n = vec4<f32>(0.0);
+        for (var j = 0u; j < NR; j++) {
+            q[j] = wq[rq[j] + b * WB + hf];
+#if Q3K
+            hq[j] = wq[rq[j] + b * WB + WQ];
+#endif
+            let code = (ws[rs[j] + b / 2u] >> (16u * (b & 1u) + 8u * hf)) & 0xffu;
+#if Q2K
+            let f = wd[rd[j] + sb];
+            a[j] = half_of(f, false) * f32(code & 15u);
+            n[j] = half_of(f, true) * f32(code >> 4u);
+#else
+            a[j] = half_of(wd[rd[j] + sb / 2u], (sb & 1u) == 1u) * (f32(code & 63u) - 32.0);
+#endif
+        }
+        var qf: array<vec4<f32>, 16>;  // [row j, field i]: weights 16 hf + 4 i .. + 4 of row j
+        for (var j = 0u; j < NR; j++) {
+            for (var i = 0u; i < 4u; i++) {
+                qf[4u * j + i] = q2_field(q[j], hq[j], hf, i);
+            }
+        }
+        for (var t = 0u; t < TM; t++) {
+            let xb = xt[t] + 8u * b + 4u * hf;
+            let x0 = x[xb];
+            let x1 = x[xb + 1u];
+            let x2 = x[xb + 2u];
+            let x3 = x[xb + 3u];
+            let xs = dot((x0 + x1) + (x2 + x3), vec4<f32>(1.0));
+            var s: vec4<f32>;
+            for (var j = 0u; j < NR; j++) {
+                s[j] = (dot(qf[4u * j], x0) + dot(qf[4u * j + 1u], x1))
+                    + (dot(qf[4u * j + 2u], x2) + dot(qf[4u * j + 3u], x3));
+            }
+#if Q2K
+            acc[t] += a * s - n * xs;
+#else
+            acc[t] += a * (s - QC * xs);
+#endif
+        }
+    }
+#else
     // One quant word per lane and step (the high-bit words are read with the nibble words they belong to).
     for (var w = li; w < p.groups * WQ; w += WG) {
         let b = w / WQ;
@@ -212,6 +290,7 @@ fn main(
 #endif
         }
     }
+#endif
     for (var t = 0u; t < TM; t++) {
         // Workgroup sum of acc[t], one token at a time through `red`.
 #if SUBGROUPS

@@ -6,16 +6,19 @@
 // registers with f32 accumulation. The offsets and the minimums are folded out of the block sum:
 //   Q4_0, Q5_0: d * (sum q x - QC sum x)   MIN (Q4_1, Q5_1, Q4_K, Q5_K): d * sum q x + m * sum x   Q8_0, NL
 //   (IQ4_NL, IQ4_XS: q the codebook value): d * sum q x   S16 (Q6_K): d * (sum_lo q x - 32 sum_lo x) + d2 *
-//   (sum_hi q x - 32 sum_hi x) over weights 0..16 (lo) and 16..32 (hi).
+//   (sum_hi q x - 32 sum_hi x) over weights 0..16 (lo) and 16..32 (hi)   SUPER, per half: Q2_K a (sum q x) -
+//   n sum x, Q3_K a (sum q x - 4 sum x), a and n formed from the sub-block codes and the super-block factors.
 // x is read at uniform indices (from a uniform buffer when XU); with SUBGROUPS (subgroup size >= 8) each lane
 // loads one vec4 of the block's x and the 8 vectors are broadcast, 8x fewer loads.
 // Bindings: 0 x [M, K] f32 (uniform array<vec4<f32>, XN> when XU, else storage) | 1 wq [tiles, G, WB, 8] vec4<u32>
-//   quant words (then high-bit words) | 2 ws [tiles, G, 8] vec2<u32> f16 scales (vec4<u32> d, d, m, m for PAIR) | 3 bias [N] f32 (BIAS
-//   only) | 3 or 4 y [M, N] f32 (written: columns row0..row0+rows).
+//   quant words (then high-bit words) | 2 ws [tiles, G, 8] vec2<u32> f16 scales (vec4<u32> d, d, m, m for PAIR; SUPER:
+//   16-bit sub-block codes) | 3 wd [tiles, G/8, 8] super-block factors (SUPER only: vec4<u32> Q2K, vec2<u32> Q3K) |
+//   then bias [N] f32 (BIAS only) | then y [M, N] f32 (written: columns row0..row0+rows).
 // Defs: Q8 (8-bit quants, else 4-bit nibbles), HB1 / HB2 (one / two high-bit words per block: 5- / 6-bit quants),
 //   NL (codebook nibbles), MIN (a min per block), S16 (a second scale for weights 16..32), PAIR (MIN or S16: two
-//   constants per block), XSUM (block sums of x: an offset or a min), QC (the offset), XU + XN, SUBGROUPS, BIAS, WG
-//   (workgroup size, a multiple of 8).
+//   constants per block), XSUM (block sums of x: an offset or a min; XSUM2 each half's), SUPER with Q2K or Q3K
+//   (2-bit words, sub-block codes, super-block factors: lib/quant_tiled.wgsl), QC (the offset), XU + XN, SUBGROUPS,
+//   BIAS, WG (workgroup size, a multiple of 8).
 // Grid: ceil(tiles * 8 / WG) workgroups of WG (folded into y past the per-dimension limit) x 1 x M.
 
 #include "lib/quant_params.wgsl"
@@ -31,11 +34,25 @@
 #else
 @group(0) @binding(2) var<storage, read> ws: array<vec2<u32>>;  // [tiles, G, 8] (d01, d23) f16 pairs
 #endif
+#if SUPER
+#if Q2K
+@group(0) @binding(3) var<storage, read> wd: array<vec4<u32>>;  // [tiles, G/8, 8] (d01, d23, dmin01, dmin23) f16 pairs
+#else
+@group(0) @binding(3) var<storage, read> wd: array<vec2<u32>>;  // [tiles, G/8, 8] (d01, d23) f16 pairs
+#endif
+#if BIAS
+@group(0) @binding(4) var<storage, read> bias: array<f32>;      // [N]
+@group(0) @binding(5) var<storage, read_write> y: array<f32>;   // [M, N]
+#else
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;   // [M, N]
+#endif
+#else
 #if BIAS
 @group(0) @binding(3) var<storage, read> bias: array<f32>;      // [N]
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;   // [M, N]
 #else
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;   // [M, N]
+#endif
 #endif
 @group(1) @binding(0) var<uniform> p: Params;
 
@@ -99,7 +116,7 @@ fn main(
         let x6 = r6 * XB_SCALE;
         let x7 = r7 * XB_SCALE;
 #if XSUM
-#if S16
+#if XSUM2
         let xs0 = dot((r0 + r1) + (r2 + r3), vec4<f32>(1.0));
         let xs1 = dot((r4 + r5) + (r6 + r7), vec4<f32>(1.0));
 #else
@@ -107,6 +124,9 @@ fn main(
 #endif
 #endif
 #endif
+#if SUPER
+        acc += block_dot(w_block(wi, si), XBlock(x0, x1, x2, x3, x4, x5, x6, x7, xs0, xs1));
+#else
 #if Q8
         let s = q8_word(wq[wi], x0) + q8_word(wq[wi + 8u], x1) + q8_word(wq[wi + 16u], x2)
             + q8_word(wq[wi + 24u], x3) + q8_word(wq[wi + 32u], x4) + q8_word(wq[wi + 40u], x5)
@@ -115,7 +135,7 @@ fn main(
 #else
 #if HB1
         // 5- and 6-bit quants, and codebook nibbles: through the shared block helpers.
-#if S16
+#if XSUM2
         let xb = XBlock(x0, x1, x2, x3, x4, x5, x6, x7, xs0, xs1);
 #else
         let xb = XBlock(x0, x1, x2, x3, x4, x5, x6, x7, xs, 0.0);
@@ -133,6 +153,7 @@ fn main(
         acc += halves4(sc.xy) * s + halves4(sc.zw) * xs;
 #else
         acc += halves4(ws[si]) * (s - QC * xs);
+#endif
 #endif
 #endif
 #endif

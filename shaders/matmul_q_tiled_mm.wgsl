@@ -8,9 +8,11 @@
 // x (in storage: M rows of it rarely fit one uniform binding): with SUBGROUPS each lane loads one vec4 of a token's
 // block and the 8 are broadcast; else uniform loads.
 // Bindings: 0 x [M, K] f32 | 1 wq [tiles, G, WB, 8] vec4<u32> quant words | 2 ws [tiles, G, 8] vec2<u32> f16
-//   scales (vec4<u32> d, d, m, m for PAIR) | 3 bias [N] f32 (BIAS only) | 3 or 4 y [M, N] f32 (written: columns
-//   row0..row0+rows).
-// Defs: TM (rows of x per invocation: 4, or 8 with TM8), Q8, HB1, HB2, NL, MIN, S16, PAIR, XSUM, QC (as in matmul_q_tiled),
+//   scales (vec4<u32> d, d, m, m for PAIR; SUPER: 16-bit sub-block codes) | 3 wd [tiles, G/8, 8] super-block
+//   factors (SUPER only: vec4<u32> Q2K, vec2<u32> Q3K) | then bias [N] f32 (BIAS only) | then y [M, N] f32
+//   (written: columns row0..row0+rows).
+// Defs: TM (rows of x per invocation: 4, or 8 with TM8), Q8, HB1, HB2, NL, MIN, S16, PAIR, XSUM, XSUM2, SUPER, Q2K,
+//   Q3K, QC (as in matmul_q_tiled),
 //   SUBGROUPS, BIAS, WG (workgroup size, a multiple of 8).
 // Grid: ceil(tiles * 8 / WG) workgroups of WG (folded into y past the per-dimension limit) x 1 x ceil(M / TM).
 
@@ -23,11 +25,25 @@
 #else
 @group(0) @binding(2) var<storage, read> ws: array<vec2<u32>>;  // [tiles, G, 8] (d01, d23) f16 pairs
 #endif
+#if SUPER
+#if Q2K
+@group(0) @binding(3) var<storage, read> wd: array<vec4<u32>>;  // [tiles, G/8, 8] (d01, d23, dmin01, dmin23) f16 pairs
+#else
+@group(0) @binding(3) var<storage, read> wd: array<vec2<u32>>;  // [tiles, G/8, 8] (d01, d23) f16 pairs
+#endif
+#if BIAS
+@group(0) @binding(4) var<storage, read> bias: array<f32>;      // [N]
+@group(0) @binding(5) var<storage, read_write> y: array<f32>;   // [M, N]
+#else
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;   // [M, N]
+#endif
+#else
 #if BIAS
 @group(0) @binding(3) var<storage, read> bias: array<f32>;      // [N]
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;   // [M, N]
 #else
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;   // [M, N]
+#endif
 #endif
 @group(1) @binding(0) var<uniform> p: Params;
 

@@ -1,4 +1,4 @@
-//! GGUF k-quants (Q4_K, Q5_K, Q6_K) and the other block types shaderlm reads (Q5_0, Q5_1, IQ4_NL, IQ4_XS): tensors
+//! GGUF k-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and the other block types shaderlm reads (Q5_0, Q5_1, IQ4_NL, IQ4_XS): tensors
 //! through a GGUF file, hand-computed blocks, the bound on the repacking of super-blocks (IQ4_XS too) into the
 //! 32-weight blocks the GPU kernels read (each block constant is ggml's, rounded once to f16), bad input, and a tiny Llama in a Q4_K_M-like mix (Q6_K output and ffn_down, Q4_K elsewhere) through the GPU model
 //! against the CPU reference forward.
@@ -487,4 +487,45 @@ fn tiny_llama_in_every_new_type_matches_the_cpu_reference() {
         roles.iter().find(|r| r.0 == role).map_or(GgmlType::Q8_0, |r| r.1)
     };
     tiny_llama_matches_the_cpu_reference("tiny-new-types.gguf", &mix);
+}
+
+#[test]
+fn q2_k_and_q3_k_round_trip_through_a_gguf_file() {
+    // The writer's RTN quantizers on normal data, through a file, back through the reader's dequantization.
+    // Relative RMSE: Q2_K spans a sub-block of 16 (about 3.5 sigma) in 3 steps, RMSE about step / sqrt(12) = 0.34,
+    // plus the 4-bit codes of scale and min; Q3_K maps the largest |x| of 16 (about 1.8 sigma) to 4 steps and
+    // clamps the other side at 3: about 0.45 / sqrt(12) = 0.13 plus the clamped tails. Bounds 0.45 and 0.2; a
+    // wrong bit order or scale gives 0.7 or more.
+    let mut w = GgufWriter::new();
+    let x = normal(42, 2 * 512, 0.05);
+    for ty in [GgmlType::Q2_K, GgmlType::Q3_K] {
+        w.add_tensor(format!("{ty}"), &[2, 512], ty, &x).unwrap();
+    }
+    let f = GgufFile::from_bytes("q23.gguf", w.to_bytes()).unwrap();
+    for (ty, bound) in [(GgmlType::Q2_K, 0.45), (GgmlType::Q3_K, 0.2)] {
+        let info = f.tensor(&format!("{ty}")).unwrap();
+        assert_eq!(info.ggml_type, ty);
+        assert_eq!(info.n_bytes, 4 * ty.type_size());
+        let y = f.tensor_f32(&format!("{ty}")).unwrap();
+        let err = rms(x.iter().zip(&y).map(|(a, b)| a - b)) / rms(x.iter().copied());
+        println!("{ty}: relative RMSE {err:.3}");
+        assert!(err < bound, "{ty}: relative RMSE {err}");
+        // The packed form computes with exactly these values.
+        assert_eq!(dequantize_packed(ty, f.tensor_data(info).unwrap()).unwrap(), y);
+    }
+}
+
+#[test]
+fn tiny_llama_in_q2_k_and_q3_k_matches_the_cpu_reference() {
+    // Every role in one of the two: the Q2_K token embedding goes through embedding_q, the rest through matmul_q.
+    let mix = |name: &str| {
+        let q3 = ["output", "attn_k", "attn_output", "ffn_up"];
+        let role = name.trim_end_matches(".weight").rsplit('.').next().unwrap_or("");
+        if q3.contains(&role) {
+            GgmlType::Q3_K
+        } else {
+            GgmlType::Q2_K
+        }
+    };
+    tiny_llama_matches_the_cpu_reference("tiny-q2_k-q3_k.gguf", &mix);
 }

@@ -100,3 +100,18 @@ fn preprocessor_handles_defs_includes_and_nesting() {
     let add = shaders::render(&ShaderKey::new("add").def("N_MAX", "4u")).unwrap();
     assert!(add.starts_with("const N_MAX = 4u;\n"), "{add}");
 }
+
+#[test]
+fn q2_k_and_q3_k_have_every_matmul_and_embedding_variant() {
+    // The super formats' flags reach each kernel family (naga checks them with the rest above).
+    let variants = shaderlm::ops::all_variants();
+    for fmt in ["Q2K", "Q3K"] {
+        for name in ["matmul_q_tiled", "matmul_q_tiled_mm", "matmul_q_rows", "embedding_q"] {
+            let n = variants
+                .iter()
+                .filter(|k| k.name == name && k.defs.iter().any(|(d, _)| *d == fmt))
+                .count();
+            assert!(n > 0, "{name} has no {fmt} variant");
+        }
+    }
+}

@@ -4,7 +4,8 @@
 //! GEMV at the same shapes as a baseline.
 //! GB/s counts the packed weight bytes (quants, scales, mins) plus x and y. The super-block types (Q4_K, Q5_K, Q6_K,
 //! IQ4_XS), at the shapes whose K is whole 256-weight super-blocks: their packed bytes are the repacked 32-weight
-//! blocks (Q4_K 20 bytes per 32 weights, Q5_K 24, Q6_K 28, IQ4_XS 18), not the file's (18, 22, 26.25, 17).
+//! blocks (Q4_K 20 bytes per 32 weights, Q5_K 24, Q6_K 28, IQ4_XS 18), not the file's (18, 22, 26.25, 17); Q2_K and
+//! Q3_K read 10.5 and 14.25 (the file's 10.5 and 13.75).
 
 use crate::common::{plan_of, Bench, MODELS};
 use crate::embedding_q::blocks;
@@ -28,6 +29,27 @@ fn shapes() -> Vec<(usize, usize)> {
         (4096, 4096),
         (h2, f2),
     ]
+}
+
+/// [`blocks`] with finite, normal super-block factors for Q2_K and Q3_K (whose `d` sits where the random bytes
+/// are): `d` 2^-12, Q2_K `dmin` 2^-10.
+fn super_blocks(ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
+    let mut raw = blocks(ty, n, k);
+    let at = match ty {
+        GgmlType::Q2_K => Some((80, Some(82))),
+        GgmlType::Q3_K => Some((108, None)),
+        _ => None,
+    };
+    if let Some((d, dmin)) = at {
+        let f16 = |v: f32| half::f16::from_f32(v).to_bits().to_le_bytes();
+        for blk in raw.chunks_exact_mut(ty.type_size()) {
+            blk[d..d + 2].copy_from_slice(&f16(1.0 / 4096.0));
+            if let Some(m) = dmin {
+                blk[m..m + 2].copy_from_slice(&f16(1.0 / 1024.0));
+            }
+        }
+    }
+    raw
 }
 
 fn layout_name(l: Layout) -> &'static str {
@@ -115,13 +137,21 @@ pub fn benches() -> Vec<Bench> {
             })
         }));
     }
-    // k-quant GEMVs: SmolLM2 FFN down, Qwen FFN down, 2048 x 8192 and Llama3-8B FFN down.
+    // k-quant GEMVs: SmolLM2 FFN down, Qwen FFN down, 2048 x 8192, 4096 x 4096 and Llama3-8B FFN down.
+    let k_quants = [
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+        GgmlType::IQ4_XS,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+    ];
     for (n, k) in shapes().into_iter().filter(|&(_, k)| k.is_multiple_of(256)) {
         for layout in [Layout::Tiled, Layout::Rows] {
-            for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS] {
+            for ty in k_quants {
                 let name = format!("matmul_q gemv {ty} {} {n}x{k}", layout_name(layout));
                 v.push(Bench::new(name, move |gpu| {
-                    let w = PackedWeight::upload_with(gpu, "w", ty, layout, n, k, &blocks(ty, n, k))?;
+                    let w = PackedWeight::upload_with(gpu, "w", ty, layout, n, k, &super_blocks(ty, n, k))?;
                     plan_of(gpu, |g| {
                         let x = g.input("x", &[1, k], DType::F32);
                         g.matmul_q(x, &w, None)?;

@@ -2,7 +2,8 @@
 // one row at a time. Nibble word i of a 32-block: byte b holds weight 4i+b (low nibble) and 16+4i+b (high nibble);
 // with HB1 (HB2) one (two) high-bit words follow a block's 4 nibble words, bit 8b+i holding bit 4 (5) of weight
 // 4i+b's quant and bit 8b+4+i that of weight 16+4i+b; NL: the nibbles index the IQ4_NL codebook. Q8 word i: byte
-// b holds weight 4i+b as i8. Block constants are f16 pairs (block 2w in the low half of word w).
+// b holds weight 4i+b as i8. Block constants are f16 pairs (block 2w in the low half of word w); SUPER (Q2_K, Q3_K):
+// 2-bit words, 16-bit sub-block codes in place of the f16 scales, super-block factors in a third buffer.
 
 #include "lib/quant_half.wgsl"
 #include "lib/quant_nl.wgsl"
@@ -47,6 +48,20 @@ fn q_hi(q: u32, h: u32, h2: u32, i: u32) -> vec4<f32> {
     return vec4<f32>(qi_hi(q, h, h2, i));
 #endif
 }
+
+#if SUPER
+// The 4 quants of field i of 2-bit word q (SUPER: weights 16t+4i..16t+4i+4 of a block, field i of byte b at bits
+// 8b+2i), Q3K with their bit 2 from the block's high-bit word h (bit 8b+4t+i).
+fn q2_field(q: u32, h: u32, t: u32, i: u32) -> vec4<f32> {
+    let f = 2u * i;
+    var v = (vec4<u32>(q) >> vec4<u32>(f, f + 8u, f + 16u, f + 24u)) & vec4<u32>(3u);
+#if Q3K
+    let s = 4u * t + i;
+    v |= ((vec4<u32>(h) >> vec4<u32>(s, s + 8u, s + 16u, s + 24u)) & vec4<u32>(1u)) << vec4<u32>(2u);
+#endif
+    return vec4<f32>(v);
+}
+#endif
 
 // The 4 signed bytes of a Q8 word.
 fn q8_bytes(q: u32) -> vec4<f32> {

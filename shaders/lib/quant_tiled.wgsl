@@ -6,14 +6,19 @@
 // Q8 word i of a 32-block: byte b holds weight 4i+b as i8.
 // The including shader declares x (uniform or storage array<vec4<f32>>), wq (array<vec4<u32>>) and ws
 // (array<vec2<u32>>, or array<vec4<u32>> with PAIR: two constants per block, a min (MIN) or with S16 the scale of
-// weights 16..32, the high nibbles). XSUM: the block sum of x is needed (the offset QC, mins; with S16 the sums of
+// weights 16..32, the high nibbles). XSUM: the block sum of x is needed (the offset QC, mins; with XSUM2 the sums of
 // each half).
+// SUPER (Q2_K, Q3_K): 2 quant words of 2-bit fields (word t, bits 8b+2i: weight 16t+4i+b), Q3K a high-bit word after
+// them (bit 8b+4t+i: bit 2 of weight 16t+4i+b's quant); ws holds the 4 rows' 16-bit sub-block codes (as the f16
+// scales of other formats: vec2<u32>), and the including shader also declares wd, the super-block factors of the 4
+// rows at (tile * G/8 + g/8) * 8 + lane: vec4<u32> (d01, d23, dmin01, dmin23) with Q2K, vec2<u32> (d01, d23) with Q3K.
 //
 // Quants are masked in place, not shifted down: the nibble at bits 4j..4j+3 converts to q * 16^j exactly (4
 // significant bits), so x is pre-scaled by 16^-j instead (a power-of-two scaling, exact unless |x| < 2^-102), once
 // per block and shared by all rows. Q8 bytes are moved to the top byte (sign in place) and convert to q * 2^24.
 // 5- and 6-bit quants are assembled in bytes (nibble | high bits << 4) and masked in place at 8b (scale 2^-8b; the
-// top byte is shifted down instead). Codebook nibbles are shifted down (the polynomial needs the index itself).
+// top byte is shifted down instead), and so are the 2- and 3-bit quants of SUPER (field i shifted down to bit 0 of
+// each byte). Codebook nibbles are shifted down (the polynomial needs the index itself).
 
 #include "lib/quant_half.wgsl"
 
@@ -34,12 +39,17 @@ const XB_SCALE = vec4<f32>(Q8_X_SCALE);
 const XA_SCALE = HB_X_SCALE;
 const XB_SCALE = HB_X_SCALE;
 #else
+#if SUPER
+const XA_SCALE = HB_X_SCALE;
+const XB_SCALE = HB_X_SCALE;
+#else
 #if NL
 const XA_SCALE = vec4<f32>(1.0);
 const XB_SCALE = vec4<f32>(1.0);
 #else
 const XA_SCALE = Q4_XA_SCALE;
 const XB_SCALE = Q4_XB_SCALE;
+#endif
 #endif
 #endif
 #endif
@@ -123,8 +133,8 @@ struct XBlock {
     v5: vec4<f32>,
     v6: vec4<f32>,
     v7: vec4<f32>,
-    sum: f32,   // with S16 the sum of weights 0..16's x only
-    sum2: f32,  // S16: the sum of weights 16..32's x
+    sum: f32,   // with XSUM2 the sum of weights 0..16's x only
+    sum2: f32,  // XSUM2: the sum of weights 16..32's x
 }
 
 #if SUBGROUPS
@@ -138,7 +148,7 @@ fn x_block(xr: vec4<f32>, sl: u32) -> XBlock {
         + (subgroupBroadcast(xd, 2u) + subgroupBroadcast(xd, 3u));
     let s1 = (subgroupBroadcast(xd, 4u) + subgroupBroadcast(xd, 5u))
         + (subgroupBroadcast(xd, 6u) + subgroupBroadcast(xd, 7u));
-#if S16
+#if XSUM2
     b.sum = s0;
     b.sum2 = s1;
 #else
@@ -170,7 +180,7 @@ fn x_block(at: u32) -> XBlock {
     let sa = XA_SCALE;
     let sb = XB_SCALE;
 #if XSUM
-#if S16
+#if XSUM2
     b.sum = dot((r0 + r1) + (r2 + r3), vec4<f32>(1.0));
     b.sum2 = dot((r4 + r5) + (r6 + r7), vec4<f32>(1.0));
 #else
@@ -189,6 +199,80 @@ fn x_block(at: u32) -> XBlock {
 }
 #endif
 
+#if SUPER
+// The 4 byte quants of field i (weights 16t+4i..16t+4i+4) of a 2-bit word of 4 rows, Q3K with their bit 2 from the
+// high-bit word h (its bits 8b+4t+i moved to 8b+2: left 2 - i for t = 0, right 2 + i for t = 1).
+fn q2_bytes(q: vec4<u32>, i: u32) -> vec4<u32> {
+    return (q >> vec4<u32>(2u * i)) & vec4<u32>(0x03030303u);
+}
+fn q3_lo(q: vec4<u32>, h: vec4<u32>, i: u32) -> vec4<u32> {
+    return q2_bytes(q, i) | (((h << vec4<u32>(2u)) >> vec4<u32>(i)) & vec4<u32>(0x04040404u));
+}
+fn q3_hi(q: vec4<u32>, h: vec4<u32>, i: u32) -> vec4<u32> {
+    return q2_bytes(q, i) | ((h >> vec4<u32>(2u + i)) & vec4<u32>(0x04040404u));
+}
+
+// One block of 4 rows: its 2-bit words (and high-bit word), and the sub-block constants formed from the codes and the
+// super-block factors in f32 (exact: an f16 times an integer below 64), once per block and shared by the tokens.
+struct WBlock {
+    q0: vec4<u32>,
+    q1: vec4<u32>,
+#if Q3K
+    h: vec4<u32>,
+#endif
+    a0: vec4<f32>,  // scale of weights 0..16: d * sc (Q2K), d * (sc - 32) (Q3K)
+    a1: vec4<f32>,  // of weights 16..32
+#if Q2K
+    n0: vec4<f32>,  // min of weights 0..16: dmin * m
+    n1: vec4<f32>,
+#endif
+}
+
+fn w_block(wi: u32, si: u32) -> WBlock {
+    var w: WBlock;
+    w.q0 = wq[wi];
+    w.q1 = wq[wi + 8u];
+#if Q3K
+    w.h = wq[wi + 16u];
+#endif
+    let c = ws[si];
+    let code = vec4<u32>(c.x & 0xffffu, c.x >> 16u, c.y & 0xffffu, c.y >> 16u);
+    // si = (tile * G + g) * 8 + lane and G is a multiple of 8: the super-block's index is (si / 64) * 8 + lane.
+    let di = ((si >> 6u) << 3u) | (si & 7u);
+#if Q2K
+    let f = wd[di];
+    let d = halves4(f.xy);
+    let dm = halves4(f.zw);
+    w.a0 = d * vec4<f32>(bitcast<vec4<i32>>(code & vec4<u32>(15u)));
+    w.n0 = dm * vec4<f32>(bitcast<vec4<i32>>((code >> vec4<u32>(4u)) & vec4<u32>(15u)));
+    w.a1 = d * vec4<f32>(bitcast<vec4<i32>>((code >> vec4<u32>(8u)) & vec4<u32>(15u)));
+    w.n1 = dm * vec4<f32>(bitcast<vec4<i32>>(code >> vec4<u32>(12u)));
+#else
+    let d = halves4(wd[di]);
+    w.a0 = d * vec4<f32>(bitcast<vec4<i32>>(code & vec4<u32>(63u)) - vec4<i32>(32));
+    w.a1 = d * vec4<f32>(bitcast<vec4<i32>>((code >> vec4<u32>(8u)) & vec4<u32>(63u)) - vec4<i32>(32));
+#endif
+    return w;
+}
+
+// One token's contribution of a block to the 4 rows: per half, scale * (sum q x) minus the min (Q2K: dmin m sum x)
+// or the offset (Q3K: scale * 4 sum x).
+fn block_dot(w: WBlock, b: XBlock) -> vec4<f32> {
+#if Q3K
+    let lo = u8_dot(q3_lo(w.q0, w.h, 0u), b.v0) + u8_dot(q3_lo(w.q0, w.h, 1u), b.v1)
+        + u8_dot(q3_lo(w.q0, w.h, 2u), b.v2) + u8_dot(q3_lo(w.q0, w.h, 3u), b.v3);
+    let hi = u8_dot(q3_hi(w.q1, w.h, 0u), b.v4) + u8_dot(q3_hi(w.q1, w.h, 1u), b.v5)
+        + u8_dot(q3_hi(w.q1, w.h, 2u), b.v6) + u8_dot(q3_hi(w.q1, w.h, 3u), b.v7);
+    return w.a0 * (lo - QC * b.sum) + w.a1 * (hi - QC * b.sum2);
+#else
+    let lo = u8_dot(q2_bytes(w.q0, 0u), b.v0) + u8_dot(q2_bytes(w.q0, 1u), b.v1)
+        + u8_dot(q2_bytes(w.q0, 2u), b.v2) + u8_dot(q2_bytes(w.q0, 3u), b.v3);
+    let hi = u8_dot(q2_bytes(w.q1, 0u), b.v4) + u8_dot(q2_bytes(w.q1, 1u), b.v5)
+        + u8_dot(q2_bytes(w.q1, 2u), b.v6) + u8_dot(q2_bytes(w.q1, 3u), b.v7);
+    return (w.a0 * lo + w.a1 * hi) - (w.n0 * b.sum + w.n1 * b.sum2);
+#endif
+}
+#else
 // The quant words of one block of 4 rows (at vec4 index `wi` of wq; the next word of the same rows is 8 vectors
 // further), its high-bit words, and its constants (at index `si` of ws).
 struct WBlock {
@@ -283,3 +367,4 @@ fn block_dot(w: WBlock, b: XBlock) -> vec4<f32> {
 #endif
 #endif
 }
+#endif

@@ -40,11 +40,7 @@ fn key(format: Format, layout: Layout) -> ShaderKey {
 impl EmbeddingQ {
     /// Weight buffers bound (quants, scales, and second constants in the rows layout of two-constant formats).
     fn weight_bindings(&self) -> usize {
-        if self.layout == Layout::Rows && self.format.pair() {
-            3
-        } else {
-            2
-        }
+        2 + usize::from(self.format.third_buffer(self.layout))
     }
 }
 
@@ -83,11 +79,17 @@ impl Kernel for EmbeddingQ {
     fn cost(&self) -> Cost {
         let (m, k) = (self.m as u64, self.k as u64);
         let blocks = k / QK as u64;
-        let row = blocks * (self.format.words_per_block() as u64 * 4 + if self.format.pair() { 4 } else { 2 });
+        let row = (blocks as f64 * self.format.device_bytes()).ceil() as u64;
         Cost {
             bytes_read: 4 * m + m * row,
             bytes_written: 4 * m * k,
-            flops: m * k * if self.format.has_min() { 2 } else { 1 },
+            flops: m
+                * k
+                * if self.format.has_min() || self.format.super_block() {
+                    2
+                } else {
+                    1
+                },
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Quantized dense layer `y[.., N] = x[.., K] · W[N, K]^T (+ bias[N])`, W in any packable type (Q4_0, Q4_1, Q5_0,
-//! Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS) packed by [`crate::quant::pack`] (super-blocks as 32-weight
+//! Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) packed by [`crate::quant::pack`] (super-blocks as 32-weight
 //! blocks) and dequantized in registers (W4A16 / W8A16, f32 accumulation; f16 products on GPUs with SHADER_F16,
 //! [`QMath`]): a GEMV for one token and a GEMM that reuses each weight load for several tokens, in the kernel
 //! family of W's layout (chunk-tiled for CPU adapters, row-major for GPUs). One dispatch per row part of W.
@@ -24,7 +24,8 @@ pub enum QPath {
 
 /// Arithmetic of the dequantized products. f16 (adapters with SHADER_F16, rows-layout kernels): quants dequantized
 /// to f16, the products and each quant word's partial sum (up to 8 products) in f16, scales and the running sum in
-/// f32; a word whose x holds a value of 512 or more is summed in f32 (f16 range). The tiled layout, which only CPU
+/// f32; a word whose x holds a value of 512 or more is summed in f32 (f16 range); Q2_K and Q3_K have no f16 kernel
+/// yet and compute in f32. The tiled layout, which only CPU
 /// adapters get, has no f16 kernel: on lavapipe a Q4 f16 tiled GEMV measured 2 to 10x slower than the f32 one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum QMath {
@@ -150,7 +151,7 @@ impl MatmulQ {
 
     /// Whether the kernel computes its products in f16.
     fn f16(&self, caps: &Caps) -> bool {
-        let has = caps.f16 && self.layout == Layout::Rows;
+        let has = caps.f16 && self.layout == Layout::Rows && self.format.f16_kernels();
         match self.math {
             QMath::Auto => has && f16_default(caps),
             QMath::F32 => false,
@@ -179,11 +180,7 @@ impl Kernel for MatmulQ {
     }
     fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
         let shader = self.key(caps);
-        let nw = if self.layout == Layout::Rows && self.format.pair() {
-            4
-        } else {
-            3
-        };
+        let nw = 3 + usize::from(self.format.third_buffer(self.layout));
         self.parts
             .iter()
             .enumerate()
@@ -293,7 +290,7 @@ impl Graph {
         let tensors = [Some(&w.quants), Some(&w.scales), w.mins.as_ref()];
         let covered = parts.iter().map(|p| p.1).sum::<usize>() == n && parts.iter().all(|p| p.1 > 0);
         let same = tensors.iter().flatten().all(|t| t.parts.len() == parts.len());
-        if !covered || !same || (w.mins.is_some() != (w.layout == Layout::Rows && w.format.pair())) {
+        if !covered || !same || (w.mins.is_some() != w.format.third_buffer(w.layout)) {
             return Err(bad("the packed buffers' row parts do not cover W's rows"));
         }
         let kernel = MatmulQ {
@@ -348,7 +345,7 @@ pub fn variants() -> Vec<ShaderKey> {
                     v.push(tiled_key(format, bias, Some(xn), sg, None));
                 }
                 for tm in [1, TM_ROWS] {
-                    for f16 in [false, true] {
+                    for f16 in [false, format.f16_kernels()] {
                         v.push(rows_key(format, bias, sg, tm, f16));
                     }
                 }

@@ -179,8 +179,8 @@ pub fn variants(op: &str) -> Vec<ShaderKey> {
             }
         }
     }
-    // Formats with the same kernel blocks share variants.
-    for format in kernel_formats() {
+    // Formats with the same kernel blocks share variants; the super formats (Q2_K, Q3_K) have no MoE kernels yet.
+    for format in kernel_formats().filter(|f| !f.super_block()) {
         for sg in [false, true] {
             let tiled = WeightKind::Quant(format, Layout::Tiled);
             for tm in [1, 4, 8] {
@@ -227,6 +227,12 @@ pub fn bind_weight(g: &mut Graph, op: &'static str, w: MoeWeight<'_>, n: usize, 
             })
         }
         MoeWeight::Quant(pw) => {
+            if pw.format.super_block() {
+                return Err(Error::Invalid(format!(
+                    "{op}: {} experts have no sparse kernel yet (Q2_K and Q3_K run through matmul_q only)",
+                    pw.format.ty
+                )));
+            }
             if pw.n != n || pw.k != k || !k.is_multiple_of(QK) {
                 return Err(Error::shape(
                     op,

@@ -1,5 +1,5 @@
-//! ggml tensor types and block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, the k-quants Q4_K, Q5_K, Q6_K,
-//! IQ4_XS, F16, BF16): layouts, CPU dequantization (the reference the GPU kernels are tested against) and
+//! ggml tensor types and block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, the k-quants Q2_K, Q3_K, Q4_K, Q5_K,
+//! Q6_K, IQ4_XS, F16, BF16): layouts, CPU dequantization (the reference the GPU kernels are tested against) and
 //! round-to-nearest quantization (matching ggml's reference quantizers for Q4_0..Q8_0; simpler RTN ones for the
 //! k-quants and the IQ4 codebook formats).
 //!
@@ -11,6 +11,8 @@ pub mod gptq;
 pub mod iq4_nl;
 pub mod iq4_xs;
 pub mod pack;
+pub mod q2_k;
+pub mod q3_k;
 pub mod q4_0;
 pub mod q4_1;
 pub mod q4_k;
@@ -77,8 +79,8 @@ const TYPES: [(GgmlType, u32, &str, usize, usize); 32] = [
     (GgmlType::Q5_1, 7, "Q5_1", q5_1::QK, q5_1::BLOCK_BYTES),
     (GgmlType::Q8_0, 8, "Q8_0", q8_0::QK, q8_0::BLOCK_BYTES),
     (GgmlType::Q8_1, 9, "Q8_1", 32, 36),
-    (GgmlType::Q2_K, 10, "Q2_K", 256, 84),
-    (GgmlType::Q3_K, 11, "Q3_K", 256, 110),
+    (GgmlType::Q2_K, 10, "Q2_K", QK_K, q2_k::BLOCK_BYTES),
+    (GgmlType::Q3_K, 11, "Q3_K", QK_K, q3_k::BLOCK_BYTES),
     (GgmlType::Q4_K, 12, "Q4_K", QK_K, q4_k::BLOCK_BYTES),
     (GgmlType::Q5_K, 13, "Q5_K", QK_K, q5_k::BLOCK_BYTES),
     (GgmlType::Q6_K, 14, "Q6_K", QK_K, q6_k::BLOCK_BYTES),
@@ -151,6 +153,8 @@ impl GgmlType {
                 | GgmlType::Q4_K
                 | GgmlType::Q5_K
                 | GgmlType::Q6_K
+                | GgmlType::Q2_K
+                | GgmlType::Q3_K
         )
     }
 
@@ -264,6 +268,8 @@ pub fn dequantize_into(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()
         GgmlType::Q4_K => q4_k::dequantize_into(bytes, out)?,
         GgmlType::Q5_K => q5_k::dequantize_into(bytes, out)?,
         GgmlType::Q6_K => q6_k::dequantize_into(bytes, out)?,
+        GgmlType::Q2_K => q2_k::dequantize_into(bytes, out)?,
+        GgmlType::Q3_K => q3_k::dequantize_into(bytes, out)?,
         _ => return Err(Error::Invalid(format!("tensor type {ty} is not supported yet"))),
     }
     Ok(())
@@ -286,6 +292,8 @@ pub fn quantize(ty: GgmlType, x: &[f32]) -> Result<Vec<u8>> {
         GgmlType::Q4_K => q4_k::quantize(x),
         GgmlType::Q5_K => q5_k::quantize(x),
         GgmlType::Q6_K => q6_k::quantize(x),
+        GgmlType::Q2_K => q2_k::quantize(x),
+        GgmlType::Q3_K => q3_k::quantize(x),
         _ => Err(Error::Invalid(format!("quantizing to {ty} is not supported yet"))),
     }
 }

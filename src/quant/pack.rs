@@ -1,7 +1,7 @@
-//! GPU layouts of block-quantized weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS): raw
-//! GGUF blocks of a `[N, K]` tensor are repacked once at load into the layout the adapter's kernels read, and
-//! uploaded as `u32` words split into row parts that each fit one storage binding. Weights stay quantized on the
-//! device; `matmul_q` and `embedding_q` dequantize in registers.
+//! GPU layouts of block-quantized weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS, Q2_K,
+//! Q3_K): raw GGUF blocks of a `[N, K]` tensor are repacked once at load into the layout the adapter's kernels
+//! read, and uploaded as `u32` words split into row parts that each fit one storage binding. Weights stay quantized
+//! on the device; `matmul_q` and `embedding_q` dequantize in registers.
 //!
 //! The kernels read 32-weight blocks of 4-bit nibbles (plus 1 or 2 high-bit words for 5- and 6-bit quants) or 8-bit
 //! quants, with one or two f16 constants. Super-blocks are first converted to such blocks ([`blocks32`]): Q4_K to
@@ -23,10 +23,18 @@
 //! the scale of weights 16..32, the high nibbles (Q6_K: the first scale applies to weights 0..16); it is stored
 //! where Q4_1 stores its min.
 //!
-//! Not packable yet: Q2_K and Q3_K. Their 16-weight sub-blocks make two f16 constants per 32 weights (and two mins
-//! for Q2_K) 1.16x to 1.5x the file; within 1.1x they need their sub-block codes per block (16 bits: 4-bit scale and
-//! min pairs, or two 6-bit scales) and the super-block factors d (dmin) once per 256 weights in a third buffer, with
-//! 2-bit quant words (16 weights each, masked in place) and, for Q3_K, its high-bit word summed apart.
+//! Q2_K and Q3_K ("super" formats, [`Format::super_block`]): their 16-weight sub-blocks would make two f16
+//! constants per 32 weights (and two mins for Q2_K), 1.16x to 1.5x the file. Instead a block keeps its two
+//! sub-block codes (16 bits: Q2_K's 4-bit scale and min pairs, Q3_K's two 6-bit scales) where the other formats keep
+//! their f16 `d`, and the super-block factors (Q2_K: `d` and `dmin`, Q3_K: `d`, f16) are stored once per 256
+//! weights in a third buffer (`mins`, in both layouts); the kernels multiply code and factor in f32, exactly. The
+//! quants are 2 words of 2-bit fields (word t, bits `8b + 2i`: weight `16t + 4i + b`, so one shift and mask gives 4
+//! byte quants), and Q3_K's high-bit word follows in the [`hb_to_device`] order (bit `8b + 4t + i`). Device bytes
+//! per 32 weights: Q2_K 10.5 (10.5: 1.00x), Q3_K 14.25 (13.75: 1.04x).
+//!
+//! The same form would bring Q4_K to 18.5 bytes (1.03x): 6-bit scale and min codes per block and `d`, `dmin` per
+//! super-block, with Q4_1's nibbles. Not done here: every Q4_K kernel path (and the MoE ones, which the super formats
+//! do not have yet) would read its constants through the super-block buffer.
 //!
 //! * [`Layout::Tiled`] (CPU adapters such as lavapipe; LAVAPIPE.md §4, "chunk-tiled"): rows come in tiles of
 //!   [`TILE`] = 32 (8 SIMD lanes x 4 outputs; N is padded with zero rows). Words are `vec4<u32>` at index
@@ -39,7 +47,7 @@
 //!   scales `[N, ceil(G/2)]` words of f16 pairs (block `2w` in the low half of word `w`); second constants (mins,
 //!   Q6_K's second scales) likewise in a `mins` buffer.
 
-use super::{iq4_nl, iq4_xs, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, GgmlType};
+use super::{iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, GgmlType};
 use crate::error::{Error, Result};
 use crate::gpu::tensor::{Part, USAGE};
 use crate::gpu::{DType, Gpu, GpuTensor};
@@ -84,8 +92,8 @@ impl Layout {
 }
 
 /// The packable GGUF types, in the order tests and variant lists use.
-/// (The first six were the first supported: test grids that pair cases with positions keep their old cases.)
-pub const PACKABLE: [GgmlType; 10] = [
+/// (New types go last: test grids that pair cases with positions keep their old cases.)
+pub const PACKABLE: [GgmlType; 12] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q8_0,
@@ -96,6 +104,8 @@ pub const PACKABLE: [GgmlType; 10] = [
     GgmlType::Q5_1,
     GgmlType::IQ4_NL,
     GgmlType::IQ4_XS,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
 ];
 
 /// One format per distinct kernel block type (Q4_K, Q5_K and IQ4_XS read as Q4_1, Q5_1 and IQ4_NL and share their
@@ -135,6 +145,19 @@ impl Format {
             t => t,
         }
     }
+    /// 2-bit quant words, two sub-block codes per block and super-block factors in a third buffer (Q2_K, Q3_K).
+    pub fn super_block(self) -> bool {
+        matches!(self.ty, GgmlType::Q2_K | GgmlType::Q3_K)
+    }
+    /// Whether the packed weight has a third buffer (`mins`): second constants in the rows layout, or super-block
+    /// factors.
+    pub fn third_buffer(self, layout: Layout) -> bool {
+        self.super_block() || (layout == Layout::Rows && self.pair())
+    }
+    /// Whether the rows-layout kernels have an f16 form for this format (not the super formats yet).
+    pub fn f16_kernels(self) -> bool {
+        !self.super_block()
+    }
     /// 8-bit quants (Q8_0).
     pub fn q8(self) -> bool {
         self.ty == GgmlType::Q8_0
@@ -147,10 +170,10 @@ impl Format {
     pub fn split_scale(self) -> bool {
         self.ty == GgmlType::Q6_K
     }
-    /// High-bit words per block: 1 for 5-bit quants (Q5_0, Q5_1, Q5_K), 2 for 6-bit (Q6_K), else 0.
+    /// High-bit words per block: 1 for 5-bit quants (Q5_0, Q5_1, Q5_K) and Q3_K, 2 for 6-bit (Q6_K), else 0.
     pub fn high_bits(self) -> usize {
         match self.kernel_ty() {
-            GgmlType::Q5_0 | GgmlType::Q5_1 => 1,
+            GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q3_K => 1,
             GgmlType::Q6_K => 2,
             _ => 0,
         }
@@ -159,9 +182,11 @@ impl Format {
     pub fn codebook(self) -> bool {
         self.kernel_ty() == GgmlType::IQ4_NL
     }
-    /// The offset `c` of formats whose weights are `d * (q - c)` (Q4_0 8, Q5_0 16, Q6_K 32); 0 for the others.
+    /// The offset `c` of formats whose weights are `d * (q - c)` (Q4_0 8, Q5_0 16, Q6_K 32, Q3_K 4); 0 for the
+    /// others.
     pub fn centre(self) -> u32 {
         match self.kernel_ty() {
+            GgmlType::Q3_K => 4,
             GgmlType::Q4_0 => 8,
             GgmlType::Q5_0 => 16,
             GgmlType::Q6_K => 32,
@@ -175,26 +200,35 @@ impl Format {
     /// Whether the kernels need the sum of x over a block: the offsets and the mins are folded out with it (Q6_K
     /// needs the sums of each half).
     pub fn needs_x_sum(self) -> bool {
-        self.centre() != 0 || self.has_min()
+        self.centre() != 0 || self.has_min() || self.super_block()
     }
     /// The shader flags of this format: `Q8`, `MIN`, `S16` (second scale), `PAIR` (two constants per block), `XSUM`
-    /// (block sums of x), `HB1` / `HB2` (one or two high-bit words per block), `NL` (codebook nibbles), and the
-    /// definition `QC` (the offset `c` as an f32 literal).
+    /// (block sums of x), `XSUM2` (the sums of each half apart), `HB1` / `HB2` (one or two high-bit words per
+    /// block), `NL` (codebook nibbles), `SUPER` with `Q2K` or `Q3K` (2-bit words, sub-block codes and super-block
+    /// factors), and the definition `QC` (the offset `c` as an f32 literal).
     pub fn shader_flags(self, key: crate::gpu::ShaderKey) -> crate::gpu::ShaderKey {
+        let sup = self.super_block();
         key.flag("Q8", self.q8())
             .flag("MIN", self.has_min())
             .flag("S16", self.split_scale())
             .flag("PAIR", self.pair())
             .flag("XSUM", self.needs_x_sum())
-            .flag("HB1", self.high_bits() >= 1)
+            .flag("XSUM2", self.split_scale() || sup)
+            .flag("HB1", self.high_bits() >= 1 && !sup)
             .flag("HB2", self.high_bits() == 2)
             .flag("NL", self.codebook())
+            .flag("SUPER", sup)
+            .flag("Q2K", self.ty == GgmlType::Q2_K)
+            .flag("Q3K", self.ty == GgmlType::Q3_K)
             .def("QC", format!("{}.0", self.centre()))
     }
-    /// Quant words per block (4 for 4-bit nibbles, 8 for Q8), not counting the high-bit words.
+    /// Quant words per block (4 for 4-bit nibbles, 8 for Q8, 2 for the 2-bit words of the super formats), not
+    /// counting the high-bit words.
     pub fn quant_words(self) -> usize {
         if self.q8() {
             8
+        } else if self.super_block() {
+            2
         } else {
             4
         }
@@ -203,9 +237,27 @@ impl Format {
     pub fn words_per_block(self) -> usize {
         self.quant_words() + self.high_bits()
     }
-    /// Bytes of one 32-weight block the kernels read ([`blocks32`]: the GGUF block, or the repacked one).
+    /// Bytes of one 32-weight block of [`blocks32`] (the GGUF block, or the repacked one; for the super formats the
+    /// host form, which repeats the super-block factors in every block).
     pub fn block_bytes(self) -> usize {
-        2 + 2 * usize::from(self.pair()) + 4 * self.words_per_block()
+        match self.ty {
+            GgmlType::Q2_K => q2_k::BLOCK32_BYTES,
+            GgmlType::Q3_K => q3_k::BLOCK32_BYTES,
+            _ => 2 + 2 * usize::from(self.pair()) + 4 * self.words_per_block(),
+        }
+    }
+    /// Super-block factor bytes per row and super-block on the device (Q2_K: `d` and `dmin`, Q3_K: `d`), else 0.
+    fn super_bytes(self) -> usize {
+        match self.ty {
+            GgmlType::Q2_K => 4,
+            GgmlType::Q3_K => 2,
+            _ => 0,
+        }
+    }
+    /// Device bytes per 32 weights in either layout (without the padding of partial tiles or odd block counts):
+    /// the words, the f16 constants or the 16-bit codes, and the super formats' factors over 8 blocks.
+    pub fn device_bytes(self) -> f64 {
+        (4 * self.words_per_block() + 2 + 2 * usize::from(self.pair())) as f64 + self.super_bytes() as f64 / 8.0
     }
     /// Byte offsets in a block of `qs` and of the high-bit words.
     fn offsets(self) -> (usize, usize) {
@@ -216,6 +268,8 @@ impl Format {
             GgmlType::Q5_1 => (q5_1::QS_OFFSET, q5_1::QH_OFFSET),
             GgmlType::Q8_0 => (q8_0::QS_OFFSET, 0),
             GgmlType::IQ4_NL => (iq4_nl::QS_OFFSET, 0),
+            GgmlType::Q2_K => (q2_k::BLOCK32_Q, 0),
+            GgmlType::Q3_K => (q3_k::BLOCK32_Q, q3_k::BLOCK32_H),
             _ => (q6_k::BLOCK32_QS, q6_k::BLOCK32_QH),
         }
     }
@@ -267,15 +321,21 @@ pub fn blocks32(ty: GgmlType, raw: &[u8]) -> Result<Cow<'_, [u8]>> {
         GgmlType::Q5_K => Cow::Owned(q5_k::to_q5_1(raw)?),
         GgmlType::Q6_K => Cow::Owned(q6_k::to_blocks32(raw)?),
         GgmlType::IQ4_XS => Cow::Owned(iq4_xs::to_iq4_nl(raw)?),
+        GgmlType::Q2_K => Cow::Owned(q2_k::to_blocks32(raw)?),
+        GgmlType::Q3_K => Cow::Owned(q3_k::to_blocks32(raw)?),
         _ => Cow::Borrowed(raw),
     })
 }
 
 /// The weights the kernels compute from raw GGUF data of a packable type: the CPU dequantization of [`blocks32`].
-/// For the 32-weight types this is [`super::dequantize`]; for super-block types it differs from it only by the f16
-/// rounding of the block constants.
+/// For the 32-weight types and the super formats (Q2_K, Q3_K: their constants are formed exactly in the kernels) this
+/// is [`super::dequantize`]; for the other super-block types it differs from it only by the f16 rounding of the
+/// block constants.
 pub fn dequantize_packed(ty: GgmlType, raw: &[u8]) -> Result<Vec<f32>> {
     let format = Format::new(ty)?;
+    if format.super_block() {
+        return super::dequantize(ty, raw);
+    }
     let blocks = blocks32(ty, raw)?;
     let mut out = vec![0f32; blocks.len() / format.block_bytes() * QK];
     match ty {
@@ -285,14 +345,25 @@ pub fn dequantize_packed(ty: GgmlType, raw: &[u8]) -> Result<Vec<f32>> {
     Ok(out)
 }
 
-/// Words of each buffer for `rows` rows (a multiple of the layout's granule) of a `K = 32 g` matrix.
+/// Words of each buffer for `rows` rows (a multiple of the layout's granule) of a `K = 32 g` matrix (for the super
+/// formats g is a multiple of 8: the third buffer holds `g / 8` super-blocks of factors a row).
 fn words(format: Format, layout: Layout, rows: usize, g: usize) -> (usize, usize, usize) {
     let q = rows * g * format.words_per_block();
+    let sb = g / 8;
     match layout {
-        Layout::Tiled => (q, rows / 4 * g * if format.pair() { 4 } else { 2 }, 0),
+        Layout::Tiled => {
+            let m = rows * sb * format.super_bytes() / 4;
+            (q, rows / 4 * g * if format.pair() { 4 } else { 2 }, m)
+        }
         Layout::Rows => {
             let s = rows * g.div_ceil(2);
-            (q, s, if format.pair() { s } else { 0 })
+            let m = match format.ty {
+                GgmlType::Q2_K => rows * sb,
+                GgmlType::Q3_K => rows * sb.div_ceil(2),
+                _ if format.pair() => s,
+                _ => 0,
+            };
+            (q, s, m)
         }
     }
 }
@@ -354,10 +425,11 @@ fn word(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-/// Device word `i` of the 32-weight block `blk` (high-bit words permuted, [`hb_to_device`]).
+/// Device word `i` of the 32-weight block `blk` (high-bit words permuted, [`hb_to_device`]; the super formats' host
+/// blocks hold them in that order already).
 fn device_word(format: Format, blk: &[u8], i: usize) -> u32 {
     let w = word(blk, format.word_offset(i));
-    if i < format.quant_words() {
+    if i < format.quant_words() || format.super_block() {
         w
     } else {
         hb_to_device(w)
@@ -407,6 +479,15 @@ fn pack_part(format: Format, layout: Layout, n: usize, k: usize, raw: &[u8], row
                             if format.pair() {
                                 part.scales[s + 2 + j / 2] |= half(blk, 2) << shift;
                             }
+                            if format.super_block() && b % 8 == 0 {
+                                // Factors like the scales, per super-block: (d01, d23, dmin01, dmin23) or (d01, d23).
+                                let per_m = format.super_bytes(); // 4 rows' factor bytes, in words
+                                let m = ((tile * (g / 8) + b / 8) * LANES + lane) * per_m;
+                                part.mins[m + j / 2] |= half(blk, 2) << shift;
+                                if format.ty == GgmlType::Q2_K {
+                                    part.mins[m + 2 + j / 2] |= half(blk, 4) << shift;
+                                }
+                            }
                         }
                     }
                 }
@@ -424,6 +505,17 @@ fn pack_part(format: Format, layout: Layout, n: usize, k: usize, raw: &[u8], row
                     part.scales[r * sw + b / 2] |= half(blk, 0) << shift;
                     if format.pair() {
                         part.mins[r * sw + b / 2] |= half(blk, 2) << shift;
+                    }
+                    if b % 8 == 0 {
+                        // Super-block factors: Q2_K `d | dmin << 16` a word, Q3_K `d` f16 pairs.
+                        let sb = b / 8;
+                        match format.ty {
+                            GgmlType::Q2_K => part.mins[r * (g / 8) + sb] = half(blk, 2) | half(blk, 4) << 16,
+                            GgmlType::Q3_K => {
+                                part.mins[r * (g / 8).div_ceil(2) + sb / 2] |= half(blk, 2) << (16 * (sb % 2))
+                            }
+                            _ => {}
+                        }
                     }
                 }
             }
@@ -464,6 +556,26 @@ pub fn unpack(ty: GgmlType, layout: Layout, n: usize, k: usize, parts: &[HostPar
             for b in 0..g {
                 let at = ((p.row0 + r) * g + b) * bb;
                 let blk = &mut raw[at..at + bb];
+                // The super formats' factors (d, dmin) of this row's super-block.
+                let (sd, sm) = match layout {
+                    _ if !format.super_block() => (0, 0),
+                    Layout::Tiled => {
+                        let (tile, lane, j) = (r / TILE, r % TILE / 4, r % 4);
+                        let m = ((tile * (g / 8) + b / 8) * LANES + lane) * format.super_bytes();
+                        let shift = 16 * (j % 2);
+                        let dmin = if format.ty == GgmlType::Q2_K {
+                            p.mins[m + 2 + j / 2] >> shift
+                        } else {
+                            0
+                        };
+                        (p.mins[m + j / 2] >> shift, dmin)
+                    }
+                    Layout::Rows if format.ty == GgmlType::Q2_K => {
+                        let w = p.mins[r * (g / 8) + b / 8];
+                        (w, w >> 16)
+                    }
+                    Layout::Rows => (p.mins[r * (g / 8).div_ceil(2) + b / 16] >> (16 * (b / 8 % 2)), 0),
+                };
                 let (d, m, q): (u32, u32, Vec<u32>) = match layout {
                     Layout::Tiled => {
                         let (tile, lane, j) = (r / TILE, r % TILE / 4, r % 4);
@@ -494,8 +606,16 @@ pub fn unpack(ty: GgmlType, layout: Layout, n: usize, k: usize, parts: &[HostPar
                 if format.pair() {
                     blk[2..4].copy_from_slice(&(m as u16).to_le_bytes());
                 }
+                if format.super_block() {
+                    blk[2..4].copy_from_slice(&(sd as u16).to_le_bytes());
+                    blk[4..6].copy_from_slice(&(sm as u16).to_le_bytes());
+                }
                 for (i, &w) in q.iter().enumerate() {
-                    let w = if i < format.quant_words() { w } else { hb_from_device(w) };
+                    let w = if i < format.quant_words() || format.super_block() {
+                        w
+                    } else {
+                        hb_from_device(w)
+                    };
                     let at = format.word_offset(i);
                     blk[at..at + 4].copy_from_slice(&w.to_le_bytes());
                 }
@@ -521,8 +641,8 @@ pub struct PackedWeight {
     pub quants: GpuTensor,
     /// f16 pairs of per-block scales (and second constants, in the tiled layout of two-constant formats).
     pub scales: GpuTensor,
-    /// f16 pairs of per-block second constants (mins, or Q6_K's second scales): the rows layout of two-constant
-    /// formats only.
+    /// f16 pairs of per-block second constants (mins, or Q6_K's second scales) in the rows layout of two-constant
+    /// formats; the super-block factors of the super formats (both layouts); else none.
     pub mins: Option<GpuTensor>,
 }
 
@@ -574,7 +694,8 @@ impl PackedWeight {
         let pick = |f: fn(&HostPart) -> &[u32]| parts.iter().map(|p| (p.row0, p.rows, f(p))).collect::<Vec<_>>();
         let quants = upload_words(gpu, &format!("{name}.quants"), &pick(|p| &p.quants));
         let scales = upload_words(gpu, &format!("{name}.scales"), &pick(|p| &p.scales));
-        let mins = (layout == Layout::Rows && format.pair())
+        let mins = format
+            .third_buffer(layout)
             .then(|| upload_words(gpu, &format!("{name}.mins"), &pick(|p| &p.mins)));
         gpu.check("PackedWeight::upload")?;
         Ok(PackedWeight {
@@ -661,13 +782,26 @@ mod tests {
         for ty in PACKABLE {
             let f = Format::new(ty).unwrap();
             let file = ty.type_size() as f64 * 32.0 / ty.block_size() as f64;
-            let ratio = f.block_bytes() as f64 / file;
+            let ratio = f.device_bytes() / file;
             let limit = if ty == GgmlType::Q4_K { 20.0 / 18.0 } else { 1.1 };
             assert!(
                 ratio <= limit + 1e-12,
                 "{ty}: {} device bytes vs {file} in the file",
-                f.block_bytes()
+                f.device_bytes()
             );
+        }
+        // The super formats: Q2_K 8 + 2 + 4/8 = 10.5 (the file's 84 / 8), Q3_K 12 + 2 + 2/8 = 14.25 (110 / 8 = 13.75).
+        assert_eq!(Format::new(GgmlType::Q2_K).unwrap().device_bytes(), 10.5);
+        assert_eq!(Format::new(GgmlType::Q3_K).unwrap().device_bytes(), 14.25);
+        // And what the packed buffers hold, tiled and rows, for 64 rows of 512 (whole tiles, an even number of
+        // super-blocks): exactly those bytes.
+        for ty in [GgmlType::Q2_K, GgmlType::Q3_K] {
+            let f = Format::new(ty).unwrap();
+            for layout in [Layout::Tiled, Layout::Rows] {
+                let p = &pack(ty, layout, 64, 512, &raw(ty, 64, 512, 1), 1 << 30).unwrap()[0];
+                let bytes = 4 * (p.quants.len() + p.scales.len() + p.mins.len());
+                assert_eq!(bytes as f64, f.device_bytes() * 64.0 * 16.0, "{ty} {layout:?}");
+            }
         }
     }
 

@@ -10,7 +10,10 @@
 //! < 1), 2^-21 for Q5_1 (2 ulp of d q + |m| < 31 * 2^-4 + 2^-2 < 4); for k-quants 2 ulp of the largest result,
 //! d q + |m| < 2 + 2^-2 for Q4_K (d q <= 15 * 63 * 2^-9), < 4 + 2^-2 for Q5_K (31 * 63 * 2^-9): 2^-21 and 2^-20;
 //! a wrong nibble, scale or row is off by at least d >= 2^-5 (k-quants: by a sub-block scale, 2^-10 or more unless
-//! its 6-bit code is 0, and most of the 256 codes of a row are not).
+//! its 6-bit code is 0, and most of the 256 codes of a row are not). Q2_K, `a q - n` with a = d sc and n = dmin m
+//! exact in f32: |a q| <= 45 d < 0.36 and |n| <= 15 |dmin| < 0.06, so results below 0.5 and 2^-23 is 4 ulp of them;
+//! a wrong quant or code is off by a = d sc >= 2^-8 (unless sc is 0). Q3_K exact bits: `a (q - 4)` with a = d (sc -
+//! 32) (17 significant bits) is an exact product on both sides (zeros signed as a's).
 
 use crate::common::{exact, rel_abs, Case, Check, Rng};
 use crate::matmul_q::{gpu_split, k_quant, random_blocks};
@@ -21,7 +24,7 @@ use shaderlm::quant::pack::{dequantize_packed, Format, Layout, PackedWeight, PAC
 use shaderlm::quant::GgmlType;
 use std::sync::OnceLock;
 
-const FORMATS: [GgmlType; 10] = PACKABLE;
+const FORMATS: [GgmlType; 12] = PACKABLE;
 const LAYOUTS: [Layout; 2] = [Layout::Tiled, Layout::Rows];
 
 /// A device whose storage bindings are capped at 4 KiB.
@@ -42,6 +45,7 @@ fn compare(ty: GgmlType, got: &[f32], want: &[f32]) -> Check {
         GgmlType::Q5_1 => Some(21),
         GgmlType::Q4_K => Some(21),
         GgmlType::Q5_K => Some(20),
+        GgmlType::Q2_K => Some(23),
         _ => None,
     };
     if let Some(e) = atol {
@@ -134,7 +138,11 @@ pub fn cases() -> Vec<Case> {
         for layout in LAYOUTS {
             let f = Format::new(ty).expect("packable");
             let tiled = layout == Layout::Tiled;
+            // Q2_K (K = 256: 2 KiB of quants a tile, 256 B a row) 16 tiles or 128 granules, 512 rows a part; Q3_K
+            // (3 KiB a tile, 384 B a row) 10 tiles (320 rows) or 85 granules (340 rows).
             let (n, k, per): (usize, usize, usize) = match f.high_bits() {
+                _ if ty == GgmlType::Q2_K => (1000, 32, 512),
+                _ if ty == GgmlType::Q3_K => (1000, 32, if tiled { 320 } else { 340 }),
                 _ if f.q8() => (300, 32, 128),
                 0 => (1000, 32, 256),
                 1 => (1000, 32, if tiled { 192 } else { 204 }),

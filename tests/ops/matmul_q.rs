@@ -1,7 +1,8 @@
 //! matmul_q vs a CPU reference: f64 accumulation over the CPU dequantization of the very blocks that were packed
 //! (`pack::dequantize_packed`: for super-block types the 32-weight blocks they are repacked into, whose constants
-//! are rounded to f16), so the test measures the kernel, not the quantization. Formats: every packable type (Q4_0,
-//! Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS); both layouts (tiled and rows, each run on this adapter); GEMV and GEMM; bias; W split into row parts; the
+//! are rounded to f16; Q2_K and Q3_K: ggml's own values, which the kernels form exactly), so the test measures the
+//! kernel, not the quantization. Formats: every packable type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K,
+//! Q6_K, IQ4_XS, Q2_K, Q3_K); both layouts (tiled and rows, each run on this adapter); GEMV and GEMM; bias; W split into row parts; the
 //! fallback device. k-quants need K a multiple of 256, so each grid K is rounded up to one for them.
 //!
 //! Weights are random raw blocks (every nibble / byte / high-bit pattern, -128 included; f16 scales of 2^-5..2^-4,
@@ -45,7 +46,7 @@ const U16: f64 = 1.0 / 2048.0;
 /// Most products in one f16 partial sum of the f16 kernels.
 const L16: f64 = 8.0;
 
-const FORMATS: [GgmlType; 10] = PACKABLE;
+const FORMATS: [GgmlType; 12] = PACKABLE;
 
 /// A device whose storage bindings are capped at 32 KiB, so small weights split into several row parts.
 pub fn gpu_split() -> &'static Gpu {
@@ -62,7 +63,9 @@ pub fn gpu_split() -> &'static Gpu {
 /// Random raw GGUF blocks of a [n, k] tensor: all quant patterns, f16 scales in [2^-5, 2^-4), signed mins.
 /// k-quants: all sub-block codes; Q4_K / Q5_K `d` in [2^-10, 2^-9) (sub-block scales up to 63 d < 2^-3) and `dmin`
 /// of either sign below 2^-8 (mins up to 2^-2); Q6_K `d` in [2^-11, 2^-10) (|scale| up to 128 d < 2^-3); IQ4_XS
-/// `d` in [2^-10, 2^-9) (sub-block scales up to 32 d = 2^-4, as the 32-weight types).
+/// `d` in [2^-10, 2^-9) (sub-block scales up to 32 d = 2^-4, as the 32-weight types); Q2_K `d` in [2^-8, 2^-7)
+/// (scales up to 15 d < 2^-3) and `dmin` of either sign below 2^-8 (mins up to 15 dmin < 2^-4); Q3_K `d` in
+/// [2^-10, 2^-9) (|sc - 32| <= 32: scales up to 2^-4).
 pub fn random_blocks(ty: GgmlType, n: usize, k: usize, seed: u64) -> Vec<u8> {
     let mut rng = Rng::new(seed);
     let bb = ty.type_size();
@@ -81,6 +84,11 @@ pub fn random_blocks(ty: GgmlType, n: usize, k: usize, seed: u64) -> Vec<u8> {
             }
             GgmlType::Q6_K => f16_at(blk, 208, (1.0 + rng.f32().abs()) / 2048.0),
             GgmlType::IQ4_XS => f16_at(blk, 0, (1.0 + rng.f32().abs()) / 1024.0),
+            GgmlType::Q2_K => {
+                f16_at(blk, 80, (1.0 + rng.f32().abs()) / 256.0);
+                f16_at(blk, 82, rng.f32() / 256.0);
+            }
+            GgmlType::Q3_K => f16_at(blk, 108, (1.0 + rng.f32().abs()) / 1024.0),
             _ => {
                 f16_at(blk, 0, (1.0 + rng.f32().abs()) / 32.0);
                 if matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1) {
@@ -247,10 +255,12 @@ fn worst_bound(math: QMath, x: &[f32], w: &[f32], want: &[f32], k: usize) -> f64
     BOUND + 1.1 * ((L16 + 1.0) * U16).powi(2) * e2 / y2
 }
 
-/// The case of `s` on the test adapter, and in the rows layout (the one with f16 kernels) also forced to f16.
+/// The case of `s` on the test adapter, and in the rows layout (the one with f16 kernels) also forced to f16 (where
+/// the format has f16 kernels).
 fn both_maths(v: &mut Vec<Case>, s: Shape) {
     v.push(case("", s, default_gpu));
-    if s.layout == Layout::Rows {
+    let f16 = Format::new(s.ty).expect("packable").f16_kernels();
+    if s.layout == Layout::Rows && f16 {
         v.push(case("", Shape { math: QMath::F16, ..s }, default_gpu));
     }
 }
@@ -328,11 +338,16 @@ pub fn cases() -> Vec<Case> {
     // 32-row tiles: 4-bit K=1024 (16 KiB per tile) 2 tiles a part, [1000, 1024] in 16 parts; 5- and 6-bit (20 and
     // 24 KiB per tile) 1 tile a part, 32 parts; Q8 [300, 256] 4 tiles a part, 3 parts. Rows parts (4-row granules):
     // 4-bit K=1024 (512 B a row) 64 rows a part, 16 parts; 5-bit (640 B) 48 rows, 21 parts; 6-bit (768 B) 40 rows,
-    // 25 parts; Q8 [300, 256] 128 rows a part, 3 parts. (Q4_K and IQ4_XS pack as 4-bit, Q5_K as 5-bit.)
+    // 25 parts; Q8 [300, 256] 128 rows a part, 3 parts. (Q4_K and IQ4_XS pack as 4-bit, Q5_K as 5-bit.) Q2_K
+    // (2 words a block, 8 KiB of quants per tile, the largest buffer) 4 tiles a part, 8 parts; rows layout 256 B
+    // a row: 128 rows, 8 parts. Q3_K (3 words, 12 KiB per tile) 2 tiles a part, 16 parts; rows 384 B a row: 21
+    // granules of 4 (84 rows), 12 parts.
     for ty in FORMATS {
         for layout in layouts {
             let f = Format::new(ty).expect("packable");
             let (k, n, parts) = match (f.q8(), f.high_bits(), layout) {
+                _ if ty == GgmlType::Q2_K => (1024, 1000, 8),
+                _ if ty == GgmlType::Q3_K => (1024, 1000, if layout == Layout::Tiled { 16 } else { 12 }),
                 (true, _, _) => (256, 300, 3),
                 (false, 0, _) => (1024, 1000, 16),
                 (false, _, Layout::Tiled) => (1024, 1000, 32),
@@ -340,7 +355,7 @@ pub fn cases() -> Vec<Case> {
                 (false, _, Layout::Rows) => (1024, 1000, 25),
             };
             for (m, math) in [(1, QMath::Auto), (5, QMath::Auto), (1, QMath::F16), (5, QMath::F16)] {
-                if math == QMath::F16 && layout == Layout::Tiled {
+                if math == QMath::F16 && (layout == Layout::Tiled || !f.f16_kernels()) {
                     continue;
                 }
                 let s = Shape {
