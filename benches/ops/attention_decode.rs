@@ -1,6 +1,7 @@
 //! Decode attention (one query token) at kv_len 512 / 2048 / 8192 for SmolLM2-135M (9/3 heads, d 64) and
-//! Llama3-8B (32/8 heads, d 128), with max_ctx = kv_len (so the split count is the one a cache of that size gets).
-//! Cost: QK^T and PV flops; bytes: K/V read once, plus q and the partials.
+//! Llama3-8B (32/8 heads, d 128), with max_ctx = kv_len (so the split count is the one a cache of that size gets);
+//! and Gemma 3 270M's shape (4/1 heads, d 256) at kv_len 4096 with and without its 512-key sliding window.
+//! Cost: QK^T and PV flops (at full context, also for the window); bytes: K/V read once, plus q and the partials.
 
 use crate::common::{fill_inputs, weight, Bench, MODELS};
 use shaderlm::gpu::DType;
@@ -8,32 +9,42 @@ use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::attention_decode::splits_for;
 use shaderlm::ops::StepVars;
 
+/// (model, q heads, kv heads, head dim, kv_len, sliding window)
+type Shape = (&'static str, usize, usize, usize, usize, Option<usize>);
+
 pub fn benches() -> Vec<Bench> {
     let mut v = Vec::new();
+    let mut shapes: Vec<Shape> = Vec::new();
     for (model, _, _, n_heads, n_kv, head_dim, _) in MODELS {
         if model.starts_with("qwen") {
             continue;
         }
         for kv_len in [512usize, 2048, 8192] {
-            let name = format!("attention_decode {model} kv{kv_len} splits{}", splits_for(kv_len));
-            v.push(Bench::new(name, move |gpu| {
-                let cache_shape = [n_kv, kv_len, head_dim];
-                let kc = weight(gpu, "k_cache", &cache_shape, DType::F32)?;
-                let vc = weight(gpu, "v_cache", &cache_shape, DType::F32)?;
-                let mut g = Graph::new();
-                let q = g.input("q", &[1, n_heads, head_dim], DType::F32);
-                let (k, c) = (g.external(&kc), g.external(&vc));
-                g.attention_decode(q, k, c, 1.0 / (head_dim as f32).sqrt())?;
-                let plan = Plan::new(gpu, g)?;
-                fill_inputs(gpu, &plan, &[(q, n_heads * head_dim, DType::F32)])?;
-                Ok((
-                    plan,
-                    StepVars {
-                        pos: (kv_len - 1) as u32,
-                    },
-                ))
-            }));
+            shapes.push((model, n_heads, n_kv, head_dim, kv_len, None));
         }
+    }
+    shapes.push(("gemma3-270m", 4, 1, 256, 4096, None));
+    shapes.push(("gemma3-270m", 4, 1, 256, 4096, Some(512)));
+    for (model, n_heads, n_kv, head_dim, kv_len, window) in shapes {
+        let win = window.map_or(String::new(), |w| format!(" window{w}"));
+        let name = format!("attention_decode {model} kv{kv_len}{win} splits{}", splits_for(kv_len));
+        v.push(Bench::new(name, move |gpu| {
+            let cache_shape = [n_kv, kv_len, head_dim];
+            let kc = weight(gpu, "k_cache", &cache_shape, DType::F32)?;
+            let vc = weight(gpu, "v_cache", &cache_shape, DType::F32)?;
+            let mut g = Graph::new();
+            let q = g.input("q", &[1, n_heads, head_dim], DType::F32);
+            let (k, c) = (g.external(&kc), g.external(&vc));
+            g.attention_decode_window(q, k, c, 1.0 / (head_dim as f32).sqrt(), window)?;
+            let plan = Plan::new(gpu, g)?;
+            fill_inputs(gpu, &plan, &[(q, n_heads * head_dim, DType::F32)])?;
+            Ok((
+                plan,
+                StepVars {
+                    pos: (kv_len - 1) as u32,
+                },
+            ))
+        }));
     }
     v
 }
