@@ -342,7 +342,7 @@ fn dequantize_hand_computed_blocks() {
 
     // Not a whole block, or an unsupported type: errors, not panics.
     assert!(quant::dequantize(GgmlType::Q4_0, &b[..17]).is_err());
-    assert!(quant::dequantize(GgmlType::Q3_K, &[0; 110]).is_err());
+    assert!(quant::dequantize(GgmlType::IQ3_S, &[0; 110]).is_err());
     assert!(quant::dequantize_into(GgmlType::Q8_0, &b, &mut [0.0; 31]).is_err());
 }
 
@@ -403,7 +403,7 @@ fn quantize_follows_ggml_reference_rules() {
 
     // Lengths that are not whole blocks are errors.
     assert!(q4_0::quantize(&[0.0; 33]).is_err());
-    assert!(quant::quantize(GgmlType::Q3_K, &[0.0; 256]).is_err());
+    assert!(quant::quantize(GgmlType::IQ3_S, &[0.0; 256]).is_err());
 }
 
 #[test]
@@ -422,7 +422,7 @@ fn writer_rejects_bad_tensors() {
         "5 dims"
     );
     assert!(
-        w.add_tensor("a", &[256], GgmlType::Q3_K, &[0.0; 256]).is_err(),
+        w.add_tensor("a", &[256], GgmlType::IQ3_S, &[0.0; 256]).is_err(),
         "unsupported type"
     );
     assert!(
@@ -664,11 +664,11 @@ fn every_truncation_is_an_error() {
 
 #[test]
 fn unsupported_types_open_but_refuse_use() {
-    // A Q3_K tensor (256-weight blocks of 110 bytes): the file opens, its layout is checked, using it is an error.
-    let bytes = raw(3, &[arch()], &[("blk.0.ffn_down.weight", &[256, 2], 11, 0)], 220);
-    let f = GgufFile::from_bytes("q3k.gguf", bytes).unwrap();
+    // An IQ3_S tensor (256-weight blocks of 110 bytes): the file opens, its layout is checked, using it is an error.
+    let bytes = raw(3, &[arch()], &[("blk.0.ffn_down.weight", &[256, 2], 21, 0)], 220);
+    let f = GgufFile::from_bytes("iq3s.gguf", bytes).unwrap();
     let info = f.tensor("blk.0.ffn_down.weight").unwrap();
-    assert_eq!((info.ggml_type, info.n_bytes), (GgmlType::Q3_K, 220));
+    assert_eq!((info.ggml_type, info.n_bytes), (GgmlType::IQ3_S, 220));
     assert_eq!(f.tensor_data(info).unwrap().len(), 220);
     for e in [
         f.check_supported(info).unwrap_err(),
@@ -676,8 +676,8 @@ fn unsupported_types_open_but_refuse_use() {
     ] {
         let msg = e.to_string();
         assert!(
-            msg.contains("q3k.gguf")
-                && msg.contains("tensor \"blk.0.ffn_down.weight\" has type Q3_K, not supported yet")
+            msg.contains("iq3s.gguf")
+                && msg.contains("tensor \"blk.0.ffn_down.weight\" has type IQ3_S, not supported yet")
                 && msg.contains("Q4_K, Q5_K, Q6_K"),
             "{msg}"
         );
