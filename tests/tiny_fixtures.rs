@@ -1,6 +1,6 @@
 //! Tiny random checkpoints of every architecture, committed under tests/fixtures/tiny/ in the layouts their own
-//! code saves (config.json + safetensors as transformers 4 / 5 or the remote code writes them; a llama.cpp GGUF for
-//! Llama), against logits from models/reference/tiny.py: a float64 numpy forward written from the published
+//! code saves (config.json + safetensors as transformers 4 / 5 or the remote code writes them; llama.cpp GGUFs for
+//! Llama and Phi-3), against logits from models/reference/tiny.py: a float64 numpy forward written from the published
 //! modeling code that shares no loader, config parser, tensor names or math with shaderlm. The engine runs on the
 //! GPU in several step schedules (one-shot prefill, prefill then decode, every token decoded, chunked prefill over
 //! a filled cache) and every position a schedule yields must match the fixture.
@@ -10,10 +10,11 @@
 //! exactly). f32 rounding (unit 6e-8) in dot products of at most 128 terms, softmax, norms and rope gives a
 //! relative error of ~1e-6 per op; through 2..6 layers of ~10 ops with residual growth of a few times, and the
 //! logits' magnitude S (the fixture's largest |logit|, at least 1), the expected error is ~1e-5 S. The bound is
-//! |engine - fixture| <= 5e-5 * S at every logit, 5x that (measured on lavapipe: at most 3e-6 * S, Gemma 3's six
-//! layers), while every convention slip the script measures
+//! |engine - fixture| <= 5e-5 * S at every logit, 5x that (measured on lavapipe: at most 3.4e-6 * S, Phi-3's
+//! 16-token case; Gemma 3's six layers 3e-6 * S), while every convention slip the script measures
 //! (llama3 rope scaling dropped, GGUF q/k rows read without their permutation, Gemma's window one key wider,
-//! query_pre_attn_scalar ignored, MiniCPM's short longrope factors) moves the logits by 1e-2 * S or more. The greedy
+//! query_pre_attn_scalar ignored, MiniCPM's short longrope factors, Phi-3's other longrope factors, its window
+//! dropped or one wider, its attention factor dropped) moves the logits by 1e-2 * S or more. The greedy
 //! token must match wherever the fixture's top-2 gap exceeds twice the bound.
 
 use serde_json::Value;
@@ -49,8 +50,8 @@ struct Expected {
     scale: f64,
 }
 
-fn expected(name: &str) -> Expected {
-    let path = dir(name).join("expected.json");
+fn expected(name: &str, file: &str) -> Expected {
+    let path = dir(name).join(file);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
             "missing fixture {}: {e} (regenerate with `python models/reference/tiny.py`)",
@@ -139,7 +140,20 @@ fn schedules(n: usize) -> Vec<Vec<usize>> {
 
 /// Checks the model against the fixture in every schedule; returns the largest |engine - fixture| seen.
 fn check(name: &str, label: &str, src: &dyn WeightSource, cfg: LlamaConfig, names: Names, max_ctx: usize) -> f64 {
-    let want = expected(name);
+    check_file(name, "expected.json", label, src, cfg, names, max_ctx)
+}
+
+/// [`check`] against one of the checkpoint's fixture files.
+fn check_file(
+    name: &str,
+    file: &str,
+    label: &str,
+    src: &dyn WeightSource,
+    cfg: LlamaConfig,
+    names: Names,
+    max_ctx: usize,
+) -> f64 {
+    let want = expected(name, file);
     let model = Llama::load(gpu(), src, cfg, names, |_, _| {}).unwrap();
     let bound = REL_BOUND * want.scale;
     let mut worst = 0f64;
@@ -235,4 +249,53 @@ fn blockffn_block_rms_router() {
 #[test]
 fn blockffn_block_linear_sum_router() {
     check_hf("blockffn_linear_sum", 64);
+}
+
+/// Phi-3 / Phi-4-mini from its HF files (fused qkv_proj and gate_up_proj, longrope with the original context at
+/// the top level, 24 of 32 dims rotated, a window of 6 on both layers). Longrope's factors depend on the length:
+/// transformers takes long_factor when the sequence passes original_max_position_embeddings (16), llama.cpp and
+/// the engine when the session's cache does. expected.json holds 24 tokens (long under transformers' rule) and the
+/// cache here is 64 (long under the engine's): both rules agree.
+#[test]
+fn phi3_safetensors_fused_longrope_partial_rotary_sliding_window() {
+    phi3_hf("expected.json", 64);
+}
+
+/// Within the original context: 16 tokens (short_factor under transformers' rule, 16 is not past 16) and a cache
+/// of 16 (short under the engine's).
+#[test]
+fn phi3_safetensors_short_factors_within_the_original_context() {
+    phi3_hf("expected_short.json", 16);
+}
+
+/// The same model as llama.cpp's converter writes `phi3`: attn_qkv and a fused ffn_up, rows in HF's order,
+/// rope_factors_long/short.weight, rope.scaling.attn_factor and original_context_length, attention.sliding_window
+/// (applied, as transformers does; llama.cpp itself disables Phi-3's window on load).
+#[test]
+fn phi3_gguf_as_llama_cpp_writes_it() {
+    phi3_gguf("expected.json", 64);
+}
+
+#[test]
+fn phi3_gguf_short_factors_within_the_original_context() {
+    phi3_gguf("expected_short.json", 16);
+}
+
+fn phi3_hf(file: &str, max_ctx: usize) -> f64 {
+    let name = "phi3_safetensors";
+    let d = dir(name);
+    let cfg = LlamaConfig::from_hf(&d.join("config.json"))
+        .unwrap_or_else(|e| panic!("{name}: config.json: {e} (missing fixture? run models/reference/tiny.py)"));
+    let st = SafetensorsModel::open(&d).unwrap_or_else(|e| panic!("{name}: safetensors: {e}"));
+    let label = format!("{name} {file} (cache {max_ctx})");
+    check_file(name, file, &label, &st, cfg, Names::Hf, max_ctx)
+}
+
+fn phi3_gguf(file: &str, max_ctx: usize) -> f64 {
+    let name = "phi3_gguf";
+    let path = dir(name).join("model.gguf");
+    let f = GgufFile::open(&path).unwrap_or_else(|e| panic!("missing fixture {}: {e}", path.display()));
+    let cfg = LlamaConfig::from_gguf(&f).unwrap();
+    let label = format!("{name} {file} (cache {max_ctx})");
+    check_file(name, file, &label, &f, cfg, Names::Gguf, max_ctx)
 }

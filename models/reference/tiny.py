@@ -9,10 +9,13 @@ For each architecture this script
   Qwen2 and the MiniCPM remote code; transformers 5's layout, produced by transformers' own config classes, for
   Qwen3 and Gemma 3) and `model.safetensors` written with the `safetensors` package's numpy API; for Llama also a
   GGUF written with the `gguf` package's writer as llama.cpp's converter lays it out (q/k rows permuted for
-  ggml's interleaved rope, `rope_freqs.weight` for llama3 rope scaling, vectors F32, matrices F16);
+  ggml's interleaved rope, `rope_freqs.weight` for llama3 rope scaling, vectors F32, matrices F16); for Phi-3 the
+  config.json layout Phi-3-mini-128k / Phi-4-mini ship (checked against transformers' `Phi3Config`) and a GGUF as
+  llama.cpp's `Phi3MiniModel` writes it;
 * runs a float64 numpy forward written from the published modeling code (transformers' modeling_llama, _qwen2,
-  _qwen3, _gemma3 and masking_utils; openbmb's modeling_minicpm.py; thunlp/BlockFFN's `BlockMLP`) over a fixed
-  token sequence, and stores the logits of every position in `tests/fixtures/tiny/<name>/expected.json`.
+  _qwen3, _gemma3, _phi3, modeling_rope_utils and masking_utils; openbmb's modeling_minicpm.py; thunlp/BlockFFN's
+  `BlockMLP`) over a fixed token sequence, and stores the logits of every position in
+  `tests/fixtures/tiny/<name>/expected.json` (Phi-3 also `expected_short.json`, see `build_phi3`).
 
 Nothing here comes from shaderlm. The forward reads the checkpoint back from the files it wrote (safetensors via
 `safetensors.numpy`, the GGUF via `gguf.GGUFReader`), so the files, not the arrays in memory, are what is
@@ -44,8 +47,8 @@ N_TOKENS = 16
 SIG = 6  # significant digits of stored logits
 
 
-def tokens_for(vocab: int):
-    return [(i * 37 + 11) % vocab for i in range(N_TOKENS)]
+def tokens_for(vocab: int, n: int = N_TOKENS):
+    return [(i * 37 + 11) % vocab for i in range(n)]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -143,10 +146,15 @@ def llama3_inv_freq(theta, dim, rs):
 
 def attention(q, k, v, cos, sin, scale, window=None):
     """q [T, H, D], k/v [T, KV, D]; rotate-half rope on q and k; causal (and sliding-window) softmax attention."""
-    T, H, D = q.shape
-    KV = k.shape[1]
     q = q * cos[:, None, :] + rotate_half(q) * sin[:, None, :]
     k = k * cos[:, None, :] + rotate_half(k) * sin[:, None, :]
+    return attend(q, k, v, scale, window)
+
+
+def attend(q, k, v, scale, window=None):
+    """Causal (and sliding-window) softmax attention of q [T, H, D] over k/v [T, KV, D], rope already applied."""
+    T, H, D = q.shape
+    KV = k.shape[1]
     group = H // KV
     out = np.zeros((T, H, v.shape[2]))
     qi = np.arange(T)[:, None]
@@ -246,6 +254,68 @@ def forward_gemma3(W, c, ids):
         x = x + norm(h, g("post_feedforward_layernorm"))
     x = norm(x, W["model.norm.weight"])
     return lin(x, W["model.embed_tokens.weight"])  # tied
+
+
+def phi3_rope(c, seq_len):
+    """transformers' Phi3RotaryEmbedding with rope type longrope (modeling_rope_utils: _compute_longrope_parameters
+    and dynamic_rope_update's longrope_frequency_update): rotated dims int(head_dim * partial_rotary_factor);
+    inv_freq = 1 / (ext * theta^(2j / dim)) with ext = long_factor when the current sequence length (max position
+    + 1) exceeds original_max_position_embeddings, else short_factor; cos and sin times
+    sqrt(1 + ln(s) / ln(original)), s = max_position_embeddings / original (1 when s <= 1). Returns (inv_freq,
+    attention factor, "long" or "short")."""
+    rs = c["rope_scaling"]
+    assert rs["type"] == "longrope" and "factor" not in rs and "attention_factor" not in rs
+    D = c["hidden_size"] // c["num_attention_heads"]  # Phi3Config has no head_dim
+    dim = int(D * c.get("partial_rotary_factor", 1.0))
+    orig, mpe = c["original_max_position_embeddings"], c["max_position_embeddings"]
+    which = "long" if seq_len > orig else "short"
+    ext = np.array(rs[f"{which}_factor"], dtype=np.float64)
+    assert len(ext) == dim // 2
+    s = mpe / orig
+    attn = 1.0 if s <= 1.0 else math.sqrt(1 + math.log(s) / math.log(orig))
+    inv = 1.0 / (ext * c["rope_theta"] ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
+    return inv, attn, which
+
+
+def rope_partial(x, cos, sin):
+    """apply_rotary_pos_emb of modeling_phi3: rotate-half on the first cos.shape[-1] dims, the rest passed through."""
+    r = cos.shape[-1]
+    xr, xp = x[..., :r], x[..., r:]
+    return np.concatenate([xr * cos[:, None, :] + rotate_half(xr) * sin[:, None, :], xp], axis=-1)
+
+
+def forward_phi3(W, c, ids, window="config"):
+    """transformers' Phi3ForCausalLM over ids as one forward (no cache): fused qkv_proj split q | k | v, fused
+    gate_up_proj chunked gate | up, SwiGLU, partial rotary longrope, the sliding window on every layer
+    (create_sliding_window_causal_mask when sliding_window is set). `window` overrides the config, only for the
+    notes' slips. Returns the logits and which longrope factors the sequence length selected."""
+    hidden, L = c["hidden_size"], c["num_hidden_layers"]
+    H, KV = c["num_attention_heads"], c["num_key_value_heads"]
+    D = hidden // H
+    eps = c["rms_norm_eps"]
+    assert c["hidden_act"] == "silu" and not c.get("attention_bias")
+    T = len(ids)
+    inv, attn_factor, which = phi3_rope(c, T)
+    cos, sin = rope_tables(inv, T, attn_factor)
+    win = c.get("sliding_window") if window == "config" else window
+    x = W["model.embed_tokens.weight"][ids]
+    for i in range(L):
+        p = f"model.layers.{i}"
+        g = lambda n: W[f"{p}.{n}.weight"]
+        h = rmsnorm(x, g("input_layernorm"), eps)
+        qkv = lin(h, g("self_attn.qkv_proj"))
+        q = qkv[:, : H * D].reshape(T, H, D)
+        k = qkv[:, H * D : (H + KV) * D].reshape(T, KV, D)
+        v = qkv[:, (H + KV) * D :].reshape(T, KV, D)
+        a = attend(rope_partial(q, cos, sin), rope_partial(k, cos, sin), v, D**-0.5, win)
+        x = x + lin(a, g("self_attn.o_proj"))
+        h = rmsnorm(x, g("post_attention_layernorm"), eps)
+        gu = lin(h, g("mlp.gate_up_proj"))
+        gate, up = gu[:, : gu.shape[1] // 2], gu[:, gu.shape[1] // 2 :]
+        x = x + lin(up * silu(gate), g("mlp.down_proj"))
+    x = rmsnorm(x, W["model.norm.weight"], eps)
+    head = W["model.embed_tokens.weight"] if c["tie_word_embeddings"] else W["lm_head.weight"]
+    return lin(x, head), which
 
 
 def forward_minicpm(W, c, ids):
@@ -756,6 +826,193 @@ def make_blockffn(out, name, seed, ffn_type, norm):
     return cfg, np.float16
 
 
+PHI3_WINDOW = 6
+PHI3_ORIGINAL = 16  # original_max_position_embeddings
+PHI3_LONG_TOKENS = 24  # past the original context: long factors under every rule
+PHI3_SHORT_TOKENS = 16  # within it: short factors under every rule
+
+
+def make_phi3_weights():
+    """Phi-3 / Phi-4-mini-style weights: q|k|v fused in qkv_proj, gate|up in gate_up_proj (Phi3Attention,
+    Phi3MLP), untied lm_head."""
+    hidden, L, H, KV, ffn, vocab = 64, 2, 2, 1, 64, 103
+    D = hidden // H
+    w = 1.0 / math.sqrt(hidden)
+    d = Draw(808)
+    W = {"model.embed_tokens.weight": d((vocab, hidden), 1.0)}
+    for i in range(L):
+        p = f"model.layers.{i}"
+        W[f"{p}.input_layernorm.weight"] = d((hidden,), 0.2, 1.0)
+        q, k, v = d((H * D, hidden), 2 * w), d((KV * D, hidden), 2 * w), d((KV * D, hidden), w)
+        W[f"{p}.self_attn.qkv_proj.weight"] = np.concatenate([q, k, v])
+        W[f"{p}.self_attn.o_proj.weight"] = d((hidden, H * D), 1.0 / math.sqrt(H * D))
+        W[f"{p}.post_attention_layernorm.weight"] = d((hidden,), 0.2, 1.0)
+        gate, up = d((ffn, hidden), 2 * w), d((ffn, hidden), w)
+        W[f"{p}.mlp.gate_up_proj.weight"] = np.concatenate([gate, up])
+        W[f"{p}.mlp.down_proj.weight"] = d((hidden, ffn), 1.0 / math.sqrt(ffn))
+    W["model.norm.weight"] = d((hidden,), 0.2, 1.0)
+    W["lm_head.weight"] = d((vocab, hidden), 1.0)
+    return W
+
+
+def phi3_config():
+    """config.json in the layout microsoft/Phi-3-mini-128k-instruct and Phi-4-mini-instruct ship (transformers 4):
+    rope_scaling {type longrope, long_factor, short_factor} with original_max_position_embeddings beside it at the
+    top level, max_position_embeddings 32x larger (as 128k / 4k), partial_rotary_factor 0.75 (Phi-4-mini: 24 of 32
+    dims rotated, 12 factors), a sliding_window on every layer that the sequence crosses."""
+    hidden, heads = 64, 2
+    half = int(hidden // heads * 0.75) // 2
+    return {
+        "architectures": ["Phi3ForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": 1,
+        "embd_pdrop": 0.0,
+        "eos_token_id": 2,
+        "hidden_act": "silu",
+        "hidden_size": hidden,
+        "initializer_range": 0.02,
+        "intermediate_size": 64,
+        "max_position_embeddings": 32 * PHI3_ORIGINAL,
+        "model_type": "phi3",
+        "num_attention_heads": heads,
+        "num_hidden_layers": 2,
+        "num_key_value_heads": 1,
+        "original_max_position_embeddings": PHI3_ORIGINAL,
+        "pad_token_id": 0,
+        "partial_rotary_factor": 0.75,
+        "resid_pdrop": 0.0,
+        "rms_norm_eps": 1e-05,
+        "rope_scaling": {
+            "long_factor": [round(1.3 + 1.1 * j, 4) for j in range(half)],
+            "short_factor": [round(1.0 + 0.03 * j, 4) for j in range(half)],
+            "type": "longrope",
+        },
+        "rope_theta": 10000.0,
+        "sliding_window": PHI3_WINDOW,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float16",
+        "transformers_version": "4.45.0",
+        "use_cache": True,
+        "vocab_size": 103,
+    }
+
+
+def check_phi3_config_with_transformers(cfg):
+    """transformers 5's Phi3Config must read the hub layout as the forward does: original context moved into
+    rope_parameters from the top level, partial_rotary_factor there too, type longrope, no factor or
+    attention_factor (which would replace the attention factor)."""
+    import transformers
+
+    rp = transformers.Phi3Config(**{k: v for k, v in cfg.items() if k != "transformers_version"}).rope_parameters
+    assert rp["rope_type"] == "longrope", rp
+    assert rp["original_max_position_embeddings"] == cfg["original_max_position_embeddings"], rp
+    assert rp["partial_rotary_factor"] == cfg["partial_rotary_factor"], rp
+    assert rp["rope_theta"] == cfg["rope_theta"], rp
+    assert rp["long_factor"] == cfg["rope_scaling"]["long_factor"] and rp["short_factor"] == cfg["rope_scaling"]["short_factor"]
+    assert rp.get("factor") is None and rp.get("attention_factor") is None, rp
+
+
+PHI3_GGUF_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "self_attn.qkv_proj.weight": "attn_qkv.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "mlp.gate_up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+
+
+def write_phi3_gguf(path, W, c):
+    """As llama.cpp's convert_hf_to_gguf.py Phi3MiniModel writes it: its own set_gguf_parameters (context_length =
+    max_position_embeddings, rope.scaling.original_context_length, rope.dimension_count = int(partial_rotary_factor
+    * hidden) // heads, attention.sliding_window), generate_extra_tensors (rope.scaling.attn_factor =
+    sqrt(1 + ln(s) / ln(original)), rope_factors_long / rope_factors_short F32), q|k|v and gate|up kept fused in
+    HF's row order (attn_qkv, ffn_up; no permutation: phi3 ropes in NEOX mode), matrices F16, vectors F32."""
+    H = c["num_attention_heads"]
+    orig, mpe = c["original_max_position_embeddings"], c["max_position_embeddings"]
+    scale = mpe / orig
+    w = gguf.GGUFWriter(path, "phi3")
+    w.add_name("tiny random phi3")
+    w.add_context_length(mpe)
+    w.add_rope_scaling_orig_ctx_len(orig)
+    w.add_embedding_length(c["hidden_size"])
+    w.add_feed_forward_length(c["intermediate_size"])
+    w.add_block_count(c["num_hidden_layers"])
+    w.add_head_count(H)
+    w.add_head_count_kv(c["num_key_value_heads"])
+    w.add_layer_norm_rms_eps(c["rms_norm_eps"])
+    w.add_rope_dimension_count(int(c["partial_rotary_factor"] * c["hidden_size"]) // H)
+    w.add_rope_freq_base(c["rope_theta"])
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    w.add_sliding_window(c["sliding_window"] or 0)
+    w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0)
+    w.add_bos_token_id(c["bos_token_id"])
+    w.add_eos_token_id(c["eos_token_id"])
+
+    def put(name, arr):
+        arr = arr.astype(np.float16) if arr.ndim == 2 else arr.astype(np.float32)
+        w.add_tensor(name, np.ascontiguousarray(arr))
+
+    rs = c["rope_scaling"]
+    put("rope_factors_long.weight", np.array(rs["long_factor"], dtype=np.float32))
+    put("rope_factors_short.weight", np.array(rs["short_factor"], dtype=np.float32))
+    put("token_embd.weight", W["model.embed_tokens.weight"])
+    for i in range(c["num_hidden_layers"]):
+        for hf, gg in PHI3_GGUF_NAMES.items():
+            put(f"blk.{i}.{gg}", W[f"model.layers.{i}.{hf}"])
+    put("output_norm.weight", W["model.norm.weight"])
+    put("output.weight", W["lm_head.weight"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def read_phi3_gguf(path):
+    """The GGUF back to HF names and a Phi-3 config built from its metadata alone (as llama.cpp reads it: head_dim
+    = hidden / heads, rotated dims from rope.dimension_count, the factor tensors, the attention factor key)."""
+    r = gguf.GGUFReader(path)
+    kv = {f.name: f.contents() for f in r.fields.values()}
+    a = lambda k: kv[f"phi3.{k}"]
+    assert kv["general.architecture"] == "phi3"
+    back = {v: k for k, v in PHI3_GGUF_NAMES.items()}
+    W, rf = {}, {}
+    for t in r.tensors:
+        arr = np.array(t.data, dtype=np.float32).reshape([int(x) for x in reversed(t.shape.tolist())])
+        n = t.name
+        if n.startswith("rope_factors_"):
+            rf[n.split("_")[2].split(".")[0]] = [float(x) for x in arr]
+        elif n == "token_embd.weight":
+            W["model.embed_tokens.weight"] = arr
+        elif n == "output_norm.weight":
+            W["model.norm.weight"] = arr
+        elif n == "output.weight":
+            W["lm_head.weight"] = arr
+        else:
+            _, i, rest = n.split(".", 2)
+            W[f"model.layers.{i}.{back[rest]}"] = arr
+    hidden, H = a("embedding_length"), a("attention.head_count")
+    rot = a("rope.dimension_count")
+    c = {
+        "hidden_size": hidden,
+        "intermediate_size": a("feed_forward_length"),
+        "num_hidden_layers": a("block_count"),
+        "num_attention_heads": H,
+        "num_key_value_heads": a("attention.head_count_kv"),
+        "rms_norm_eps": a("attention.layer_norm_rms_epsilon"),
+        "rope_theta": a("rope.freq_base"),
+        "partial_rotary_factor": rot / (hidden // H),
+        "max_position_embeddings": a("context_length"),
+        "original_max_position_embeddings": a("rope.scaling.original_context_length"),
+        "rope_scaling": {"type": "longrope", "long_factor": rf["long"], "short_factor": rf["short"]},
+        "sliding_window": a("attention.sliding_window") or None,
+        "hidden_act": "silu",
+        "tie_word_embeddings": "lm_head.weight" not in W,
+    }
+    return W, c, a("rope.scaling.attn_factor")
+
+
 # --------------------------------------------------------------------------------------------------------------
 # fixtures
 # --------------------------------------------------------------------------------------------------------------
@@ -863,12 +1120,111 @@ def build(name, out):
         active = ", ".join(f"{a:.2f}" for a in ROUTER_ACTIVE)
         notes.append(f"{ffn_type_desc(cfg)}; fraction of active (token, expert) pairs per layer: {active}")
         layouts = ["model.safetensors (f16) + config.json (BlockFFN's MiniCPM remote code)"]
+    elif name in ("phi3_safetensors", "phi3_gguf"):
+        return build_phi3(name, d)
     else:
         raise SystemExit(f"unknown checkpoint {name}")
     source = SOURCES[name.split("_")[0]]
     rec = record(name, cfg, dt, logits, ids, source, layouts, notes)
     write_json(os.path.join(d, "expected.json"), rec)
     return rec
+
+
+def build_phi3(name, d):
+    """Both Phi-3 checkpoints: expected.json for 24 tokens (past the original context of 16: long factors) and
+    expected_short.json for the first 16 (within it: short factors)."""
+    W = make_phi3_weights()
+    cfg = phi3_config()
+    check_phi3_config_with_transformers(cfg)
+    ids = tokens_for(cfg["vocab_size"], PHI3_LONG_TOKENS)
+    short_ids = ids[:PHI3_SHORT_TOKENS]
+    if name == "phi3_safetensors":
+        write_json(os.path.join(d, "config.json"), cfg)
+        write_safetensors(os.path.join(d, "model.safetensors"), W, np.float16)
+        Wf, c = load_hf(d), cfg
+        layouts = ["model.safetensors (f16) + config.json (the layout Phi-3-mini-128k / Phi-4-mini ship: "
+                   "rope_scaling type longrope, original_max_position_embeddings at the top level, "
+                   "partial_rotary_factor, sliding_window)"]
+        store, extra = cfg, []
+    else:
+        path = os.path.join(d, "model.gguf")
+        write_phi3_gguf(path, W, cfg)
+        Wg, c, attn_key = read_phi3_gguf(path)
+        Wf = {k: v.astype(np.float64) for k, v in Wg.items()}
+        for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                  "num_key_value_heads", "partial_rotary_factor", "max_position_embeddings",
+                  "original_max_position_embeddings", "sliding_window", "rope_theta", "tie_word_embeddings"):
+            assert c[k] == cfg[k], (k, c[k], cfg[k])
+        assert np.allclose(c["rope_scaling"]["long_factor"], cfg["rope_scaling"]["long_factor"], rtol=1e-7)
+        assert np.allclose(c["rope_scaling"]["short_factor"], cfg["rope_scaling"]["short_factor"], rtol=1e-7)
+        _, attn, _ = phi3_rope(cfg, 1)
+        assert abs(attn_key - attn) < 1e-6, (attn_key, attn)
+        c["rope_scaling"]["attention_factor_key"] = attn_key
+        hf_long, _ = forward_phi3(load_weights64(W), cfg, ids)
+        hf_short, _ = forward_phi3(load_weights64(W), cfg, short_ids)
+        layouts = ["model.gguf (F16 matrices, F32 vectors) as llama.cpp's Phi3MiniModel writes it: attn_qkv and "
+                   "ffn_up fused in HF's row order, rope_factors_long/short.weight, phi3.rope.scaling.attn_factor, "
+                   "phi3.rope.scaling.original_context_length, phi3.attention.sliding_window"]
+        store, extra = {"gguf_metadata_as_config": c, "hf_config": cfg}, [hf_long, hf_short]
+    logits, which = forward_phi3(Wf, c, ids)
+    short_logits, which_short = forward_phi3(Wf, c, short_ids)
+    assert (which, which_short) == ("long", "short")
+    rs = c["rope_scaling"]
+    swap = lambda key, other: dict(c, rope_scaling=dict(rs, **{key: rs[other]}))
+    slips = [
+        ("short_factor at 24 tokens", forward_phi3(Wf, swap("long_factor", "short_factor"), ids)[0] - logits),
+        ("no sliding window (llama.cpp's phi3 disables SWA on load)", forward_phi3(Wf, c, ids, window=None)[0] - logits),
+        (f"a window of {PHI3_WINDOW + 1}", forward_phi3(Wf, c, ids, window=PHI3_WINDOW + 1)[0] - logits),
+        ("attention factor 1", forward_phi3(Wf, dict(c, max_position_embeddings=PHI3_ORIGINAL), ids)[0] - logits),
+    ]
+    slips_short = [
+        ("long_factor at 16 tokens", forward_phi3(Wf, swap("short_factor", "long_factor"), short_ids)[0] - short_logits),
+    ]
+    moved = lambda xs: "; ".join(f"{n}: {np.abs(x).max():.3g}" for n, x in xs)
+    # What a runtime that switches factors by position would give for the first 16 positions of the long run.
+    prefix = float(np.abs(logits[:PHI3_SHORT_TOKENS] - short_logits).max())
+    rule = {
+        "original_max_position_embeddings": PHI3_ORIGINAL,
+        "transformers": "modeling_rope_utils.py dynamic_rope_update / longrope_frequency_update: per forward call, "
+        "long_factor if max(position_ids) + 1 > original_max_position_embeddings, else short_factor (the inverse "
+        "frequencies of _compute_longrope_parameters; its attention factor comes from max_position_embeddings / "
+        "original and does not switch); a cache is not re-rotated, so Phi3ForCausalLM.prepare_inputs_for_generation "
+        "drops it when the input first passes the original length",
+        "llama_cpp": "src/llama-model.cpp get_rope_factors(cparams, il) up to recent versions: long factors when the "
+        "context's per-sequence size (n_ctx_seq, earlier n_ctx / n_seq_max) > n_ctx_orig_yarn "
+        "(phi3.rope.scaling.original_context_length), fixed for the context; the newest source seen "
+        "(get_rope_factors(cparams, pos_max, il), called from src/models/phi3.cpp) switches per batch when its "
+        "largest position >= n_ctx_orig_yarn",
+        "engine": "once per session from the KV-cache size: long when max_ctx > original (llama.cpp's session rule)",
+        "this_fixture": "logits of one forward over all tokens: expected.json has 24 tokens (> 16: long_factor under "
+        "transformers' rule, and under llama.cpp's / the engine's with the test's cache of 64); expected_short.json "
+        "has the first 16 (<= 16: short_factor under transformers' rule, and under llama.cpp's / the engine's with a "
+        "cache of 16); every rule agrees on both",
+        "position_rule_difference": f"a runtime switching by position (newest llama.cpp, transformers with a cache "
+        f"kept across the switch) would give positions 0..15 of the 24-token run with short factors: the logits there "
+        f"differ from expected.json by up to {prefix:.3g}",
+    }
+    out = {}
+    for fname, toks, lg, which_, sl, ex in (
+        ("expected.json", ids, logits, which, slips, extra[:1]),
+        ("expected_short.json", short_ids, short_logits, which_short, slips_short, extra[1:]),
+    ):
+        notes = [f"longrope: {which_}_factor (sequence of {len(toks)} against an original context of {PHI3_ORIGINAL}); "
+                 f"attention factor {phi3_rope(c, 1)[1]:.6g}; rotated dims {len(rs['long_factor']) * 2} of "
+                 f"{c['hidden_size'] // c['num_attention_heads']}; sliding window {PHI3_WINDOW} on both layers",
+                 f"convention slips move the logits by up to: {moved(sl)}"]
+        if ex:
+            notes.append("the forward on the GGUF (its metadata and f32 factor tensors as config) against the one on "
+                         f"the HF files: max |diff| {np.abs(ex[0] - lg).max():.3g}")
+        rec = record(name, store, np.float16, lg, toks, SOURCES["phi3"], layouts, notes)
+        rec["longrope"] = dict(rule, factors_used=f"{which_}_factor")
+        write_json(os.path.join(d, fname), rec)
+        out[fname] = rec
+    return out["expected.json"]
+
+
+def load_weights64(W):
+    return {k: v.astype(np.float64) for k, v in W.items()}
 
 
 def ffn_type_desc(cfg):
@@ -884,9 +1240,13 @@ SOURCES = {
     "gemma3": "transformers models/gemma3/modeling_gemma3.py, configuration_gemma3.py, masking_utils.py",
     "minicpm4": "openbmb MiniCPM4 modeling_minicpm.py (MiniCPMLongRoPE, MiniCPMDecoderLayer, MiniCPMForCausalLM)",
     "blockffn": "thunlp/BlockFFN pretrain/bmt_to_hf/modeling_minicpm.py (BlockMLP, MiniCPMDecoderLayer)",
+    "phi3": "transformers models/phi3/modeling_phi3.py, configuration_phi3.py, modeling_rope_utils.py "
+    "(_compute_longrope_parameters, dynamic_rope_update), masking_utils.py; llama.cpp convert_hf_to_gguf.py "
+    "(Phi3MiniModel), src/models/phi3.cpp, src/llama-model.cpp (get_rope_factors)",
 }
 
-NAMES = ["llama", "qwen2", "qwen3", "gemma3", "minicpm4", "blockffn_block_rms", "blockffn_linear_sum"]
+NAMES = ["llama", "qwen2", "qwen3", "gemma3", "minicpm4", "blockffn_block_rms", "blockffn_linear_sum", "phi3_safetensors",
+         "phi3_gguf"]
 
 
 def main():
