@@ -249,6 +249,12 @@ fn gguf_rope_keys_are_read_or_refused() {
             ..
         }
     ));
+    // A sliding window of 0 is none (an error for Llama, which has no windows here, only when it is set).
+    write(&path, &[("llama.attention.sliding_window", Value::U32(0))], None);
+    assert!(LlamaConfig::from_gguf(&GgufFile::open(&path).unwrap())
+        .unwrap()
+        .sliding
+        .is_none());
     write(&path, &[("llama.rope.scaling.type", Value::String("su".into()))], None);
     let e = LlamaConfig::from_gguf(&GgufFile::open(&path).unwrap())
         .unwrap_err()

@@ -288,7 +288,9 @@ impl LlamaConfig {
             l.fixed_ctx = Some(context);
         }
         let gemma = arch == Arch::Gemma3;
-        let sliding = match f.get_opt::<u64>(&key("attention.sliding_window"))? {
+        // A window of 0 is none (llama.cpp's converter writes 0 for Phi-3 models without one).
+        let window = f.get_opt::<u64>(&key("attention.sliding_window"))?.filter(|&w| w > 0);
+        let sliding = match window {
             // llama.cpp's gemma3: every 6th layer global, local layers at base 10000 without scaling.
             Some(w) if gemma => Some(SlidingWindow {
                 window: w as usize,
@@ -654,7 +656,11 @@ fn hf_sliding(
     n_layers: usize,
     rope: &HfRope,
 ) -> Result<Option<SlidingWindow>> {
-    let window = match v.get("sliding_window").filter(|w| !w.is_null()) {
+    // null, absent or 0: no window (transformers tests the value's truth).
+    let window = match v
+        .get("sliding_window")
+        .filter(|w| !w.is_null() && w.as_u64() != Some(0))
+    {
         None => {
             if arch == Arch::Gemma3 {
                 return Err(bad(path, "a Gemma 3 config needs sliding_window"));
