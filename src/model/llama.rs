@@ -4,6 +4,8 @@
 
 use super::blockffn::BlockFfn;
 use super::config::{Arch, LlamaConfig};
+pub use super::names::Names;
+use super::names::Role;
 use super::rope_scaling::RopeSession;
 use super::sparse::{self, CompressedKeys};
 use super::weights::{load_vector, load_vector_with, Linear, WeightSource};
@@ -11,92 +13,6 @@ use crate::error::{Error, Result};
 use crate::gpu::{DType, Gpu, GpuTensor};
 use crate::graph::{Graph, Plan, TensorId};
 use crate::ops::rope::RopeConfig;
-
-/// Tensor names of one file convention.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Names {
-    /// llama.cpp's: `blk.0.attn_q.weight`.
-    Gguf,
-    /// transformers': `model.layers.0.self_attn.q_proj.weight`.
-    Hf,
-}
-
-/// Weights of one layer.
-#[derive(Clone, Copy)]
-enum W {
-    AttnNorm,
-    Q,
-    K,
-    V,
-    O,
-    QBias,
-    KBias,
-    VBias,
-    QNorm,
-    KNorm,
-    FfnNorm,
-    Gate,
-    Up,
-    Down,
-    PostAttnNorm,
-    PostFfnNorm,
-}
-
-impl Names {
-    /// The name of weight `w` of layer `i` for architecture `arch` (Gemma's HF names its norms apart).
-    fn layer_of(self, arch: Arch, i: usize, w: W) -> String {
-        let gemma_hf = |h: &str| format!("model.layers.{i}.{h}");
-        match (self, arch, w) {
-            (Names::Hf, Arch::Gemma3, W::FfnNorm) => gemma_hf("pre_feedforward_layernorm.weight"),
-            (Names::Hf, Arch::Gemma3, W::PostAttnNorm) => gemma_hf("post_attention_layernorm.weight"),
-            (Names::Hf, Arch::Gemma3, W::PostFfnNorm) => gemma_hf("post_feedforward_layernorm.weight"),
-            _ => self.layer(i, w),
-        }
-    }
-
-    fn layer(self, i: usize, w: W) -> String {
-        let (g, h) = match w {
-            W::AttnNorm => ("attn_norm.weight", "input_layernorm.weight"),
-            W::Q => ("attn_q.weight", "self_attn.q_proj.weight"),
-            W::K => ("attn_k.weight", "self_attn.k_proj.weight"),
-            W::V => ("attn_v.weight", "self_attn.v_proj.weight"),
-            W::O => ("attn_output.weight", "self_attn.o_proj.weight"),
-            W::QBias => ("attn_q.bias", "self_attn.q_proj.bias"),
-            W::KBias => ("attn_k.bias", "self_attn.k_proj.bias"),
-            W::VBias => ("attn_v.bias", "self_attn.v_proj.bias"),
-            W::QNorm => ("attn_q_norm.weight", "self_attn.q_norm.weight"),
-            W::KNorm => ("attn_k_norm.weight", "self_attn.k_norm.weight"),
-            W::FfnNorm => ("ffn_norm.weight", "post_attention_layernorm.weight"),
-            W::Gate => ("ffn_gate.weight", "mlp.gate_proj.weight"),
-            W::Up => ("ffn_up.weight", "mlp.up_proj.weight"),
-            W::Down => ("ffn_down.weight", "mlp.down_proj.weight"),
-            W::PostAttnNorm => ("post_attention_norm.weight", "post_attention_norm.weight"),
-            W::PostFfnNorm => ("post_ffw_norm.weight", "post_feedforward_layernorm.weight"),
-        };
-        match self {
-            Names::Gguf => format!("blk.{i}.{g}"),
-            Names::Hf => format!("model.layers.{i}.{h}"),
-        }
-    }
-    fn embed(self) -> &'static str {
-        match self {
-            Names::Gguf => "token_embd.weight",
-            Names::Hf => "model.embed_tokens.weight",
-        }
-    }
-    fn norm(self) -> &'static str {
-        match self {
-            Names::Gguf => "output_norm.weight",
-            Names::Hf => "model.norm.weight",
-        }
-    }
-    fn head(self) -> &'static str {
-        match self {
-            Names::Gguf => "output.weight",
-            Names::Hf => "lm_head.weight",
-        }
-    }
-}
 
 /// The FFN's input projections: one stacked matmul (`[2 * ffn, hidden]`, gate rows then up rows) when both are
 /// stored alike, which saves a dispatch per layer; else two.
@@ -223,49 +139,53 @@ impl Llama {
         let optional = |name: String, len: usize| -> Result<Option<GpuTensor>> {
             src.tensor(&name)?.map(|t| load_vector(gpu, &t, len)).transpose()
         };
-        let embed = linear(names.embed().into(), c.vocab, c.hidden)?;
+        let embed = linear(names.of(c.arch, Role::Embed, None), c.vocab, c.hidden)?;
         let head = if c.tie_embeddings {
             None
         } else {
-            Some(linear(names.head().into(), c.vocab, c.hidden)?)
+            Some(linear(names.of(c.arch, Role::Head, None), c.vocab, c.hidden)?)
         };
         let mut layers = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {
             progress(i, c.n_layers);
-            let n = |w| names.layer_of(c.arch, i, w);
+            let n = |role| names.layer(c.arch, i, role);
             let with_bias = c.qkv_bias || c.arch == Arch::Qwen2;
             layers.push(Layer {
-                attn_norm: vector(n(W::AttnNorm), c.hidden)?,
-                q: linear(n(W::Q), q_dim, c.hidden)?,
-                k: linear(n(W::K), kv_dim, c.hidden)?,
-                v: linear(n(W::V), kv_dim, c.hidden)?,
-                o: linear(n(W::O), c.hidden, q_dim)?,
-                q_bias: if with_bias { optional(n(W::QBias), q_dim)? } else { None },
+                attn_norm: vector(n(Role::AttnNorm), c.hidden)?,
+                q: linear(n(Role::Q), q_dim, c.hidden)?,
+                k: linear(n(Role::K), kv_dim, c.hidden)?,
+                v: linear(n(Role::V), kv_dim, c.hidden)?,
+                o: linear(n(Role::O), c.hidden, q_dim)?,
+                q_bias: if with_bias {
+                    optional(n(Role::QBias), q_dim)?
+                } else {
+                    None
+                },
                 k_bias: if with_bias {
-                    optional(n(W::KBias), kv_dim)?
+                    optional(n(Role::KBias), kv_dim)?
                 } else {
                     None
                 },
                 v_bias: if with_bias {
-                    optional(n(W::VBias), kv_dim)?
+                    optional(n(Role::VBias), kv_dim)?
                 } else {
                     None
                 },
                 q_norm: if c.qk_norm {
-                    Some(vector(n(W::QNorm), c.head_dim)?)
+                    Some(vector(n(Role::QNorm), c.head_dim)?)
                 } else {
                     None
                 },
                 k_norm: if c.qk_norm {
-                    Some(vector(n(W::KNorm), c.head_dim)?)
+                    Some(vector(n(Role::KNorm), c.head_dim)?)
                 } else {
                     None
                 },
-                ffn_norm: vector(n(W::FfnNorm), c.hidden)?,
+                ffn_norm: vector(n(Role::FfnNorm), c.hidden)?,
                 post_norms: if c.post_norms {
                     Some((
-                        vector(n(W::PostAttnNorm), c.hidden)?,
-                        vector(n(W::PostFfnNorm), c.hidden)?,
+                        vector(n(Role::PostAttnNorm), c.hidden)?,
+                        vector(n(Role::PostFfnNorm), c.hidden)?,
                     ))
                 } else {
                     None
@@ -274,7 +194,7 @@ impl Llama {
                     Some(m) => Ffn::Block(BlockFfn::load(gpu, src, c, m, i)?),
                     None => Ffn::SwiGlu {
                         input: {
-                            let (gate, up) = (src.require(&n(W::Gate))?, src.require(&n(W::Up))?);
+                            let (gate, up) = (src.require(&n(Role::Gate))?, src.require(&n(Role::Up))?);
                             for t in [&gate, &up] {
                                 if t.shape != [c.ffn, c.hidden] {
                                     let want = format!("{}: {:?}, expected [{}, {}]", t.name, t.shape, c.ffn, c.hidden);
@@ -284,12 +204,12 @@ impl Llama {
                             match Linear::load_stacked(gpu, &format!("blk.{i}.ffn_gate_up"), &[gate, up])? {
                                 Some(l) => FfnIn::Stacked(l),
                                 None => FfnIn::Split {
-                                    gate: linear(n(W::Gate), c.ffn, c.hidden)?,
-                                    up: linear(n(W::Up), c.ffn, c.hidden)?,
+                                    gate: linear(n(Role::Gate), c.ffn, c.hidden)?,
+                                    up: linear(n(Role::Up), c.ffn, c.hidden)?,
                                 },
                             }
                         },
-                        down: linear(n(W::Down), c.hidden, c.ffn)?,
+                        down: linear(n(Role::Down), c.hidden, c.ffn)?,
                     },
                 },
             });
@@ -297,7 +217,12 @@ impl Llama {
         progress(c.n_layers, c.n_layers);
         // logits = head(norm(h) * logit): MiniCPM's logit scale folded into the norm's weight (exact when 1).
         let logit = c.mup.logit;
-        let norm = load_vector_with(gpu, &src.require(names.norm())?, c.hidden, |w| stored(w) * logit)?;
+        let norm = load_vector_with(
+            gpu,
+            &src.require(&names.of(c.arch, Role::FinalNorm, None))?,
+            c.hidden,
+            |w| stored(w) * logit,
+        )?;
         gpu.check("load")?;
         Ok(Llama {
             cfg,

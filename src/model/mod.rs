@@ -5,6 +5,7 @@ pub mod config;
 pub mod fused;
 pub mod llama;
 pub mod load;
+pub mod names;
 pub mod reference;
 pub mod rope_scaling;
 pub mod sparse;

@@ -3,6 +3,7 @@
 
 use super::config::{Arch, LlamaConfig};
 use super::llama::Names;
+use super::names::Role;
 use super::rope_scaling::RopeSession;
 use super::weights::WeightSource;
 use crate::error::Result;
@@ -101,18 +102,9 @@ pub fn logits_steps(
     let unfused = super::fused::Unfused::of(src, c, names);
     let src: &dyn WeightSource = &unfused;
     let get = |name: &str| -> Result<Vec<f32>> { src.require(name)?.to_f32() };
-    let l = |i: usize, hf: &str, gg: &str| match names {
-        Names::Hf => format!("model.layers.{i}.{hf}"),
-        Names::Gguf => format!("blk.{i}.{gg}"),
-    };
-    let pick = |hf: &str, gg: &str| {
-        if names == Names::Hf {
-            hf.to_string()
-        } else {
-            gg.to_string()
-        }
-    };
-    let embed = get(&pick("model.embed_tokens.weight", "token_embd.weight"))?;
+    let l = |i: usize, role: Role| names.layer(c.arch, i, role);
+    let pick = |role: Role| names.of(c.arch, role, None);
+    let embed = get(&pick(Role::Embed))?;
     let n = ids.len();
     let mut h: Vec<Vec<f32>> = ids
         .iter()
@@ -142,39 +134,36 @@ pub fn logits_steps(
     };
     let get_norm = |name: &str| -> Result<Vec<f32>> { Ok(get(name)?.iter().map(|w| w + shift).collect()) };
     let glu = c.ffn_act;
-    let gemma = c.arch == Arch::Gemma3;
     for i in 0..c.n_layers {
         let (theta, scaling) = c.layer_rope(i);
         let rs = scaling.session(theta, c.rope_dim, max_ctx);
         let window = c.layer_window(i);
-        let wq = get(&l(i, "self_attn.q_proj.weight", "attn_q.weight"))?;
-        let wk = get(&l(i, "self_attn.k_proj.weight", "attn_k.weight"))?;
-        let wv = get(&l(i, "self_attn.v_proj.weight", "attn_v.weight"))?;
-        let wo = get(&l(i, "self_attn.o_proj.weight", "attn_output.weight"))?;
-        let bq = opt(l(i, "self_attn.q_proj.bias", "attn_q.bias"))?;
-        let bk = opt(l(i, "self_attn.k_proj.bias", "attn_k.bias"))?;
-        let bv = opt(l(i, "self_attn.v_proj.bias", "attn_v.bias"))?;
-        let qn = opt(l(i, "self_attn.q_norm.weight", "attn_q_norm.weight"))?;
-        let kn = opt(l(i, "self_attn.k_norm.weight", "attn_k_norm.weight"))?;
-        let an = get_norm(&l(i, "input_layernorm.weight", "attn_norm.weight"))?;
-        let (fnw, post) = if gemma {
-            let post_attn = get_norm(&l(i, "post_attention_layernorm.weight", "post_attention_norm.weight"))?;
-            let post_ffn = get_norm(&l(i, "post_feedforward_layernorm.weight", "post_ffw_norm.weight"))?;
-            let pre_ffn = get_norm(&l(i, "pre_feedforward_layernorm.weight", "ffn_norm.weight"))?;
-            (pre_ffn, Some((post_attn, post_ffn)))
+        let wq = get(&l(i, Role::Q))?;
+        let wk = get(&l(i, Role::K))?;
+        let wv = get(&l(i, Role::V))?;
+        let wo = get(&l(i, Role::O))?;
+        let bq = opt(l(i, Role::QBias))?;
+        let bk = opt(l(i, Role::KBias))?;
+        let bv = opt(l(i, Role::VBias))?;
+        let qn = opt(l(i, Role::QNorm))?;
+        let kn = opt(l(i, Role::KNorm))?;
+        let an = get_norm(&l(i, Role::AttnNorm))?;
+        let fnw = get_norm(&l(i, Role::FfnNorm))?;
+        let post = if c.post_norms {
+            Some((
+                get_norm(&l(i, Role::PostAttnNorm))?,
+                get_norm(&l(i, Role::PostFfnNorm))?,
+            ))
         } else {
-            (
-                get_norm(&l(i, "post_attention_layernorm.weight", "ffn_norm.weight"))?,
-                None,
-            )
+            None
         };
         // The FFN of one normed token: SwiGLU, or BlockFFN's experts.
         let ffn: TokenFn = match &c.moe {
             Some(m) => Box::new(super::blockffn::reference(src, c, m, i)?),
             None => {
-                let wg = get(&l(i, "mlp.gate_proj.weight", "ffn_gate.weight"))?;
-                let wu = get(&l(i, "mlp.up_proj.weight", "ffn_up.weight"))?;
-                let wd = get(&l(i, "mlp.down_proj.weight", "ffn_down.weight"))?;
+                let wg = get(&l(i, Role::Gate))?;
+                let wu = get(&l(i, Role::Up))?;
+                let wd = get(&l(i, Role::Down))?;
                 let (ffn, hidden) = (c.ffn, c.hidden);
                 Box::new(move |x: &[f32]| {
                     let (g, u) = (matvec(&wg, x, ffn), matvec(&wu, x, ffn));
@@ -281,8 +270,8 @@ pub fn logits_steps(
             h[p].iter_mut().zip(&d).for_each(|(a, b)| *a += b * c.mup.residual);
         }
     }
-    let norm = get_norm(&pick("model.norm.weight", "output_norm.weight"))?;
-    let head = match opt(pick("lm_head.weight", "output.weight"))? {
+    let norm = get_norm(&pick(Role::FinalNorm))?;
+    let head = match opt(pick(Role::Head))? {
         Some(w) if !c.tie_embeddings => w,
         _ => embed,
     };

@@ -13,27 +13,7 @@ use crate::ops::rope::RopeStyle;
 use crate::tokenizer::Tokenizer;
 use std::path::{Path, PathBuf};
 
-/// What a tensor is in the model.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    Embed,
-    Head,
-    FinalNorm,
-    AttnNorm,
-    Q,
-    K,
-    V,
-    O,
-    QBias,
-    KBias,
-    VBias,
-    QNorm,
-    KNorm,
-    FfnNorm,
-    Gate,
-    Up,
-    Down,
-}
+pub use crate::model::names::Role;
 
 /// Per-layer roles in the order a layer runs them (and llama.cpp writes them).
 pub const LAYER_ROLES: [Role; 14] = [
@@ -53,39 +33,6 @@ pub const LAYER_ROLES: [Role; 14] = [
     Role::Down,
 ];
 
-impl Role {
-    /// (GGUF name, Hugging Face name), without the layer prefix for per-layer roles.
-    fn names(self) -> (&'static str, &'static str) {
-        match self {
-            Role::Embed => ("token_embd.weight", "model.embed_tokens.weight"),
-            Role::Head => ("output.weight", "lm_head.weight"),
-            Role::FinalNorm => ("output_norm.weight", "model.norm.weight"),
-            Role::AttnNorm => ("attn_norm.weight", "input_layernorm.weight"),
-            Role::Q => ("attn_q.weight", "self_attn.q_proj.weight"),
-            Role::K => ("attn_k.weight", "self_attn.k_proj.weight"),
-            Role::V => ("attn_v.weight", "self_attn.v_proj.weight"),
-            Role::O => ("attn_output.weight", "self_attn.o_proj.weight"),
-            Role::QBias => ("attn_q.bias", "self_attn.q_proj.bias"),
-            Role::KBias => ("attn_k.bias", "self_attn.k_proj.bias"),
-            Role::VBias => ("attn_v.bias", "self_attn.v_proj.bias"),
-            Role::QNorm => ("attn_q_norm.weight", "self_attn.q_norm.weight"),
-            Role::KNorm => ("attn_k_norm.weight", "self_attn.k_norm.weight"),
-            Role::FfnNorm => ("ffn_norm.weight", "post_attention_layernorm.weight"),
-            Role::Gate => ("ffn_gate.weight", "mlp.gate_proj.weight"),
-            Role::Up => ("ffn_up.weight", "mlp.up_proj.weight"),
-            Role::Down => ("ffn_down.weight", "mlp.down_proj.weight"),
-        }
-    }
-
-    /// The decoder's linear layers (what GPTQ quantizes).
-    pub fn is_linear(self) -> bool {
-        matches!(
-            self,
-            Role::Q | Role::K | Role::V | Role::O | Role::Gate | Role::Up | Role::Down
-        )
-    }
-}
-
 /// One tensor of the model: a role, in layer `layer` for per-layer roles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ModelTensor {
@@ -94,14 +41,10 @@ pub struct ModelTensor {
 }
 
 impl ModelTensor {
+    /// The tensor's name in `names`. `quantize` runs only architectures named as the Llama family (it refuses Gemma
+    /// 3 and Phi-3), so the Llama names serve.
     pub fn name(&self, names: Names) -> String {
-        let (g, h) = self.role.names();
-        match (self.layer, names) {
-            (None, Names::Gguf) => g.into(),
-            (None, Names::Hf) => h.into(),
-            (Some(i), Names::Gguf) => format!("blk.{i}.{g}"),
-            (Some(i), Names::Hf) => format!("model.layers.{i}.{h}"),
-        }
+        names.of(Arch::Llama, self.role, self.layer)
     }
 }
 
