@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::tiny::{write_gguf, write_gguf_chat, write_hf_chat, Tiny};
+use common::tiny::{to_interleaved, write_gguf, write_gguf_chat, write_hf_chat, Tiny};
 use shaderlm::generate::Generator;
 use shaderlm::gpu::{Gpu, GpuOptions};
 use shaderlm::loader::gguf::{GgufFile, Value};
@@ -64,22 +64,6 @@ fn fails_with(out: &Output, needles: &[&str]) {
 
 fn p(path: &Path) -> &str {
     path.to_str().unwrap()
-}
-
-/// llama.cpp's converter's q/k row order, applied to rotate-half rows: within each head of `hd` rows, rotate-half
-/// row `i * hd / 2 + j` goes to row `2j + i` (written here from the converter's reshape-and-swap description).
-fn to_interleaved(w: &[f32], heads: usize, cols: usize) -> Vec<f32> {
-    let hd = w.len() / cols / heads;
-    let mut out = vec![0f32; w.len()];
-    for h in 0..heads {
-        for i in 0..2 {
-            for j in 0..hd / 2 {
-                let (src, dst) = (h * hd + i * hd / 2 + j, h * hd + 2 * j + i);
-                out[dst * cols..(dst + 1) * cols].copy_from_slice(&w[src * cols..(src + 1) * cols]);
-            }
-        }
-    }
-    out
 }
 
 /// The inverse of [`to_interleaved`].

@@ -11,7 +11,6 @@ use shaderlm::gpu::{Gpu, GpuOptions};
 use shaderlm::model::load::open;
 use shaderlm::model::Names;
 use shaderlm::quant::quantize_model::source::Source;
-use std::collections::HashMap;
 use std::path::Path;
 
 /// As tests/golden.rs (the f32 weights here are the very values the GGUF's blocks decode to).
@@ -29,23 +28,15 @@ fn write_dir(dir: &Path) {
         std::fs::copy(root.join("tests/fixtures/smollm2-hf").join(f), dir.join(f)).unwrap();
     }
     let src = Source::open(&gguf).unwrap();
-    let tensors: Vec<(String, Vec<usize>, Vec<u8>)> = src
+    let tensors: Vec<(String, Vec<usize>, Vec<f32>)> = src
         .tensors()
         .iter()
         .map(|t| {
             let (shape, v) = src.read(t, Names::Hf).unwrap();
-            (t.name(Names::Hf), shape, bytemuck::cast_slice(&v).to_vec())
+            (t.name(Names::Hf), shape, v)
         })
         .collect();
-    let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
-        .iter()
-        .map(|(n, s, b)| {
-            let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).unwrap();
-            (n.clone(), view)
-        })
-        .collect();
-    let meta: HashMap<String, String> = [("format".to_string(), "pt".to_string())].into();
-    safetensors::serialize_to_file(views, Some(meta), &dir.join("model.safetensors")).unwrap();
+    common::tiny::write_safetensors(&dir.join("model.safetensors"), &tensors, false);
     let tok = src.tokenizer().unwrap();
     std::fs::write(dir.join("tokenizer.json"), tok.to_json().unwrap()).unwrap();
     let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap();

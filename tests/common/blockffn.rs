@@ -7,7 +7,6 @@
 #![allow(dead_code)]
 
 use super::tiny::{random, weights, write_hf_chat, Tiny};
-use std::collections::HashMap;
 use std::path::Path;
 
 pub const EXPERTS: usize = 12;
@@ -63,18 +62,6 @@ pub fn write_blockffn(dir: &Path, seed: u64, ffn_type: &str, norm: &str) -> Tiny
         tensors.push((name("up_proj"), up_shape, random(s + 2, e * de * h, 0.3)));
         tensors.push((name("down_proj"), down_shape, random(s + 3, e * de * h, 0.3)));
     }
-    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
-        .into_iter()
-        .map(|(n, s, v)| (n, s, v.iter().flat_map(|x| x.to_le_bytes()).collect()))
-        .collect();
-    let views: Vec<(String, safetensors::tensor::TensorView)> = bytes
-        .iter()
-        .map(|(n, s, b)| {
-            let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).unwrap();
-            (n.clone(), view)
-        })
-        .collect();
-    let meta: HashMap<String, String> = [("format".to_string(), "pt".to_string())].into();
-    safetensors::serialize_to_file(views, Some(meta), &dir.join("model.safetensors")).unwrap();
+    super::tiny::write_safetensors(&dir.join("model.safetensors"), &tensors, false);
     t
 }

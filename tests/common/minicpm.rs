@@ -84,20 +84,7 @@ pub fn write_minicpm_gguf(path: &Path, t: &Tiny, seed: u64) {
         .unwrap();
     w.add_tensor("rope_factors_long.weight", &[long.len()], GgmlType::F32, &long)
         .unwrap();
-    // llama.cpp's LlamaModel.permute: rows (head, 2, head_dim / 2) -> (head, head_dim / 2, 2).
-    let permute = |v: &[f32], heads: usize| -> Vec<f32> {
-        let (hd, cols) = (t.head_dim, t.hidden);
-        let mut out = vec![0f32; v.len()];
-        for h in 0..heads {
-            for j in 0..2 {
-                for i in 0..hd / 2 {
-                    let (from, to) = (h * hd + j * hd / 2 + i, h * hd + 2 * i + j);
-                    out[to * cols..(to + 1) * cols].copy_from_slice(&v[from * cols..(from + 1) * cols]);
-                }
-            }
-        }
-        out
-    };
+    let permute = |v: &[f32], heads: usize| super::tiny::to_interleaved(v, heads, t.hidden);
     for (_, gg, shape, v) in super::tiny::weights(t, seed) {
         let v = if gg.ends_with("attn_q.weight") {
             permute(&v, t.heads)

@@ -374,15 +374,21 @@ pub fn write_hf(dir: &Path, t: &Tiny, seed: u64, half: bool) {
             (hf, gg, shape, v)
         })
         .collect();
-    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = ws
-        .into_iter()
-        .map(|(hf, _, shape, v)| {
-            let b = if half {
+    let ws: Vec<(String, Vec<usize>, Vec<f32>)> = ws.into_iter().map(|(hf, _, shape, v)| (hf, shape, v)).collect();
+    write_safetensors(&dir.join("model.safetensors"), &ws, half);
+}
+
+/// `tensors` (name, shape, values) as a safetensors file the way transformers saves one (`format: pt`), in f16 when
+/// `half`, else f32.
+pub fn write_safetensors(path: &Path, tensors: &[(String, Vec<usize>, Vec<f32>)], half: bool) {
+    let bytes: Vec<Vec<u8>> = tensors
+        .iter()
+        .map(|(_, _, v)| {
+            if half {
                 v.iter().flat_map(|x| half::f16::from_f32(*x).to_le_bytes()).collect()
             } else {
                 v.iter().flat_map(|x| x.to_le_bytes()).collect()
-            };
-            (hf, shape, b)
+            }
         })
         .collect();
     let dtype = if half {
@@ -390,9 +396,10 @@ pub fn write_hf(dir: &Path, t: &Tiny, seed: u64, half: bool) {
     } else {
         safetensors::Dtype::F32
     };
-    let views: Vec<(String, safetensors::tensor::TensorView)> = bytes
+    let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
         .iter()
-        .map(|(n, s, b)| {
+        .zip(&bytes)
+        .map(|((n, s, _), b)| {
             (
                 n.clone(),
                 safetensors::tensor::TensorView::new(dtype, s.clone(), b).unwrap(),
@@ -400,7 +407,23 @@ pub fn write_hf(dir: &Path, t: &Tiny, seed: u64, half: bool) {
         })
         .collect();
     let meta: HashMap<String, String> = [("format".to_string(), "pt".to_string())].into();
-    safetensors::serialize_to_file(views, Some(meta), &dir.join("model.safetensors")).unwrap();
+    safetensors::serialize_to_file(views, Some(meta), path).unwrap();
+}
+
+/// llama.cpp's converter's q/k row order (its `permute`), applied to rotate-half rows: within each head of `hd`
+/// rows, rotate-half row `i * hd / 2 + j` goes to row `2j + i` (written from the converter's reshape-and-swap).
+pub fn to_interleaved(w: &[f32], heads: usize, cols: usize) -> Vec<f32> {
+    let hd = w.len() / cols / heads;
+    let mut out = vec![0f32; w.len()];
+    for h in 0..heads {
+        for i in 0..2 {
+            for j in 0..hd / 2 {
+                let (src, dst) = (h * hd + i * hd / 2 + j, h * hd + 2 * j + i);
+                out[dst * cols..(dst + 1) * cols].copy_from_slice(&w[src * cols..(src + 1) * cols]);
+            }
+        }
+    }
+    out
 }
 
 /// A GGUF file as llama.cpp's converter writes a Llama-family model, with matrices in `ty`.
