@@ -57,8 +57,7 @@ REPO = golden.REPO
 MODELS = {
     "qwen2.5-coder-0.5b": {"file": "Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf", "arch": "qwen2", "dtype": "float64"},
     # 1.5B: float32 (6 GB of weights instead of 12, and several times faster on two cores).
-    "qwen2.5-coder-1.5b": {"file": "Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf", "arch": "qwen2", "dtype": "float32",
-                           "prompts": ["chat_code", "code_python", "long_1k"]},
+    "qwen2.5-coder-1.5b": {"file": "Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf", "arch": "qwen2", "dtype": "float32"},
     "gemma3-270m": {"file": "gemma-3-270m-Q4_K_M.gguf", "arch": "gemma3", "dtype": "float64"},
 }
 
