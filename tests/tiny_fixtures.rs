@@ -299,3 +299,106 @@ fn phi3_gguf(file: &str, max_ctx: usize) -> f64 {
     let label = format!("{name} {file} (cache {max_ctx})");
     check_file(name, file, &label, &f, cfg, Names::Gguf, max_ctx)
 }
+
+/// MiniCPM4 with InfLLM-v2 sparse attention active (`sparse_config`: windows 8/4 and 32/16, blocks of 16, one init
+/// block, one local block, topk 4, so 5 blocks per query; dense below 48 keys): 110 tokens in each step schedule
+/// the fixture records (dense prefill chunks then decode across dense_len; one sparse prefill then decode; sparse
+/// prefill chunks), every step's last position from `first_position` on against the numpy InfLLM-v2 of tiny.py.
+/// Same bound as the dense checkpoints: the selection itself is stable under f32 rounding (the fixture's
+/// `min_selection_margin`, the smallest relative score gap across a selection cut-off, is 1e-2, against ~1e-6
+/// rounding). The engine with sparse attention switched off must miss the fixture by more than 10x the bound, or
+/// the selection would not be exercised.
+#[test]
+fn minicpm4_infllm_v2_sparse_attention() {
+    let name = "minicpm4_sparse";
+    let d = dir(name);
+    let cfg = LlamaConfig::from_hf(&d.join("config.json"))
+        .unwrap_or_else(|e| panic!("{name}: config.json: {e} (missing fixture? run models/reference/tiny.py)"));
+    assert!(cfg.sparse.is_some(), "{name}: sparse_config not read");
+    let st = SafetensorsModel::open(&d).unwrap_or_else(|e| panic!("{name}: safetensors: {e}"));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(d.join("expected.json")).unwrap()).unwrap();
+    let tokens: Vec<u32> = v["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect();
+    let first = v["first_position"].as_u64().unwrap() as usize;
+    let logits: Vec<Vec<f32>> = v["logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect()
+        })
+        .collect();
+    assert_eq!(first + logits.len(), tokens.len());
+    let scale = v["max_abs_logit"].as_f64().unwrap().max(1.0);
+    let bound = REL_BOUND * scale;
+    let gap: Vec<f64> = v["gap"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    let argmax: Vec<u32> = v["argmax"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect();
+    let diff = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y).abs() as f64).fold(0.0, f64::max);
+    let max_ctx = 128;
+    let model = Llama::load(gpu(), &st, cfg.clone(), Names::Hf, |_, _| {}).unwrap();
+    let (mut worst, mut failures) = (0f64, Vec::new());
+    for (label, steps) in v["schedules"].as_object().unwrap() {
+        let steps: Vec<usize> = steps
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as usize)
+            .collect();
+        for (p, got, arg) in run(&model, &tokens, &steps, max_ctx) {
+            if p < first {
+                continue;
+            }
+            let (i, err) = (p - first, diff(&got, &logits[p - first]));
+            worst = worst.max(err);
+            if err > bound {
+                failures.push(format!("{label}, position {p}: max |diff| {err:.3e} > {bound:.3e}"));
+            }
+            if gap[i] > 2.0 * bound && arg != argmax[i] {
+                failures.push(format!(
+                    "{label}, position {p}: argmax {arg}, fixture {} (gap {})",
+                    argmax[i], gap[i]
+                ));
+            }
+        }
+    }
+    let mut dense_cfg = cfg;
+    dense_cfg.sparse = None;
+    let dense = Llama::load(gpu(), &st, dense_cfg, Names::Hf, |_, _| {}).unwrap();
+    let steps = vec![1; tokens.len()];
+    let apart = run(&dense, &tokens, &steps, max_ctx)
+        .iter()
+        .filter(|(p, ..)| *p >= first)
+        .map(|(p, got, _)| diff(got, &logits[p - first]))
+        .fold(0.0, f64::max);
+    eprintln!(
+        "{name}: max |engine - fixture| {worst:.3e} (bound {bound:.3e}, {:.2e} of max |logit|); dense engine misses by {apart:.3e}",
+        worst / scale
+    );
+    assert!(
+        apart > 10.0 * bound,
+        "dense attention matches the sparse fixture ({apart:.3e}): selection not exercised"
+    );
+    assert!(
+        failures.is_empty(),
+        "{name} disagrees with the fixture:\n{}",
+        failures.join("\n")
+    );
+}

@@ -318,8 +318,9 @@ def forward_phi3(W, c, ids, window="config"):
     return lin(x, head), which
 
 
-def forward_minicpm(W, c, ids):
-    """openbmb's modeling_minicpm.py (MiniCPM4) and thunlp/BlockFFN's pretrain/bmt_to_hf/modeling_minicpm.py."""
+def forward_minicpm(W, c, ids, attend_fn=None):
+    """openbmb's modeling_minicpm.py (MiniCPM4) and thunlp/BlockFFN's pretrain/bmt_to_hf/modeling_minicpm.py.
+    `attend_fn(q, k, v, scale)` (rope applied) replaces dense causal attention (InfLLM-v2, `infllm_v2_attend`)."""
     hidden, L = c["hidden_size"], c["num_hidden_layers"]
     H, KV = c["num_attention_heads"], c["num_key_value_heads"]
     D = hidden // H  # MiniCPMAttention: head_dim = hidden_size // num_heads
@@ -351,7 +352,12 @@ def forward_minicpm(W, c, ids):
         q = lin(h, g("self_attn.q_proj.weight")).reshape(T, H, D)
         k = lin(h, g("self_attn.k_proj.weight")).reshape(T, KV, D)
         v = lin(h, g("self_attn.v_proj.weight")).reshape(T, KV, D)
-        a = attention(q, k, v, cos, sin, 1.0 / math.sqrt(D))
+        if attend_fn is None:
+            a = attention(q, k, v, cos, sin, 1.0 / math.sqrt(D))
+        else:
+            q = q * cos[:, None, :] + rotate_half(q) * sin[:, None, :]
+            k = k * cos[:, None, :] + rotate_half(k) * sin[:, None, :]
+            a = attend_fn(q, k, v, 1.0 / math.sqrt(D))
         x = x + lin(a, g("self_attn.o_proj.weight")) * depth
         h = rmsnorm(x, g("post_attention_layernorm.weight"), eps)
         if ffn_type == "vanilla":
@@ -366,6 +372,234 @@ def forward_minicpm(W, c, ids):
 
 
 ROUTER_ACTIVE = []  # fraction of (token, expert) pairs with a nonzero router weight, per BlockMLP call
+
+
+# --------------------------------------------------------------------------------------------------------------
+# InfLLM-v2 sparse attention (MiniCPM4's sparse_config)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def n_windows(n_keys, size, stride):
+    """CompressK / calc_chunks_with_stride: only complete windows [i*stride, i*stride + size) of n_keys keys."""
+    return 0 if n_keys < size else (n_keys - size) // stride + 1
+
+
+def compress(k, size, stride):
+    """CompressK.forward: the mean of each complete window's keys, k [T, KV, D] -> [n, KV, D]."""
+    n = n_windows(k.shape[0], size, stride)
+    return np.stack([k[i * stride:i * stride + size].mean(axis=0) for i in range(n)]) if n else np.zeros((0,) + k.shape[1:])
+
+
+def logsumexp(x):
+    m = x.max()
+    return m + math.log(np.exp(x - m).sum())
+
+
+class InfLLMv2:
+    """MiniCPMInfLLMv2Attention (openbmb modeling_minicpm.py) with the infllm_v2 kernels written out in numpy.
+
+    `sparse_at[p]` says whether the step holding position p attends sparsely: the model code switches per forward
+    call, dense while kv_seq_len (position_ids.max() + 1, the step's KV length) < dense_len. Per sparse query at
+    position p, per KV head: compressed keys C1 (kernel_size / kernel_stride) and C2 (4x both) over the complete
+    windows within keys 0..=p; stage-1 scores S[i] = sum over the group's query heads of
+    exp(scale q.C1[i] - logsumexp_j(scale q.C2[j])); block b's score the max of S over C1 windows
+    b*B/stride - 1 .. b*B/stride + B/stride (max_pooling_1d, clipped to the existing windows); forced: blocks
+    < init_blocks and qb - local_blocks ..= qb (+inf in max_pooling_1d); then the best candidates until
+    topk + window_size / block_size blocks in all (block_score.topk), ids past qb dropped; then causal attention over
+    the keys of the selected blocks (infllmv2_attn_varlen_func with topk_idx)."""
+
+    def __init__(self, sc, sparse_at):
+        self.size, self.stride = sc["kernel_size"], sc["kernel_stride"]
+        self.B, self.I = sc["block_size"], sc["init_blocks"]
+        self.L = sc["window_size"] // sc["block_size"]
+        self.budget = sc["topk"] + self.L
+        self.sparse_at = sparse_at
+        self.margins = []  # relative score gap at the selection cut-off, per (layer, sparse query, KV head) that chose
+        self.chosen = []  # (p, kv head, selected blocks) where scores decided
+        self.ties = 0  # cut-offs between two blocks whose best score is one shared window
+
+    def __call__(self, q, k, v, scale):
+        T, H, D = q.shape
+        KV = k.shape[1]
+        G = H // KV
+        B, s = self.B, self.stride
+        C1 = compress(k, self.size, s)
+        C2 = compress(k, 4 * self.size, 4 * s)
+        out = np.zeros((T, H, D))
+        for p in range(T):
+            qb = p // B
+            for kh in range(KV):
+                heads = range(kh * G, (kh + 1) * G)
+                if not self.sparse_at[p]:
+                    blocks = set(range(qb + 1))
+                else:
+                    blocks = self.select(q[p, heads], C1[:n_windows(p + 1, self.size, s), kh],
+                                         C2[:n_windows(p + 1, 4 * self.size, 4 * s), kh], qb, scale, p, kh)
+                keys = [j for j in range(p + 1) if j // B in blocks]
+                for h in heads:
+                    sc = (k[keys, kh] @ q[p, h]) * scale
+                    w = np.exp(sc - sc.max())
+                    out[p, h] = (w / w.sum()) @ v[keys, kh]
+        return out.reshape(T, H * D)
+
+    def select(self, qg, c1, c2, qb, scale, p, kh):
+        forced = set(range(min(self.I, qb + 1))) | set(range(max(0, qb - self.L), qb + 1))
+        cands = [b for b in range(self.I, qb - self.L)]
+        more = self.budget - len(forced)
+        if len(cands) <= more:
+            return forced | set(cands)  # every block 0..=qb: scores cannot matter
+        assert len(c2) > 0, "C2 empty while scores decide"  # the sources' normalizer would be log(0)
+        S = np.zeros(len(c1))
+        for qh in qg:
+            S += np.exp((c1 @ qh) * scale - logsumexp((c2 @ qh) * scale))
+        per = self.B // self.stride
+
+        def best(b):  # (score, the C1 window it comes from)
+            lo, hi = max(b * per - 1, 0), min(b * per - 1 + per + 1, len(S))
+            assert hi > lo
+            i = lo + int(np.argmax(S[lo:hi]))
+            return S[i], i
+
+        # Neighbouring blocks share a C1 window (the pooling kernel is B/stride + 1 wide), so exact ties occur; they
+        # go to the lower block id (torch.topk leaves ties unspecified).
+        ranked = sorted(cands, key=lambda b: (-best(b)[0], b))
+        sel_b, rest = ranked[:more], ranked[more:]
+        if best(sel_b[-1])[0] == best(rest[0])[0]:
+            self.ties += 1
+        # Margin: the smallest relative gap across the cut-off between scores from different windows (scores from
+        # one window are equal in any implementation).
+        self.margins.append(min((best(a)[0] - best(z)[0]) / best(a)[0] for a in sel_b for z in rest
+                                if best(a)[1] != best(z)[1]))
+        sel = forced | set(sel_b)
+        self.chosen.append((p, kh, sorted(sel)))
+        return sel
+
+
+def step_sparse_flags(steps, dense_len):
+    """Per position: does its step (pos .. pos + n) attend sparsely, i.e. pos + n >= dense_len."""
+    flags, pos = [], 0
+    for n in steps:
+        flags += [pos + n >= dense_len] * n
+        pos += n
+    return flags
+
+
+MINICPM4_SPARSE = {"kernel_size": 8, "kernel_stride": 4, "block_size": 16, "init_blocks": 1, "window_size": 16,
+                   "topk": 4, "use_nope": False, "dense_len": 48}
+SPARSE_TOKENS = 110
+SPARSE_FIRST = 40  # expected.json holds positions SPARSE_FIRST..SPARSE_TOKENS-1
+
+
+def sparse_schedules():
+    """Step schedules (token counts per forward call) the fixture holds; see build_minicpm4_sparse."""
+    n = SPARSE_TOKENS
+    return {
+        "dense_prefill_then_decode": [20, 20] + [1] * (n - 40),
+        "sparse_prefill_then_decode": [90] + [1] * (n - 90),
+        "chunked_prefill": [20, 20, 20, 20, 20, 10],
+    }
+
+
+def make_minicpm4_sparse(out):
+    """MiniCPM4 with sparse_config (tiny InfLLM-v2 sizes), GQA 4/2, longrope as minicpm4; f32."""
+    hidden, L, H, KV, ffn, vocab = 128, 2, 4, 2, 128, 101
+    D = hidden // H
+    d = Draw(809)
+    W = {"model.embed_tokens.weight": d((vocab, hidden), 0.2)}
+    for i in range(L):
+        p = f"model.layers.{i}"
+        W[f"{p}.input_layernorm.weight"] = d((hidden,), 0.2, 1.0)
+        W.update(attn_weights(d, p, hidden, H, KV, D))
+        W[f"{p}.post_attention_layernorm.weight"] = d((hidden,), 0.2, 1.0)
+        W.update(mlp_weights(d, p, hidden, ffn))
+    W["model.norm.weight"] = d((hidden,), 0.2, 1.0)
+    W["lm_head.weight"] = d((vocab, hidden), 1.0)
+    half = D // 2
+    cfg = {
+        "architectures": ["MiniCPMForCausalLM"],
+        "auto_map": MINICPM_AUTO_MAP,
+        "bos_token_id": 1,
+        "eos_token_id": [2, 3],
+        "pad_token_id": 2,
+        "hidden_act": "silu",
+        "hidden_size": hidden,
+        "initializer_range": 0.1,
+        "intermediate_size": ffn,
+        "max_position_embeddings": 256,
+        "model_type": "minicpm",
+        "num_attention_heads": H,
+        "num_hidden_layers": L,
+        "num_key_value_heads": KV,
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": {
+            "rope_type": "longrope",
+            "long_factor": [round(1.0 + 0.9 * j, 4) for j in range(half)],
+            "short_factor": [round(1.0 + 0.05 * j, 4) for j in range(half)],
+            "original_max_position_embeddings": 32,
+        },
+        "rope_theta": 10000.0,
+        "scale_depth": 1.4,
+        "scale_emb": 12,
+        "dim_model_base": 16,
+        "sparse_config": MINICPM4_SPARSE,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "transformers_version": "4.46.3",
+        "use_cache": True,
+        "vocab_size": vocab,
+    }
+    d = os.path.join(out, "minicpm4_sparse")
+    write_json(os.path.join(d, "config.json"), cfg)
+    write_safetensors(os.path.join(d, "model.safetensors"), W, np.float32)
+    return cfg, np.float32
+
+
+def build_minicpm4_sparse(name, d):
+    cfg, dt = make_minicpm4_sparse(os.path.dirname(d))
+    sc = cfg["sparse_config"]
+    ids = tokens_for(cfg["vocab_size"], SPARSE_TOKENS)
+    W = load_hf(d)
+    dense = forward_minicpm(W, cfg, ids)
+    runs = {}
+    for label, steps in sparse_schedules().items():
+        att = InfLLMv2(sc, step_sparse_flags(steps, sc["dense_len"]))
+        runs[label] = (forward_minicpm(W, cfg, ids, att), att)
+    logits, att = runs["dense_prefill_then_decode"]
+    # Below (topk + window / block) blocks every block 0..=qb is selected, so a sparse step equals a dense one
+    # there and the logits do not depend on the schedule (to rounding).
+    spread = max(float(np.abs(r[0] - logits).max()) for r in runs.values())
+    assert spread < 1e-9, spread
+    first_diff = int(np.argmax(np.abs(logits - dense).max(axis=-1) > 1e-9))
+    margins = [m for _, a in runs.values() for m in a.margins]
+    ties = sum(a.ties for _, a in runs.values())
+    lo = slice(SPARSE_FIRST, SPARSE_TOKENS)
+    rec = record(name, cfg, dt, logits[lo], ids, SOURCES["minicpm4_sparse"],
+                 ["model.safetensors (f32) + config.json (MiniCPM remote code, sparse_config)"], [])
+    rec["positions"] = (f"logits[i] is the distribution after tokens[0..=p] with p = first_position + i "
+                        f"(positions {SPARSE_FIRST}..{SPARSE_TOKENS - 1})")
+    rec["first_position"] = SPARSE_FIRST
+    rec["schedules"] = sparse_schedules()
+    rec["dense_max_abs_diff"] = [round_sig(float(x)) for x in np.abs(dense - logits).max(axis=-1)[lo]]
+    rec["min_selection_margin"] = round_sig(min(margins))
+    rec["tied_cutoffs"] = ties
+    rec["notes"] = [
+        f"sparse_config {json.dumps(sc)}: budget topk + window/block = {att.budget} blocks of {att.B} "
+        f"(init {att.I}, local {att.L} and the query's own forced, the rest by score); a step attends sparsely "
+        f"when its KV length reaches dense_len. Scores decide from position {att.budget * att.B} "
+        f"(first logit differing from dense attention: position {first_diff}).",
+        f"the three schedules give the same logits (max spread {spread:.2g}); dense attention differs by up to "
+        f"{float(np.abs(dense - logits)[lo].max()):.3g} (dense_max_abs_diff per position)",
+        f"min_selection_margin: the smallest relative gap between the last selected and the first unselected "
+        f"candidate block score, between scores from different C1 windows, over every scored (layer, query, KV head) in "
+        f"all schedules ({len(margins)}): {min(margins):.3g}; {ties} cut-offs fall between two blocks whose best "
+        f"score is the window they share, an exact tie in any implementation, taken by the lower block id",
+        "chunked_prefill: the published model code does not define sparse chunks after the first (compressed_attention "
+        "numbers prefill queries from position 0 and get_compress_k then appends only the last key); the reference "
+        "applies the decode rule per position (windows complete within keys 0..=p), which its decode and one-shot "
+        "prefill paths both give.",
+    ]
+    write_json(os.path.join(d, "expected.json"), rec)
+    return rec
 
 
 def block_mlp(W, p, c, x):
@@ -1122,6 +1356,8 @@ def build(name, out):
         layouts = ["model.safetensors (f16) + config.json (BlockFFN's MiniCPM remote code)"]
     elif name in ("phi3_safetensors", "phi3_gguf"):
         return build_phi3(name, d)
+    elif name == "minicpm4_sparse":
+        return build_minicpm4_sparse(name, d)
     else:
         raise SystemExit(f"unknown checkpoint {name}")
     source = SOURCES[name.split("_")[0]]
@@ -1239,6 +1475,9 @@ SOURCES = {
     "qwen3": "transformers models/qwen3/modeling_qwen3.py, configuration_qwen3.py",
     "gemma3": "transformers models/gemma3/modeling_gemma3.py, configuration_gemma3.py, masking_utils.py",
     "minicpm4": "openbmb MiniCPM4 modeling_minicpm.py (MiniCPMLongRoPE, MiniCPMDecoderLayer, MiniCPMForCausalLM)",
+    "minicpm4_sparse": "openbmb MiniCPM4 modeling_minicpm.py (MiniCPMInfLLMv2Attention: sparse_config, CompressK, "
+    "compressed_attention, sparse_forward); OpenBMB/infllmv2_cuda_impl (infllmv2_attn_stage1, max_pooling_1d, "
+    "infllmv2_attn_varlen_func with topk_idx); InfLLM-V2, arXiv 2509.24663",
     "blockffn": "thunlp/BlockFFN pretrain/bmt_to_hf/modeling_minicpm.py (BlockMLP, MiniCPMDecoderLayer)",
     "phi3": "transformers models/phi3/modeling_phi3.py, configuration_phi3.py, modeling_rope_utils.py "
     "(_compute_longrope_parameters, dynamic_rope_update), masking_utils.py; llama.cpp convert_hf_to_gguf.py "
@@ -1246,7 +1485,7 @@ SOURCES = {
 }
 
 NAMES = ["llama", "qwen2", "qwen3", "gemma3", "minicpm4", "blockffn_block_rms", "blockffn_linear_sum", "phi3_safetensors",
-         "phi3_gguf"]
+         "phi3_gguf", "minicpm4_sparse"]
 
 
 def main():
