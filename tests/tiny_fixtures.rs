@@ -103,13 +103,16 @@ fn run(model: &Llama, tokens: &[u32], steps: &[usize], max_ctx: usize) -> Vec<(u
     };
     let mut got = Vec::new();
     let mut pos = 0;
-    let mut decode = None;
+    // Decode plans, dense and sparse: as the generator does, a step attends sparsely once its KV length reaches
+    // the model's dense_len (InfLLM-v2; never for models without a sparse_config).
+    let mut decode = [None, None];
     for &n in steps {
+        let sparse = cache.sparse_at(&model.cfg, pos + n);
         let mut fresh;
         let step = if n == 1 {
-            decode.get_or_insert_with(|| model.step(gpu, &cache, 1, out).unwrap())
+            decode[usize::from(sparse)].get_or_insert_with(|| model.step_with(gpu, &cache, 1, out, sparse).unwrap())
         } else {
-            fresh = model.step(gpu, &cache, n, out).unwrap();
+            fresh = model.step_with(gpu, &cache, n, out, sparse).unwrap();
             &mut fresh
         };
         step.plan
