@@ -29,13 +29,17 @@
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;   // [M, K/4]
 #endif
 @group(0) @binding(1) var<storage, read> wq: array<vec4<u32>>;  // [tiles, G, WB, 8] 4 rows' words
+#if K4
+@group(0) @binding(2) var<storage, read> ws: array<vec2<u32>>;  // [tiles, G, 8] 16-bit codes sc | m << 8
+#else
 #if PAIR
 @group(0) @binding(2) var<storage, read> ws: array<vec4<u32>>;  // [tiles, G, 8] (d01, d23, m01, m23) f16 pairs
 #else
 @group(0) @binding(2) var<storage, read> ws: array<vec2<u32>>;  // [tiles, G, 8] (d01, d23) f16 pairs
 #endif
-#if SUPER
-#if Q2K
+#endif
+#if FACT
+#if FACT2
 @group(0) @binding(3) var<storage, read> wd: array<vec4<u32>>;  // [tiles, G/8, 8] (d01, d23, dmin01, dmin23) f16 pairs
 #else
 @group(0) @binding(3) var<storage, read> wd: array<vec2<u32>>;  // [tiles, G/8, 8] (d01, d23) f16 pairs
@@ -148,11 +152,16 @@ fn main(
 #else
         let s = q4_word(wq[wi], x0, x4) + q4_word(wq[wi + 8u], x1, x5) + q4_word(wq[wi + 16u], x2, x6)
             + q4_word(wq[wi + 24u], x3, x7);
+#if K4
+        let kc = k4_consts(si);
+        acc += kc.d * s + kc.m * xs;
+#else
 #if MIN
         let sc = ws[si];
         acc += halves4(sc.xy) * s + halves4(sc.zw) * xs;
 #else
         acc += halves4(ws[si]) * (s - QC * xs);
+#endif
 #endif
 #endif
 #endif
