@@ -28,7 +28,7 @@ struct Params {
 @group(0) @binding(0) var<storage, read> ids: array<u32>;      // [M]
 @group(0) @binding(1) var<storage, read> wq: array<u32>;       // tiled [tiles, G, WB, 8, 4] | rows [rows, G, WB]
 @group(0) @binding(2) var<storage, read> ws: array<u32>;       // tiled [tiles, G, 8, 2 or 4] | rows [rows, ceil(G/2)]
-#if SUPER
+#if FACT
 @group(0) @binding(3) var<storage, read> wd: array<u32>;       // tiled [tiles, G/8, 8, 4 or 2] | rows Q2K [rows, G/8], Q3K [rows, ceil(G/16)]
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;  // [M, K]
 #else
@@ -137,6 +137,13 @@ fn main(
         let q = wq[((tb * WB + i) * 8u + lane) * 4u + j];
         let h = wq[((tb * WB + min(WQ, WB - 1u)) * 8u + lane) * 4u + j];
         let h2 = wq[((tb * WB + WB - 1u) * 8u + lane) * 4u + j];
+#if K4
+        let fw = (((r / 32u) * (p.groups / 8u) + b / 8u) * 8u + lane) * 4u + j / 2u;
+        let kc = k4_consts(ws[(tb * 8u + lane) * 2u + j / 2u], (j & 1u) == 1u,
+            ((wd[fw] >> (16u * (j & 1u))) & 0xffffu) | ((wd[fw + 2u] >> (16u * (j & 1u))) << 16u));
+        let d = kc.x;
+        let mn = kc.y;
+#else
 #if PAIR
         let sw = (tb * 8u + lane) * 4u + j / 2u;
         let d = half_of(ws[sw], (j & 1u) == 1u);
@@ -144,15 +151,22 @@ fn main(
 #else
         let d = half_of(ws[(tb * 8u + lane) * 2u + j / 2u], (j & 1u) == 1u);
 #endif
+#endif
 #else
         let rb = (r * p.groups + b) * WB;
         let q = wq[rb + i];
         let h = wq[rb + min(WQ, WB - 1u)];
         let h2 = wq[rb + WB - 1u];
         let sw = r * ((p.groups + 1u) / 2u) + b / 2u;
+#if K4
+        let kc = k4_consts(ws[sw], (b & 1u) == 1u, wd[r * (p.groups / 8u) + b / 8u]);
+        let d = kc.x;
+        let mn = kc.y;
+#else
         let d = half_of(ws[sw], (b & 1u) == 1u);
 #if PAIR
         let mn = half_of(wm[sw], (b & 1u) == 1u);
+#endif
 #endif
 #endif
 #if Q8

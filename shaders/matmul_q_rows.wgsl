@@ -180,9 +180,16 @@ fn main(
 #if HB2
             hq2[j] = wq[rq[j] + b * WB + WQ + 1u];
 #endif
+#if K4
+            // rs[j] = row * G/2 (G a multiple of 8): the row's factor words (G/8 of them) start at rs[j] / 4.
+            let kc = k4_consts(ws[rs[j] + sw], high, wm[(rs[j] >> 2u) + (b >> 3u)]);
+            d[j] = kc.x;
+            mn[j] = kc.y;
+#else
             d[j] = half_of(ws[rs[j] + sw], high);
 #if PAIR
             mn[j] = half_of(wm[rs[j] + sw], high);
+#endif
 #endif
         }
 #if F16

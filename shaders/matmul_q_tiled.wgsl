@@ -29,13 +29,17 @@
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;   // [M, K/4]
 #endif
 @group(0) @binding(1) var<storage, read> wq: array<vec4<u32>>;  // [tiles, G, WB, 8] 4 rows' words
+#if K4
+@group(0) @binding(2) var<storage, read> ws: array<vec2<u32>>;  // [tiles, G, 8] 16-bit codes sc | m << 8
+#else
 #if PAIR
 @group(0) @binding(2) var<storage, read> ws: array<vec4<u32>>;  // [tiles, G, 8] (d01, d23, m01, m23) f16 pairs
 #else
 @group(0) @binding(2) var<storage, read> ws: array<vec2<u32>>;  // [tiles, G, 8] (d01, d23) f16 pairs
 #endif
-#if SUPER
-#if Q2K
+#endif
+#if FACT
+#if FACT2
 @group(0) @binding(3) var<storage, read> wd: array<vec4<u32>>;  // [tiles, G/8, 8] (d01, d23, dmin01, dmin23) f16 pairs
 #else
 @group(0) @binding(3) var<storage, read> wd: array<vec2<u32>>;  // [tiles, G/8, 8] (d01, d23) f16 pairs
@@ -76,6 +80,12 @@ fn main(
     var si = tile * p.groups * 8u + lane;
     var xi = wg.z * p.xv;
     var acc = vec4<f32>(0.0);
+#if K4
+    let K4_SC_SCALE = vec4<f32>(1.0, 1.52587890625e-05, 1.0, 1.52587890625e-05);  // 1, 2^-16
+    let K4_M_SCALE = vec4<f32>(0.00390625, 5.9604644775390625e-08, 0.00390625, 5.9604644775390625e-08);  // 2^-8, 2^-24
+    var ksc = vec4<f32>(0.0);  // sum of sc * (sum q x) over the super-block's blocks so far
+    var kmn = vec4<f32>(0.0);  // sum of m * (sum x)
+#endif
     for (var g = 0u; g < p.groups; g++) {
         // The block's 8 x vectors, pre-scaled for the quant helpers (lib/quant_tiled.wgsl), and their sum(s).
         // (Written out here rather than through x_block / w_block / block_dot, which measured 5% slower for Q4.)
@@ -148,11 +158,27 @@ fn main(
 #else
         let s = q4_word(wq[wi], x0, x4) + q4_word(wq[wi + 8u], x1, x5) + q4_word(wq[wi + 16u], x2, x6)
             + q4_word(wq[wi + 24u], x3, x7);
+#if K4
+        // Q4_K: the codes times the block's sums, accumulated over a super-block, then times its factors d and dmin
+        // (the same exact products d * sc, dmin * m, summed in another order); one factor load per 8 blocks.
+        // The codes are masked in place (rows 1 and 3 in the high halves), their powers of two folded into the
+        // factors (K4_SC_SCALE, K4_M_SCALE: exact).
+        let c = ws[si].xxyy;
+        ksc += vec4<f32>(bitcast<vec4<i32>>(c & vec4<u32>(0xffu, 0xff0000u, 0xffu, 0xff0000u))) * s;
+        kmn += vec4<f32>(bitcast<vec4<i32>>(c & vec4<u32>(0xff00u, 0xff000000u, 0xff00u, 0xff000000u))) * xs;
+        if ((g & 7u) == 7u) {
+            let f = wd[((si >> 6u) << 3u) | (si & 7u)];
+            acc += (halves4(f.xy) * K4_SC_SCALE) * ksc - (halves4(f.zw) * K4_M_SCALE) * kmn;
+            ksc = vec4<f32>(0.0);
+            kmn = vec4<f32>(0.0);
+        }
+#else
 #if MIN
         let sc = ws[si];
         acc += halves4(sc.xy) * s + halves4(sc.zw) * xs;
 #else
         acc += halves4(ws[si]) * (s - QC * xs);
+#endif
 #endif
 #endif
 #endif

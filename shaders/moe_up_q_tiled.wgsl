@@ -19,6 +19,13 @@
 
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;   // [M, K/4]
 @group(0) @binding(1) var<storage, read> wq: array<vec4<u32>>;  // [tiles, G, WB, 8] 4 rows' words
+#if K4
+@group(0) @binding(2) var<storage, read> ws: array<vec2<u32>>;  // [tiles, G, 8] 16-bit codes sc | m << 8
+@group(0) @binding(3) var<storage, read> wd: array<vec4<u32>>;  // [tiles, G/8, 8] (d01, d23, dmin01, dmin23) f16 pairs
+@group(0) @binding(4) var<storage, read> r: array<f32>;         // [M, E]
+@group(0) @binding(5) var<storage, read> alist: array<u32>;    // [1 + E]
+@group(0) @binding(6) var<storage, read_write> h: array<f32>;   // [M, E*de]
+#else
 #if PAIR
 @group(0) @binding(2) var<storage, read> ws: array<vec4<u32>>;  // [tiles, G, 8] (d01, d23, m01, m23) f16 pairs
 #else
@@ -27,6 +34,7 @@
 @group(0) @binding(3) var<storage, read> r: array<f32>;         // [M, E]
 @group(0) @binding(4) var<storage, read> alist: array<u32>;    // [1 + E]
 @group(0) @binding(5) var<storage, read_write> h: array<f32>;   // [M, E*de]
+#endif
 
 #include "lib/quant_tiled.wgsl"
 

@@ -214,7 +214,7 @@ fn random_super_blocks(ty: GgmlType, n: usize, seed: u64) -> Vec<u8> {
 fn repacked_constants_are_ggml_constants_rounded_once_to_f16() {
     let eps = 2f64.powi(-11);
     let h = |b: &[u8], at: usize| f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]])) as f64;
-    for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS] {
+    for ty in [GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS] {
         // Realistic blocks (the quantizer's, weights of std 0.02) and random ones.
         let bb = pack::Format::new(ty).unwrap().block_bytes();
         let sets = [
@@ -280,6 +280,33 @@ fn repacked_constants_are_ggml_constants_rounded_once_to_f16() {
     }
 }
 
+#[test]
+fn q4_k_blocks_keep_ggml_codes_and_factors_and_dequantize_exactly() {
+    // Q4_K keeps each block's 6-bit scale and min codes and its super-block's f16 d and dmin (no rounding): the
+    // kernels form d * sc and dmin * m in f32, exactly ggml's values.
+    let ty = GgmlType::Q4_K;
+    let bb = pack::Format::new(ty).unwrap().block_bytes();
+    for raw in [
+        quant::quantize(ty, &normal(7, 64 * 256, 0.01)).unwrap(),
+        random_super_blocks(ty, 64, 3),
+    ] {
+        let b32 = blocks32(ty, &raw).unwrap();
+        assert_eq!(b32.len(), raw.len() / ty.type_size() * 8 * bb);
+        for (i, sb) in raw.chunks_exact(ty.type_size()).enumerate() {
+            for s in 0..8 {
+                let blk = &b32[(8 * i + s) * bb..];
+                let (sc, m) = q4_k::scale_min(&sb[4..16], s);
+                assert_eq!((blk[0], blk[1]), (sc, m), "super-block {i} block {s} codes");
+                assert_eq!(blk[2..6], sb[0..4], "super-block {i} block {s} factors");
+            }
+        }
+        assert_eq!(
+            dequantize_packed(ty, &raw).unwrap(),
+            quant::dequantize(ty, &raw).unwrap()
+        );
+    }
+}
+
 /// A file built item by item (no validation), with the data section padded to 32 and `data_len` zero bytes.
 fn raw_file(tensors: &[(&str, &[u64], u32)], data_len: usize) -> Vec<u8> {
     let mut b = vec![];
@@ -318,18 +345,22 @@ fn bad_k_quant_tensors_are_errors() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("multiple of 256"), "{e}");
-    // A super-block factor so large that d * sc overflows f16: the ggml values are finite (f32), the repacking
-    // for the GPU is an error, not an infinity.
+    // A super-block factor so large that d * sc overflows f16: the ggml values are finite (f32). Q4_K keeps d and
+    // the codes (the kernels multiply in f32), so it packs; Q5_K's repacking for the GPU is an error, not an
+    // infinity.
     let mut big = raw.clone();
     big[0..2].copy_from_slice(&f16(60000.0));
     assert!(quant::dequantize(GgmlType::Q4_K, &big)
         .unwrap()
         .iter()
         .all(|v| v.is_finite()));
-    let e = pack::pack(GgmlType::Q4_K, Layout::Tiled, 4, 256, &big, 1 << 20)
+    assert!(pack::pack(GgmlType::Q4_K, Layout::Tiled, 4, 256, &big, 1 << 20).is_ok());
+    let mut big5 = quant::quantize(GgmlType::Q5_K, &normal(1, 1024, 0.1)).unwrap();
+    big5[0..2].copy_from_slice(&f16(60000.0));
+    let e = pack::pack(GgmlType::Q5_K, Layout::Tiled, 4, 256, &big5, 1 << 20)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("Q4_K") && e.contains("f16"), "{e}");
+    assert!(e.contains("Q5_K") && e.contains("f16"), "{e}");
 }
 
 fn gpu() -> &'static Gpu {

@@ -4,8 +4,8 @@
 //! GEMV at the same shapes as a baseline.
 //! GB/s counts the packed weight bytes (quants, scales, mins) plus x and y. The super-block types (Q4_K, Q5_K, Q6_K,
 //! IQ4_XS), at the shapes whose K is whole 256-weight super-blocks: their packed bytes are the repacked 32-weight
-//! blocks (Q4_K 20 bytes per 32 weights, Q5_K 24, Q6_K 28, IQ4_XS 18), not the file's (18, 22, 26.25, 17); Q2_K and
-//! Q3_K read 10.5 and 14.25 (the file's 10.5 and 13.75).
+//! blocks (Q5_K 24 bytes per 32 weights, Q6_K 28, IQ4_XS 18), not the file's (22, 26.25, 17); Q2_K, Q3_K and Q4_K
+//! read 10.5, 14.25 and 18.5 (the file's 10.5, 13.75 and 18).
 
 use crate::common::{plan_of, Bench, MODELS};
 use crate::embedding_q::blocks;

@@ -40,9 +40,16 @@ fn load_word(rq: vec4<u32>, rs: vec4<u32>, wd: u32) -> Word {
 #if HB2
         w.h2[j] = wq[rq[j] + b * WB + WQ + 1u];
 #endif
+#if K4
+        // rs[j] = row * G/2 (G a multiple of 8): the row's factor words (G/8 of them) start at rs[j] / 4.
+        let kc = k4_consts(ws[rs[j] + sw], high, wm[(rs[j] >> 2u) + (b >> 3u)]);
+        w.d[j] = kc.x;
+        w.mn[j] = kc.y;
+#else
         w.d[j] = half_of(ws[rs[j] + sw], high);
 #if PAIR
         w.mn[j] = half_of(wm[rs[j] + sw], high);
+#endif
 #endif
     }
     w.xo = 8u * b + w.i;

@@ -63,6 +63,17 @@ fn q2_field(q: u32, h: u32, t: u32, i: u32) -> vec4<f32> {
 }
 #endif
 
+#if K4
+// Q4_K's constants (d * sc, -dmin * m) in f32, exact (an f16 times an integer below 64), from the scale word cw
+// holding the block's 16-bit code (sc | m << 8) in its low (high = false) or high half and the super-block factor
+// word f (d | dmin << 16, f16).
+fn k4_consts(cw: u32, high: bool, f: u32) -> vec2<f32> {
+    let c = select(cw & 0xffffu, cw >> 16u, high);
+    let df = unpack2x16float(f);
+    return vec2<f32>(df.x * f32(c & 0xffu), -(df.y * f32(c >> 8u)));
+}
+#endif
+
 // The 4 signed bytes of a Q8 word.
 fn q8_bytes(q: u32) -> vec4<f32> {
     return vec4<f32>((bitcast<vec4<i32>>(vec4<u32>(q)) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));

@@ -296,6 +296,25 @@ struct WBlock {
 #endif
 }
 
+#if K4
+// Q4_K's constants of a block of 4 rows: d * sc and -dmin * m in f32 (exact: an f16 times an integer below 64) from
+// the 16-bit codes (sc | m << 8) at index `si` of ws and the super-block factors (d01, d23, dmin01, dmin23) in wd.
+struct K4C {
+    d: vec4<f32>,
+    m: vec4<f32>,
+}
+fn k4_consts(si: u32) -> K4C {
+    let c = ws[si];
+    let code = vec4<u32>(c.x & 0xffffu, c.x >> 16u, c.y & 0xffffu, c.y >> 16u);
+    // si = (tile * G + g) * 8 + lane and G is a multiple of 8: the super-block's index is (si / 64) * 8 + lane.
+    let f = wd[((si >> 6u) << 3u) | (si & 7u)];
+    var k: K4C;
+    k.d = halves4(f.xy) * vec4<f32>(bitcast<vec4<i32>>(code & vec4<u32>(255u)));
+    k.m = -(halves4(f.zw) * vec4<f32>(bitcast<vec4<i32>>(code >> vec4<u32>(8u))));
+    return k;
+}
+#endif
+
 fn w_block(wi: u32, si: u32) -> WBlock {
     var w: WBlock;
     w.q0 = wq[wi];
@@ -316,12 +335,18 @@ fn w_block(wi: u32, si: u32) -> WBlock {
     w.h2 = w.h;
 #endif
 #endif
+#if K4
+    let kc = k4_consts(si);
+    w.d = kc.d;
+    w.m = kc.m;
+#else
 #if PAIR
     let sc = ws[si];
     w.d = halves4(sc.xy);
     w.m = halves4(sc.zw);
 #else
     w.d = halves4(ws[si]);
+#endif
 #endif
     return w;
 }

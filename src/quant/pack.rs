@@ -9,7 +9,7 @@
 //! 16 weights); see their modules. The per-block constants are the super-block factor times the sub-block code,
 //! rounded once to f16 (relative error at most 2^-11); the quants are unchanged. Device bytes per 32 weights (file
 //! bytes in brackets): Q4_0 18 (18), Q4_1 20 (20), Q5_0 22 (22), Q5_1 24 (24), Q8_0 34 (34), IQ4_NL 18 (18), Q4_K
-//! 20 (18: 1.11x), Q5_K 24 (22: 1.09x), Q6_K 28 (26.25: 1.07x), IQ4_XS 18 (17: 1.06x).
+//! 18.5 (18: 1.03x, below), Q5_K 24 (22: 1.09x), Q6_K 28 (26.25: 1.07x), IQ4_XS 18 (17: 1.06x).
 //!
 //! Both layouts keep ggml's nibble order inside a 32-weight block: quant word `i` (0..4 for 4-bit, 0..8 for Q8) of
 //! a block is bytes `4i..4i+4` of its `qs`. A nibble word `i` holds weights `4i..4i+4` in the low nibbles of its
@@ -32,9 +32,10 @@
 //! byte quants), and Q3_K's high-bit word follows in the [`hb_to_device`] order (bit `8b + 4t + i`). Device bytes
 //! per 32 weights: Q2_K 10.5 (10.5: 1.00x), Q3_K 14.25 (13.75: 1.04x).
 //!
-//! The same form would bring Q4_K to 18.5 bytes (1.03x): 6-bit scale and min codes per block and `d`, `dmin` per
-//! super-block, with Q4_1's nibbles. Not done here: every Q4_K kernel path (and the MoE ones, which the super formats
-//! do not have yet) would read its constants through the super-block buffer.
+//! Q4_K takes the same form (shader flag `K4`): Q4_1's nibbles, a block's 6-bit scale and min codes (`sc | m << 8`)
+//! where Q4_1 keeps `d`, and `d`, `dmin` per super-block in the third buffer laid out as Q2_K's; every Q4_K kernel
+//! (GEMV, GEMM, the rows f16 variant, embedding, MoE) forms `d * sc` and `-dmin * m` in f32, ggml's exact values.
+//! Device bytes per 32 weights: 18.5 (18: 1.03x).
 //!
 //! * [`Layout::Tiled`] (CPU adapters such as lavapipe; LAVAPIPE.md §4, "chunk-tiled"): rows come in tiles of
 //!   [`TILE`] = 32 (8 SIMD lanes x 4 outputs; N is padded with zero rows). Words are `vec4<u32>` at index
@@ -139,7 +140,6 @@ impl Format {
     /// other types as themselves; Q6_K's blocks are its own). Formats with the same kernel type share shaders.
     pub fn kernel_ty(self) -> GgmlType {
         match self.ty {
-            GgmlType::Q4_K => GgmlType::Q4_1,
             GgmlType::Q5_K => GgmlType::Q5_1,
             GgmlType::IQ4_XS => GgmlType::IQ4_NL,
             t => t,
@@ -152,7 +152,16 @@ impl Format {
     /// Whether the packed weight has a third buffer (`mins`): second constants in the rows layout, or super-block
     /// factors.
     pub fn third_buffer(self, layout: Layout) -> bool {
-        self.super_block() || (layout == Layout::Rows && self.pair())
+        self.coded() || (layout == Layout::Rows && self.pair())
+    }
+    /// 16-bit sub-block codes in place of the f16 scale, with the super-block factors in the third buffer (Q2_K,
+    /// Q3_K, Q4_K).
+    pub fn coded(self) -> bool {
+        self.super_block() || self.ty == GgmlType::Q4_K
+    }
+    /// Two super-block factors (`d` and `dmin`: Q2_K, Q4_K).
+    pub fn two_factors(self) -> bool {
+        matches!(self.ty, GgmlType::Q2_K | GgmlType::Q4_K)
     }
     /// Whether the rows-layout kernels have an f16 form for this format (not the super formats yet).
     pub fn f16_kernels(self) -> bool {
@@ -164,7 +173,7 @@ impl Format {
     }
     /// A per-block minimum, added to every weight (Q4_1, Q5_1, Q4_K, Q5_K).
     pub fn has_min(self) -> bool {
-        matches!(self.kernel_ty(), GgmlType::Q4_1 | GgmlType::Q5_1)
+        matches!(self.kernel_ty(), GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K)
     }
     /// A second scale for weights 16..32 of a block, i.e. the high nibbles (Q6_K).
     pub fn split_scale(self) -> bool {
@@ -193,9 +202,10 @@ impl Format {
             _ => 0,
         }
     }
-    /// Two f16 constants per block (a min or a second scale), stored alike.
+    /// Two f16 constants per block (a min or a second scale), stored alike (not Q4_K: its min is formed from its
+    /// code).
     pub fn pair(self) -> bool {
-        self.has_min() || self.split_scale()
+        (self.has_min() && !self.coded()) || self.split_scale()
     }
     /// Whether the kernels need the sum of x over a block: the offsets and the mins are folded out with it (Q6_K
     /// needs the sums of each half).
@@ -205,13 +215,18 @@ impl Format {
     /// The shader flags of this format: `Q8`, `MIN`, `S16` (second scale), `PAIR` (two constants per block), `XSUM`
     /// (block sums of x), `XSUM2` (the sums of each half apart), `HB1` / `HB2` (one or two high-bit words per
     /// block), `NL` (codebook nibbles), `SUPER` with `Q2K` or `Q3K` (2-bit words, sub-block codes and super-block
-    /// factors), and the definition `QC` (the offset `c` as an f32 literal).
+    /// factors), `K4` (Q4_K: nibbles, codes and factors; also `MIN` and `PAIR`, the rows kernels' `wm` binding
+    /// holding the factors), `FACT` (a factor buffer: SUPER or K4) with `FACT2` (two factors: Q2K, K4), and the
+    /// definition `QC` (the offset `c` as an f32 literal).
     pub fn shader_flags(self, key: crate::gpu::ShaderKey) -> crate::gpu::ShaderKey {
         let sup = self.super_block();
         key.flag("Q8", self.q8())
             .flag("MIN", self.has_min())
             .flag("S16", self.split_scale())
-            .flag("PAIR", self.pair())
+            .flag("PAIR", self.pair() || self.ty == GgmlType::Q4_K)
+            .flag("K4", self.ty == GgmlType::Q4_K)
+            .flag("FACT", self.coded())
+            .flag("FACT2", self.two_factors())
             .flag("XSUM", self.needs_x_sum())
             .flag("XSUM2", self.split_scale() || sup)
             .flag("HB1", self.high_bits() >= 1 && !sup)
@@ -243,13 +258,14 @@ impl Format {
         match self.ty {
             GgmlType::Q2_K => q2_k::BLOCK32_BYTES,
             GgmlType::Q3_K => q3_k::BLOCK32_BYTES,
+            GgmlType::Q4_K => q4_k::BLOCK32_BYTES,
             _ => 2 + 2 * usize::from(self.pair()) + 4 * self.words_per_block(),
         }
     }
     /// Super-block factor bytes per row and super-block on the device (Q2_K: `d` and `dmin`, Q3_K: `d`), else 0.
     fn super_bytes(self) -> usize {
         match self.ty {
-            GgmlType::Q2_K => 4,
+            GgmlType::Q2_K | GgmlType::Q4_K => 4,
             GgmlType::Q3_K => 2,
             _ => 0,
         }
@@ -270,6 +286,7 @@ impl Format {
             GgmlType::IQ4_NL => (iq4_nl::QS_OFFSET, 0),
             GgmlType::Q2_K => (q2_k::BLOCK32_Q, 0),
             GgmlType::Q3_K => (q3_k::BLOCK32_Q, q3_k::BLOCK32_H),
+            GgmlType::Q4_K => (q4_k::BLOCK32_Q, 0),
             _ => (q6_k::BLOCK32_QS, q6_k::BLOCK32_QH),
         }
     }
@@ -317,7 +334,7 @@ pub fn hb_from_device(o: u32) -> u32 {
 pub fn blocks32(ty: GgmlType, raw: &[u8]) -> Result<Cow<'_, [u8]>> {
     Format::new(ty)?;
     Ok(match ty {
-        GgmlType::Q4_K => Cow::Owned(q4_k::to_q4_1(raw)?),
+        GgmlType::Q4_K => Cow::Owned(q4_k::to_blocks32(raw)?),
         GgmlType::Q5_K => Cow::Owned(q5_k::to_q5_1(raw)?),
         GgmlType::Q6_K => Cow::Owned(q6_k::to_blocks32(raw)?),
         GgmlType::IQ4_XS => Cow::Owned(iq4_xs::to_iq4_nl(raw)?),
@@ -333,7 +350,7 @@ pub fn blocks32(ty: GgmlType, raw: &[u8]) -> Result<Cow<'_, [u8]>> {
 /// block constants.
 pub fn dequantize_packed(ty: GgmlType, raw: &[u8]) -> Result<Vec<f32>> {
     let format = Format::new(ty)?;
-    if format.super_block() {
+    if format.coded() {
         return super::dequantize(ty, raw);
     }
     let blocks = blocks32(ty, raw)?;
@@ -358,7 +375,7 @@ fn words(format: Format, layout: Layout, rows: usize, g: usize) -> (usize, usize
         Layout::Rows => {
             let s = rows * g.div_ceil(2);
             let m = match format.ty {
-                GgmlType::Q2_K => rows * sb,
+                GgmlType::Q2_K | GgmlType::Q4_K => rows * sb,
                 GgmlType::Q3_K => rows * sb.div_ceil(2),
                 _ if format.pair() => s,
                 _ => 0,
@@ -479,12 +496,12 @@ fn pack_part(format: Format, layout: Layout, n: usize, k: usize, raw: &[u8], row
                             if format.pair() {
                                 part.scales[s + 2 + j / 2] |= half(blk, 2) << shift;
                             }
-                            if format.super_block() && b % 8 == 0 {
+                            if format.coded() && b % 8 == 0 {
                                 // Factors like the scales, per super-block: (d01, d23, dmin01, dmin23) or (d01, d23).
                                 let per_m = format.super_bytes(); // 4 rows' factor bytes, in words
                                 let m = ((tile * (g / 8) + b / 8) * LANES + lane) * per_m;
                                 part.mins[m + j / 2] |= half(blk, 2) << shift;
-                                if format.ty == GgmlType::Q2_K {
+                                if format.two_factors() {
                                     part.mins[m + 2 + j / 2] |= half(blk, 4) << shift;
                                 }
                             }
@@ -510,7 +527,9 @@ fn pack_part(format: Format, layout: Layout, n: usize, k: usize, raw: &[u8], row
                         // Super-block factors: Q2_K `d | dmin << 16` a word, Q3_K `d` f16 pairs.
                         let sb = b / 8;
                         match format.ty {
-                            GgmlType::Q2_K => part.mins[r * (g / 8) + sb] = half(blk, 2) | half(blk, 4) << 16,
+                            GgmlType::Q2_K | GgmlType::Q4_K => {
+                                part.mins[r * (g / 8) + sb] = half(blk, 2) | half(blk, 4) << 16
+                            }
                             GgmlType::Q3_K => {
                                 part.mins[r * (g / 8).div_ceil(2) + sb / 2] |= half(blk, 2) << (16 * (sb % 2))
                             }
@@ -558,19 +577,19 @@ pub fn unpack(ty: GgmlType, layout: Layout, n: usize, k: usize, parts: &[HostPar
                 let blk = &mut raw[at..at + bb];
                 // The super formats' factors (d, dmin) of this row's super-block.
                 let (sd, sm) = match layout {
-                    _ if !format.super_block() => (0, 0),
+                    _ if !format.coded() => (0, 0),
                     Layout::Tiled => {
                         let (tile, lane, j) = (r / TILE, r % TILE / 4, r % 4);
                         let m = ((tile * (g / 8) + b / 8) * LANES + lane) * format.super_bytes();
                         let shift = 16 * (j % 2);
-                        let dmin = if format.ty == GgmlType::Q2_K {
+                        let dmin = if format.two_factors() {
                             p.mins[m + 2 + j / 2] >> shift
                         } else {
                             0
                         };
                         (p.mins[m + j / 2] >> shift, dmin)
                     }
-                    Layout::Rows if format.ty == GgmlType::Q2_K => {
+                    Layout::Rows if format.two_factors() => {
                         let w = p.mins[r * (g / 8) + b / 8];
                         (w, w >> 16)
                     }
@@ -606,7 +625,7 @@ pub fn unpack(ty: GgmlType, layout: Layout, n: usize, k: usize, parts: &[HostPar
                 if format.pair() {
                     blk[2..4].copy_from_slice(&(m as u16).to_le_bytes());
                 }
-                if format.super_block() {
+                if format.coded() {
                     blk[2..4].copy_from_slice(&(sd as u16).to_le_bytes());
                     blk[4..6].copy_from_slice(&(sm as u16).to_le_bytes());
                 }
@@ -778,14 +797,13 @@ mod tests {
     }
 
     #[test]
-    fn device_bytes_stay_within_1_1x_of_the_file_but_q4_k() {
+    fn device_bytes_stay_within_1_1x_of_the_file() {
         for ty in PACKABLE {
             let f = Format::new(ty).unwrap();
             let file = ty.type_size() as f64 * 32.0 / ty.block_size() as f64;
             let ratio = f.device_bytes() / file;
-            let limit = if ty == GgmlType::Q4_K { 20.0 / 18.0 } else { 1.1 };
             assert!(
-                ratio <= limit + 1e-12,
+                ratio <= 1.1 + 1e-12,
                 "{ty}: {} device bytes vs {file} in the file",
                 f.device_bytes()
             );
@@ -793,9 +811,11 @@ mod tests {
         // The super formats: Q2_K 8 + 2 + 4/8 = 10.5 (the file's 84 / 8), Q3_K 12 + 2 + 2/8 = 14.25 (110 / 8 = 13.75).
         assert_eq!(Format::new(GgmlType::Q2_K).unwrap().device_bytes(), 10.5);
         assert_eq!(Format::new(GgmlType::Q3_K).unwrap().device_bytes(), 14.25);
+        // Q4_K: 16 + 2 + 4/8 = 18.5 (the file's 144 / 8 = 18).
+        assert_eq!(Format::new(GgmlType::Q4_K).unwrap().device_bytes(), 18.5);
         // And what the packed buffers hold, tiled and rows, for 64 rows of 512 (whole tiles, an even number of
         // super-blocks): exactly those bytes.
-        for ty in [GgmlType::Q2_K, GgmlType::Q3_K] {
+        for ty in [GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K] {
             let f = Format::new(ty).unwrap();
             for layout in [Layout::Tiled, Layout::Rows] {
                 let p = &pack(ty, layout, 64, 512, &raw(ty, 64, 512, 1), 1 << 30).unwrap()[0];

@@ -91,6 +91,42 @@ pub(super) fn f16_constant(ty: &str, v: f32) -> Result<[u8; 2]> {
     Ok(f32_to_f16(v).to_le_bytes())
 }
 
+/// Bytes of one 32-weight host block of [`to_blocks32`]: the 16-bit code (`sc | m << 8`), the super-block's f16 `d`
+/// and `dmin` (repeated in each of its 8 blocks), 2 bytes of padding, then the 16 nibble bytes in Q4_1's order.
+pub const BLOCK32_BYTES: usize = 24;
+/// Byte offset of the nibbles in a host block.
+pub const BLOCK32_Q: usize = 8;
+
+/// Repacks whole super-blocks into the 32-weight host blocks the packer reads (8 per super-block, see
+/// [`BLOCK32_BYTES`]): the kernels form `d * sc` and `dmin * m` in f32 from the codes and factors, exactly ggml's
+/// values. The nibbles are reordered to Q4_1's order (byte j: weight j low, j + 16 high).
+pub fn to_blocks32(bytes: &[u8]) -> Result<Vec<u8>> {
+    let nb = check_blocks("Q4_K bytes", bytes.len(), BLOCK_BYTES)?;
+    let mut out = vec![0u8; nb * 8 * BLOCK32_BYTES];
+    for (b, o) in bytes
+        .chunks_exact(BLOCK_BYTES)
+        .zip(out.chunks_exact_mut(8 * BLOCK32_BYTES))
+    {
+        let scales = &b[SCALES_OFFSET..SCALES_OFFSET + 12];
+        for (s, blk) in o.chunks_exact_mut(BLOCK32_BYTES).enumerate() {
+            let (sc, m) = scale_min(scales, s);
+            blk[0] = sc;
+            blk[1] = m;
+            blk[2..6].copy_from_slice(&b[D_OFFSET..D_OFFSET + 4]);
+            let group = &b[QS_OFFSET + 32 * (s / 2)..QS_OFFSET + 32 * (s / 2) + 32];
+            for j in 0..16 {
+                let (lo, hi) = if s.is_multiple_of(2) {
+                    (group[j] & 0x0f, group[j + 16] & 0x0f)
+                } else {
+                    (group[j] >> 4, group[j + 16] >> 4)
+                };
+                blk[BLOCK32_Q + j] = lo | (hi << 4);
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Repacks whole super-blocks into Q4_1 blocks (8 per super-block, 20 bytes each): for sub-block s, `d = d * sc[s]`
 /// and `m = -dmin * m[s]` rounded to f16, and the 32 nibbles in Q4_1's order (byte j: weight j low, j + 16 high).
 pub fn to_q4_1(bytes: &[u8]) -> Result<Vec<u8>> {

@@ -47,8 +47,8 @@ pub fn all_forms() -> Vec<Wt> {
     v
 }
 
-/// The super-block forms (packed as 32-weight blocks: Q4_K as Q4_1, Q5_K as Q5_1, Q6_K as 6-bit blocks with two
-/// scales, IQ4_XS as IQ4_NL) in both layouts. Their K must be a multiple of 256.
+/// The super-block forms (packed as 32-weight blocks: Q4_K as nibbles with 16-bit codes and super-block factors,
+/// Q5_K as Q5_1, Q6_K as 6-bit blocks with two scales, IQ4_XS as IQ4_NL) in both layouts. Their K must be a multiple of 256.
 pub fn kquant_forms() -> Vec<Wt> {
     let mut v = Vec::new();
     for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS] {
