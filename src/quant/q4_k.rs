@@ -11,11 +11,11 @@
 //!                        nibble and weight l of sub-block 2c + 1 in its high nibble
 //! ```
 //!
-//! For the GPU, a super-block is repacked into 8 Q4_1 blocks (`to_q4_1`): `d' = d * sc[s]`, `m' = -dmin * m[s]`
-//! (both exact in f32, then rounded once to f16: relative error at most 2^-11; a product beyond the f16 range is an
-//! error) and the nibbles reordered to Q4_1's order.
+//! For the GPU, a super-block is repacked into 8 blocks of 32 weights ([`to_blocks32`]): the sub-block's two 6-bit
+//! codes, the super-block's `d` and `dmin` (stored once per 256 weights on the device, see `quant::pack`), and the
+//! nibbles in Q4_1's order; the kernels form `d * sc` and `dmin * m` in f32, exactly ggml's values.
 
-use super::{check_blocks, f32_to_f16, q4_1, read_f16, QK_K};
+use super::{check_blocks, f32_to_f16, read_f16, QK_K};
 use crate::error::{Error, Result};
 
 /// Bytes per super-block.
@@ -127,36 +127,6 @@ pub fn to_blocks32(bytes: &[u8]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// Repacks whole super-blocks into Q4_1 blocks (8 per super-block, 20 bytes each): for sub-block s, `d = d * sc[s]`
-/// and `m = -dmin * m[s]` rounded to f16, and the 32 nibbles in Q4_1's order (byte j: weight j low, j + 16 high).
-pub fn to_q4_1(bytes: &[u8]) -> Result<Vec<u8>> {
-    let nb = check_blocks("Q4_K bytes", bytes.len(), BLOCK_BYTES)?;
-    let mut out = vec![0u8; nb * 8 * q4_1::BLOCK_BYTES];
-    for (b, o) in bytes
-        .chunks_exact(BLOCK_BYTES)
-        .zip(out.chunks_exact_mut(8 * q4_1::BLOCK_BYTES))
-    {
-        let (d, dmin) = (read_f16(b, D_OFFSET), read_f16(b, DMIN_OFFSET));
-        let scales = &b[SCALES_OFFSET..SCALES_OFFSET + 12];
-        for (s, blk) in o.chunks_exact_mut(q4_1::BLOCK_BYTES).enumerate() {
-            let (sc, m) = scale_min(scales, s);
-            blk[q4_1::D_OFFSET..q4_1::D_OFFSET + 2].copy_from_slice(&f16_constant("Q4_K", d * sc as f32)?);
-            // 0 - x rather than -x: a zero min is stored as +0.
-            blk[q4_1::M_OFFSET..q4_1::M_OFFSET + 2].copy_from_slice(&f16_constant("Q4_K", 0.0 - dmin * m as f32)?);
-            let group = &b[QS_OFFSET + 32 * (s / 2)..QS_OFFSET + 32 * (s / 2) + 32];
-            for j in 0..16 {
-                let (lo, hi) = if s.is_multiple_of(2) {
-                    (group[j] & 0x0f, group[j + 16] & 0x0f)
-                } else {
-                    (group[j] >> 4, group[j + 16] >> 4)
-                };
-                blk[q4_1::QS_OFFSET + j] = lo | (hi << 4);
-            }
-        }
-    }
-    Ok(out)
-}
-
 /// Per sub-block of 32: RTN over `[min(lo, 0), hi]` with `levels` steps. Returns (scales, mins) as floats, the
 /// mins positive (`x ~ scale * q - min`), as ggml's k-quant reference quantizers arrange them.
 pub(super) fn sub_block_ranges(x: &[f32], levels: f32) -> ([f32; 8], [f32; 8]) {
@@ -254,32 +224,6 @@ mod tests {
         assert_eq!(y[170], 5.0); // s5, qs[74] high 4: 0.5 * 3 * 4 - 0.25 * 4
         assert_eq!(y[224], 55.0); // s7, qs[96] = 0x60 high 6: 0.5 * 23 * 6 - 0.25 * 56
         assert_eq!(y[255], 66.5); // s7, qs[127] = 0x7F high 7: 0.5 * 23 * 7 - 14
-    }
-
-    #[test]
-    fn q4_1_repack_gives_the_same_values_here() {
-        // All constants of the hand block are exact in f16, so the repacked blocks decode to the same values.
-        let b = hand_block();
-        let mut want = vec![0f32; 256];
-        dequantize_into(&b, &mut want).unwrap();
-        let r = to_q4_1(&b).unwrap();
-        assert_eq!(r.len(), 8 * 20);
-        let mut got = vec![0f32; 256];
-        q4_1::dequantize_into(&r, &mut got).unwrap();
-        assert_eq!(got, want);
-        // Sub-block 7 as a Q4_1 block: d = 11.5, m = -14.
-        assert_eq!(
-            &r[140..144],
-            [f32_to_f16(11.5).to_le_bytes(), f32_to_f16(-14.0).to_le_bytes()].concat()
-        );
-    }
-
-    #[test]
-    fn repack_rejects_constants_beyond_f16() {
-        let mut b = hand_block();
-        b[0..2].copy_from_slice(&f32_to_f16(60000.0).to_le_bytes());
-        assert!(to_q4_1(&b).is_err());
-        assert!(to_q4_1(&b[..100]).is_err());
     }
 
     #[test]
