@@ -4,27 +4,14 @@
 
 mod common;
 
+use common::gpu::{gpu, nmse};
+
 use common::blockffn::{write_blockffn, EXPERTS, EXPERT_SIZE};
-use shaderlm::gpu::{Gpu, GpuOptions};
 use shaderlm::loader::safetensors::SafetensorsModel;
 use shaderlm::model::config::RouterNormKind;
 use shaderlm::model::{reference, Llama, LlamaConfig, Names, StepOutputs};
 use shaderlm::ops::StepVars;
 use std::process::Command;
-use std::sync::OnceLock;
-
-fn gpu() -> &'static Gpu {
-    static GPU: OnceLock<Gpu> = OnceLock::new();
-    GPU.get_or_init(|| {
-        Gpu::new(&GpuOptions::default()).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"))
-    })
-}
-
-fn nmse(a: &[f32], b: &[f32]) -> f64 {
-    let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
-    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-    num / den
-}
 
 #[test]
 fn config_reads_the_blockffn_fields() {

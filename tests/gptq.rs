@@ -10,11 +10,13 @@
 
 mod common;
 
+use common::gpu::{gpu, nmse};
+
 use common::tiny::{byte_vocab, weights, Tiny};
 use half::f16;
 use safetensors::Dtype;
 use serde_json::{json, Value};
-use shaderlm::gpu::{tensor::read_buffer, Gpu, GpuOptions};
+use shaderlm::gpu::{tensor::read_buffer, Gpu};
 use shaderlm::loader::safetensors::SafetensorsModel;
 use shaderlm::model::weights::{HostData, HostTensor, Linear, WeightSource};
 use shaderlm::model::{reference, Llama, LlamaConfig, Names, StepOutputs};
@@ -24,14 +26,6 @@ use shaderlm::quant::pack::{unpack, HostPart};
 use shaderlm::quant::GgmlType;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::OnceLock;
-
-fn gpu() -> &'static Gpu {
-    static GPU: OnceLock<Gpu> = OnceLock::new();
-    GPU.get_or_init(|| {
-        Gpu::new(&GpuOptions::default()).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"))
-    })
-}
 
 /// How the layers' input columns are ordered (GPTQ act-order, `desc_act: true`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -359,11 +353,6 @@ impl WeightSource for SpecWeights<'_> {
             None => self.st.tensor(name),
         }
     }
-}
-
-fn nmse(a: &[f32], b: &[f32]) -> f64 {
-    let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
-    num / b.iter().map(|y| (*y as f64).powi(2)).sum::<f64>()
 }
 
 /// Prefill `prompt` tokens, then decode the rest one at a time: the last logits of every step.

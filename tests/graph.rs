@@ -1,17 +1,12 @@
 //! The graph executor: buffer reuse, plan reuse across steps, read-back rules, profiling, limits, adapter errors.
 
+mod common;
+
+use common::gpu::gpu;
 use shaderlm::gpu::{DType, Gpu, GpuOptions, GpuTensor};
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::StepVars;
 use shaderlm::Error;
-use std::sync::OnceLock;
-
-fn gpu() -> &'static Gpu {
-    static GPU: OnceLock<Gpu> = OnceLock::new();
-    GPU.get_or_init(|| {
-        Gpu::new(&GpuOptions::default()).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"))
-    })
-}
 
 /// x_{i+1} = x_i + a, 40 times: intermediates die one node later, so a handful of buffers must serve all 40.
 fn chain(n: usize, len: usize) -> (Graph, shaderlm::graph::TensorId, shaderlm::graph::TensorId) {

@@ -5,8 +5,9 @@
 
 mod common;
 
+use common::gpu::{gpu, nmse};
+
 use common::tiny::{write_gguf_typed, Tiny};
-use shaderlm::gpu::{Gpu, GpuOptions};
 use shaderlm::loader::gguf::{GgufFile, Value};
 use shaderlm::loader::gguf_write::{put_header, put_kv, put_tensor_info, GgufWriter};
 use shaderlm::model::weights::{HostData, HostTensor, WeightSource};
@@ -14,7 +15,6 @@ use shaderlm::model::{reference, Llama, LlamaConfig, Names, StepOutputs};
 use shaderlm::ops::StepVars;
 use shaderlm::quant::pack::{self, blocks32, dequantize_packed, Layout};
 use shaderlm::quant::{self, f16_to_f32, iq4_xs, q4_k, q6_k, GgmlType};
-use std::sync::OnceLock;
 
 const K_QUANTS: [GgmlType; 3] = [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
 
@@ -361,19 +361,6 @@ fn bad_k_quant_tensors_are_errors() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("Q5_K") && e.contains("f16"), "{e}");
-}
-
-fn gpu() -> &'static Gpu {
-    static GPU: OnceLock<Gpu> = OnceLock::new();
-    GPU.get_or_init(|| {
-        Gpu::new(&GpuOptions::default()).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"))
-    })
-}
-
-fn nmse(a: &[f32], b: &[f32]) -> f64 {
-    let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
-    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-    num / den
 }
 
 /// A GGUF file whose k-quant tensors read as the values the GPU kernels compute (`dequantize_packed`): the CPU

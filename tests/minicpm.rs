@@ -3,25 +3,14 @@
 
 mod common;
 
-use common::minicpm::{write_minicpm, write_minicpm_gguf, ORIGINAL_MAX};
+use common::gpu::{gpu, nmse};
 use shaderlm::gpu::{Gpu, GpuOptions};
+use std::sync::OnceLock;
+
+use common::minicpm::{write_minicpm, write_minicpm_gguf, ORIGINAL_MAX};
 use shaderlm::loader::safetensors::SafetensorsModel;
 use shaderlm::model::{reference, Arch, Llama, LlamaConfig, Names, StepOutputs};
 use shaderlm::ops::StepVars;
-use std::sync::OnceLock;
-
-fn gpu() -> &'static Gpu {
-    static GPU: OnceLock<Gpu> = OnceLock::new();
-    GPU.get_or_init(|| {
-        Gpu::new(&GpuOptions::default()).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"))
-    })
-}
-
-fn nmse(a: &[f32], b: &[f32]) -> f64 {
-    let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
-    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-    num / den
-}
 
 fn tokens(n: usize, vocab: usize) -> Vec<u32> {
     (0..n as u32).map(|i| (i * 37 + 11) % vocab as u32).collect()

@@ -3,28 +3,15 @@
 
 mod common;
 
+use common::gpu::{gpu, nmse};
+
 use common::tiny::{phi3, write_gguf, write_gguf_types, write_hf, Tiny, GEMMA_WINDOW, PHI3_ROPE_DIM, PHI3_WINDOW};
-use shaderlm::gpu::{Gpu, GpuOptions};
 use shaderlm::loader::gguf::GgufFile;
 use shaderlm::loader::safetensors::SafetensorsModel;
 use shaderlm::model::weights::WeightSource;
 use shaderlm::model::{reference, Llama, LlamaConfig, Names, StepOutputs};
 use shaderlm::ops::StepVars;
 use shaderlm::quant::GgmlType;
-use std::sync::OnceLock;
-
-fn gpu() -> &'static Gpu {
-    static GPU: OnceLock<Gpu> = OnceLock::new();
-    GPU.get_or_init(|| {
-        Gpu::new(&GpuOptions::default()).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"))
-    })
-}
-
-fn nmse(a: &[f32], b: &[f32]) -> f64 {
-    let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
-    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-    num / den
-}
 
 /// Prefill `prompt` in one step, then decode the rest one token at a time; every step's logits must match the
 /// CPU reference. Bound: f32 math on both sides differing only in summation order (NMSE ~1e-12..1e-10 per op,

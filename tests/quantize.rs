@@ -10,9 +10,10 @@
 
 mod common;
 
+use common::gpu::gpu;
+
 use common::tiny::{to_interleaved, write_gguf, write_gguf_chat, write_hf_chat, Tiny};
 use shaderlm::generate::Generator;
-use shaderlm::gpu::{Gpu, GpuOptions};
 use shaderlm::loader::gguf::{GgufFile, Value};
 use shaderlm::loader::safetensors::{SafetensorsModel, StDtype};
 use shaderlm::model::load::open;
@@ -21,14 +22,6 @@ use shaderlm::model::StepOutputs;
 use shaderlm::quant::GgmlType;
 use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::OnceLock;
-
-fn gpu() -> &'static Gpu {
-    static GPU: OnceLock<Gpu> = OnceLock::new();
-    GPU.get_or_init(|| {
-        Gpu::new(&GpuOptions::default()).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"))
-    })
-}
 
 fn shaderlm(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_shaderlm"))

@@ -17,24 +17,19 @@
 //! dropped or one wider, its attention factor dropped) moves the logits by 1e-2 * S or more. The greedy
 //! token must match wherever the fixture's top-2 gap exceeds twice the bound.
 
+mod common;
+
+use common::gpu::gpu;
+
 use serde_json::Value;
-use shaderlm::gpu::{Gpu, GpuOptions};
 use shaderlm::loader::gguf::GgufFile;
 use shaderlm::loader::safetensors::SafetensorsModel;
 use shaderlm::model::weights::WeightSource;
 use shaderlm::model::{Llama, LlamaConfig, Names, StepOutputs};
 use shaderlm::ops::StepVars;
 use std::path::PathBuf;
-use std::sync::OnceLock;
 
 const REL_BOUND: f64 = 5e-5;
-
-fn gpu() -> &'static Gpu {
-    static GPU: OnceLock<Gpu> = OnceLock::new();
-    GPU.get_or_init(|| {
-        Gpu::new(&GpuOptions::default()).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"))
-    })
-}
 
 fn dir(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -2,5 +2,6 @@
 
 pub mod blockffn;
 pub mod golden;
+pub mod gpu;
 pub mod minicpm;
 pub mod tiny;
