@@ -4,8 +4,8 @@ mod common;
 
 use common::gpu::gpu;
 use shaderlm::gpu::{DType, Gpu, GpuOptions, GpuTensor};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
-use shaderlm::ops::StepVars;
 use shaderlm::Error;
 
 /// x_{i+1} = x_i + a, 40 times: intermediates die one node later, so a handful of buffers must serve all 40.

@@ -5,9 +5,9 @@
 
 use crate::common::{fill_inputs, weight, Bench, MODELS};
 use shaderlm::gpu::DType;
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::attention_decode::splits_for;
-use shaderlm::ops::StepVars;
 
 /// (model, q heads, kv heads, head dim, kv_len, sliding window)
 type Shape = (&'static str, usize, usize, usize, usize, Option<usize>);

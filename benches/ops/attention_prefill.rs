@@ -5,8 +5,8 @@
 
 use crate::common::{fill_inputs, weight, Bench, MODELS};
 use shaderlm::gpu::DType;
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
-use shaderlm::ops::StepVars;
 
 /// (model, q heads, kv heads, head dim, tokens, position, sliding window)
 type Shape = (&'static str, usize, usize, usize, usize, usize, Option<usize>);

@@ -6,9 +6,9 @@
 use crate::block_topk::scores;
 use crate::common::{fill_inputs, weight, Bench};
 use shaderlm::gpu::DType;
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::block_topk::{self, BlockSelection};
-use shaderlm::ops::StepVars;
 
 /// (name, q heads, kv heads, head dim)
 const SHAPES: [(&str, usize, usize, usize); 2] = [("minicpm4-0.5b", 16, 2, 64), ("minicpm4-8b", 32, 2, 128)];

@@ -5,10 +5,10 @@
 
 use crate::common::{fill_inputs, weight, Bench};
 use shaderlm::gpu::DType;
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::block_score::ScoreConfig;
 use shaderlm::ops::kv_compress::Window;
-use shaderlm::ops::StepVars;
 
 /// (name, query heads, KV heads, head dim)
 const MODELS: [(&str, usize, usize, usize); 2] = [("minicpm4-0.5b", 16, 2, 64), ("minicpm4-8b", 32, 2, 128)];

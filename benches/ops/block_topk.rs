@@ -5,9 +5,9 @@
 
 use crate::common::Bench;
 use shaderlm::gpu::DType;
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::block_topk::{BlockSelection, TopkVariant};
-use shaderlm::ops::StepVars;
 
 /// Score-like values: pseudo-random in [0, 1) (no long runs of ties, unlike the default fill).
 pub fn scores(n: usize) -> Vec<f32> {

@@ -3,8 +3,8 @@
 #![allow(dead_code)]
 
 use shaderlm::gpu::{DType, Gpu, GpuTensor};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
-use shaderlm::ops::StepVars;
 use std::time::Instant;
 
 /// Model shapes the benches use: (name, hidden, ffn, q heads, kv heads, head dim, vocab).

@@ -8,10 +8,10 @@
 
 use crate::common::{fill_inputs, weight, Bench};
 use shaderlm::gpu::{DType, GpuTensor};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::model::sparse::{self, CompressedKeys};
 use shaderlm::model::SparseConfig;
-use shaderlm::ops::StepVars;
 
 const N_HEADS: usize = 16;
 const N_KV: usize = 2;

@@ -5,9 +5,9 @@
 
 use crate::common::{weight, Bench};
 use shaderlm::gpu::DType;
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::kv_compress::{CompressShape, Window};
-use shaderlm::ops::StepVars;
 
 /// (name, KV heads, head dim)
 const MINICPM4: [(&str, usize, usize); 2] = [("minicpm4-0.5b", 2, 64), ("minicpm4-8b", 2, 128)];

@@ -2,8 +2,8 @@
 
 use crate::common::{weight, Bench, MODELS};
 use shaderlm::gpu::DType;
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
-use shaderlm::ops::StepVars;
 
 pub fn benches() -> Vec<Bench> {
     let mut v = Vec::new();

@@ -19,11 +19,11 @@
 use crate::common::{weight, Bench};
 use crate::embedding_q::blocks;
 use shaderlm::gpu::{DType, Gpu, GpuTensor};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::moe_common::MoeWeight;
 use shaderlm::ops::moe_ffn::{MoeFfn, MoePath};
 use shaderlm::ops::moe_router::RouterNorm;
-use shaderlm::ops::StepVars;
 use shaderlm::quant::pack::PackedWeight;
 use shaderlm::quant::GgmlType;
 

@@ -2,8 +2,8 @@
 
 use crate::common::{plan_of, Bench, MODELS};
 use shaderlm::gpu::DType;
+use shaderlm::graph::StepVars;
 use shaderlm::ops::rope::{RopeConfig, RopeStyle};
-use shaderlm::ops::StepVars;
 
 pub fn benches() -> Vec<Bench> {
     let mut v = Vec::new();

@@ -1,13 +1,14 @@
 //! The graph models record: tensors (inputs, external weights/caches, intermediates) and nodes (kernel + io).
 //! A [`Plan`] turns a graph into buffers, bind groups and one command buffer per step.
 
+mod kernel;
 mod plan;
 
+pub use kernel::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 pub use plan::{NodeProfile, Plan};
 
 use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuTensor};
-use crate::ops::Kernel;
 
 /// Handle of a tensor in one graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

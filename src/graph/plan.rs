@@ -1,11 +1,10 @@
 //! Plan: buffer lifetimes and reuse, pipelines warmed, bind groups built once; then each run records one
 //! compute pass, writes the parameter block once, submits once and reads back only the requested tensors.
 
-use super::{Graph, Source, TensorId};
+use super::{Bind, Cost, Graph, Kernel, Source, StepVars, TensorId};
 use crate::error::{Error, Result};
 use crate::gpu::pipelines::{Pipeline, PARAMS_BYTES};
 use crate::gpu::{tensor::USAGE, Gpu};
-use crate::ops::{Bind, Cost, Kernel, StepVars};
 use std::sync::Arc;
 use std::time::Instant;
 

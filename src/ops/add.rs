@@ -1,9 +1,9 @@
 //! Residual add `c = a + alpha * b` (alpha = 1 but for MiniCPM's depth scaling) and scaling `c = alpha * a`,
 //! elementwise over f32 tensors of one shape.
 
-use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
 #[repr(C)]

@@ -10,9 +10,9 @@
 //! dispatch 2 combines them.
 
 use super::attention_prefill::{check_window, AttnShape, DENSE_HEAD_DIMS};
-use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
 /// Most query tokens per call (a longer chunk belongs to `attention_prefill`).

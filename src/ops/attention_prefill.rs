@@ -6,9 +6,9 @@
 //! `h / (n_heads / n_kv_heads)`. One workgroup serves 64 (token, head) rows of one GQA group and stages K/V tiles of
 //! `BK` keys in workgroup memory, shared by all its rows: for a decode-sized chunk `attention_decode` is the op.
 
-use super::{Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
 /// Head dims with a shader variant (the private accumulators have constant size) in every attention op; this

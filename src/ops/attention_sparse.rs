@@ -16,9 +16,9 @@
 
 use super::attention_prefill::{AttnShape, HEAD_DIMS};
 use super::block_topk::query_block;
-use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
 /// Most query tokens for the split (decode) variant; longer chunks use the prefill variant.

@@ -33,9 +33,9 @@
 
 use super::attention_prefill::HEAD_DIMS;
 use super::kv_compress::Window;
-use super::{Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
 /// Invocations per workgroup (both dispatches), one compressed key each: a tile of C2 windows in dispatch 1, the

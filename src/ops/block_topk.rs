@@ -21,9 +21,9 @@
 //! builds that configuration. Short contexts (below `dense_len`) use dense attention in those implementations;
 //! that switch belongs to the model, and with `budget >= qb + 1` this op selects every block `0 ..= qb` anyway.
 
-use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 use std::cmp::Ordering;
 

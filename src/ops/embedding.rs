@@ -1,9 +1,9 @@
 //! Token embedding: gather rows of a `[vocab, d]` table (f32 or f16) into f32, one dispatch per row part of the
 //! table (a table over the storage binding limit is split by rows).
 
-use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
 #[repr(C)]

@@ -2,9 +2,9 @@
 //! into f32, one dispatch per row part. It reads the same packed copy as `matmul_q`, so a tied token embedding and
 //! LM head keep one copy on the device.
 
-use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 use crate::quant::pack::{kernel_formats, Format, Layout, PackedWeight, QK};
 

@@ -1,9 +1,9 @@
 //! Column gather: `y[.., j] = x[.., perm[j]]` (f32 rows, u32 column indices), the activation side of GPTQ
 //! act-order weights whose input columns were reordered at load.
 
-use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
 #[repr(C)]

@@ -15,9 +15,9 @@
 //! current in dense and sparse steps alike. Steps must cover positions in order without gaps (as decoding does);
 //! then incremental updates equal one computation over the whole prefix.
 
-use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
 /// Workgroup size of the shader.

@@ -4,9 +4,9 @@
 //! each an external f32 tensor `[n_kv_heads, max_ctx, head_dim]`, each head's positions contiguous. The position
 //! comes from `StepVars::pos` at run time, so the same plan serves every decode step.
 
-use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
 #[repr(C)]

@@ -2,9 +2,9 @@
 //! a GEMV for one token (CPU-adapter or GPU flavour) and a register-blocked GEMM for more; one dispatch per row part
 //! of W, so weights larger than one binding (an LM head) work.
 
-use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
 /// The kernel a matmul runs. `Auto` picks a GEMV for one row of x (the CPU-adapter flavour on software adapters

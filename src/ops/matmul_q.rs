@@ -4,9 +4,9 @@
 //! [`QMath`]): a GEMV for one token and a GEMM that reuses each weight load for several tokens, in the kernel
 //! family of W's layout (chunk-tiled for CPU adapters, row-major for GPUs). One dispatch per row part of W.
 
-use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 use crate::quant::pack::{kernel_formats, Format, Layout, PackedWeight, QK, TILE};
 

@@ -2,9 +2,9 @@
 //! output `u` of a dense up matmul over all experts (see [`super::moe_ffn`]).
 
 use super::moe_common::silu;
-use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
 #[repr(C)]

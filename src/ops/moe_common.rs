@@ -12,9 +12,9 @@
 //! layout), in one binding (one part). `de` must be a multiple of 32: an expert is whole 32-row tiles (tiled up),
 //! whole 32-weight blocks of every row (quantized down), and whole workgroups of rows.
 
-use super::Params;
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::Params;
 use crate::graph::{Graph, TensorId};
 use crate::quant::pack::{kernel_formats, Format, Layout, PackedWeight, QK};
 

@@ -7,9 +7,9 @@
 //! past the count returns at once (up) or is never looped over (down). No host round trip, no indirect dispatch.
 
 use super::moe_common::{MoeWeight, MAX_EXPERTS};
-use super::{Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
 /// The epsilon of BlockFFN's `"sum"` router norm (a constant in `BlockMLP`, not a config field).

@@ -6,9 +6,9 @@ use super::moe_common::{
     bind_weight, check_active, key, silu, subgroups_for, token_blocks, tokens_per_invocation, variants as all_keys,
     wg_dense_up, MoeParams, MoeWeight, Target, WeightKind, DE_ALIGN, MAX_EXPERTS,
 };
-use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 use crate::quant::pack::{Layout, QK, TILE};
 

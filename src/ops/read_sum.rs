@@ -1,9 +1,9 @@
 //! Partial sums of an f32 tensor read as vec4s: a plain streaming read, the memory-read ceiling that the
 //! weight-streaming kernels are measured against (benches), with a result a test can check.
 
-use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
 /// Workgroup size on CPU adapters: one 8-lane llvmpipe SIMD chunk, so the final sum needs no barrier between chunks.

@@ -1,8 +1,8 @@
 //! RMSNorm: `y = x / sqrt(mean(x^2) + eps) * weight` over the last dim, one workgroup per row.
 
-use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
 #[repr(C)]

@@ -2,9 +2,9 @@
 //! rotate-half (NeoX / HF Llama) or interleaved (GPT-J / GGML) pairs, partial rotation, linear position scaling,
 //! per-frequency divisors (llama3, longrope) and an attention factor on cos and sin (longrope).
 
-use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
 /// Which dims of a head form the rotated pairs.

@@ -1,8 +1,8 @@
 //! Row slice: `y = x[start..start+count]` along the first dimension (f32), a copy.
 
-use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
 #[repr(C)]

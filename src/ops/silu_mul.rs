@@ -1,9 +1,9 @@
 //! Gated FFN activation: `silu(gate) * up` (SwiGLU) or `gelu_tanh(gate) * up` (GeGLU, Gemma), elementwise over f32
 //! tensors of one shape.
 
-use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
 #[repr(C)]

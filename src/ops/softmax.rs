@@ -6,9 +6,9 @@
 //! entry is `0 * -inf = NaN`. Masks with `-inf` rely on IEEE infinities, which Vulkan, DX12 and GL keep; Metal
 //! compiles with fast math by default, where a finite mask (e.g. -1e30) is the safer choice.
 
-use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
 #[repr(C)]

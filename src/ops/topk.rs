@@ -4,9 +4,9 @@
 //! One workgroup per row, or, for long rows with few of them (a vocabulary's logits), the row split into slices:
 //! a first dispatch writes each slice's top-k, a second merges them.
 
-use super::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 use std::cmp::Ordering;
 use std::sync::OnceLock;

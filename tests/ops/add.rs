@@ -5,8 +5,9 @@
 
 use crate::common::{exact, rel_abs, Case, Rng};
 use shaderlm::gpu::DType;
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
-use shaderlm::ops::{add, StepVars};
+use shaderlm::ops::add;
 
 pub fn cases() -> Vec<Case> {
     [1usize, 7, 256, 1001, 65537]

@@ -8,10 +8,11 @@
 use crate::attention_prefill::{caches, AMP, NMSE_MAX};
 use crate::common::{nmse, Case, Check, Rng};
 use shaderlm::gpu::{DType, Gpu, GpuTensor};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::attention_decode::{self, splits_for};
 use shaderlm::ops::attention_prefill::{self, AttnShape};
-use shaderlm::ops::{kv_write, StepVars};
+use shaderlm::ops::kv_write;
 
 fn run(gpu: &Gpu, s: AttnShape, kv_len: usize, amp: f32, seed: u64) -> shaderlm::Result<Check> {
     run_window(gpu, s, kv_len, amp, seed, None)

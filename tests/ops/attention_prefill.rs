@@ -11,9 +11,9 @@
 
 use crate::common::{nmse, Case, Check, Rng};
 use shaderlm::gpu::{DType, Gpu, GpuTensor};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::attention_prefill::{self, AttnShape};
-use shaderlm::ops::StepVars;
 
 /// NMSE bound for f32 attention against the f64 reference (reason in the module comment).
 pub const NMSE_MAX: f64 = 1e-10;

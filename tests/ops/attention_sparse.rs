@@ -12,10 +12,11 @@
 use crate::attention_prefill::{caches, AMP, NMSE_MAX};
 use crate::common::{nmse, Case, Check, Rng};
 use shaderlm::gpu::{DType, Gpu, GpuTensor};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan, TensorId};
 use shaderlm::ops::attention_prefill::{self, AttnShape};
+use shaderlm::ops::attention_sparse;
 use shaderlm::ops::block_topk::{self, BlockSelection, EMPTY};
-use shaderlm::ops::{attention_sparse, StepVars};
 
 /// Selections of the tokens at `pos ..` by block_topk's rule over random scores (what the model feeds the op).
 fn selections(rng: &mut Rng, s: AttnShape, bs: BlockSelection, pos: usize) -> Vec<u32> {

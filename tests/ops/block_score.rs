@@ -13,10 +13,11 @@
 
 use crate::common::{gpu_fallback, rel_abs, Case, Check, Rng};
 use shaderlm::gpu::{DType, Gpu, GpuTensor};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan, TensorId};
 use shaderlm::ops::block_score::{self, ScoreConfig, ScoreShape};
 use shaderlm::ops::kv_compress::{self, CompressShape, Window};
-use shaderlm::ops::{kv_write, StepVars};
+use shaderlm::ops::kv_write;
 
 const RTOL: f64 = 2e-4;
 const ATOL: f64 = 1e-9;

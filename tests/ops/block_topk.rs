@@ -11,9 +11,9 @@
 
 use crate::common::{exact, Case, Check, Rng};
 use shaderlm::gpu::{DType, Gpu};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::block_topk::{self, BlockSelection, TopkVariant};
-use shaderlm::ops::StepVars;
 
 /// How a case's scores are drawn.
 #[derive(Clone, Copy, Debug)]

@@ -5,8 +5,9 @@
 
 use crate::common::{exact, Case, Rng};
 use shaderlm::gpu::{DType, Gpu, GpuOptions, GpuTensor};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
-use shaderlm::ops::{embedding, StepVars};
+use shaderlm::ops::embedding;
 use std::sync::OnceLock;
 
 /// A device whose storage binding limit is pretended to be 16 KiB.

@@ -18,8 +18,9 @@
 use crate::common::{exact, rel_abs, Case, Check, Rng};
 use crate::matmul_q::{gpu_split, k_quant, random_blocks};
 use shaderlm::gpu::{DType, Gpu, GpuOptions};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
-use shaderlm::ops::{embedding_q, matmul_q, StepVars};
+use shaderlm::ops::{embedding_q, matmul_q};
 use shaderlm::quant::pack::{dequantize_packed, Format, Layout, PackedWeight, PACKABLE};
 use shaderlm::quant::GgmlType;
 use std::sync::OnceLock;

@@ -3,8 +3,9 @@
 
 use crate::common::{exact, Case, Rng};
 use shaderlm::gpu::{DType, GpuTensor};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
-use shaderlm::ops::{gather_cols, StepVars};
+use shaderlm::ops::gather_cols;
 
 /// A seeded permutation of 0..k (Fisher-Yates).
 fn permutation(k: usize, seed: u64) -> Vec<u32> {

@@ -9,9 +9,9 @@
 
 use crate::common::{rel_abs, Case, Check, Rng};
 use shaderlm::gpu::{DType, Gpu, GpuTensor};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan, TensorId};
 use shaderlm::ops::kv_compress::{self, CompressShape, Window};
-use shaderlm::ops::StepVars;
 
 const RTOL: f64 = 1e-5;
 const ATOL: f64 = 1e-5;

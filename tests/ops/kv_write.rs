@@ -3,8 +3,9 @@
 
 use crate::common::{exact, Case, Rng};
 use shaderlm::gpu::{DType, Gpu, GpuTensor};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
-use shaderlm::ops::{kv_write, StepVars};
+use shaderlm::ops::kv_write;
 
 /// Write `steps` (one `k` of `n_tokens` per step, at each step's pos) through one plan; compare the whole cache.
 fn run(

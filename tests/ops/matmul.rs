@@ -11,9 +11,9 @@
 
 use crate::common::{exact, gpu_fallback, nmse, Case, Check, Rng};
 use shaderlm::gpu::{DType, Gpu, GpuOptions, GpuTensor};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::matmul::{self, MatmulPath};
-use shaderlm::ops::StepVars;
 use std::sync::OnceLock;
 
 const BOUND: f64 = 1e-10;

@@ -33,9 +33,9 @@
 
 use crate::common::{exact, gpu_fallback, nmse, Case, Check, Rng};
 use shaderlm::gpu::{DType, Gpu, GpuOptions, GpuTensor};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::matmul_q::{self, QMath, QPath};
-use shaderlm::ops::StepVars;
 use shaderlm::quant::pack::{dequantize_packed, Format, Layout, PackedWeight, PACKABLE};
 use shaderlm::quant::GgmlType;
 use std::sync::OnceLock;

@@ -11,9 +11,10 @@
 use crate::common::{exact, gpu_fallback, nmse, Case, Check, Rng};
 use crate::moe_common::{active_list, all_forms, kquant_forms, router_weights, Pattern, Weight, Wt};
 use shaderlm::gpu::{DType, Gpu};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::moe_common::Target;
-use shaderlm::ops::{moe_down, StepVars};
+use shaderlm::ops::moe_down;
 
 const BOUND: f64 = 1e-9;
 

@@ -13,11 +13,12 @@
 use crate::common::{exact, nmse, rel_abs, Case, Check, Rng};
 use crate::moe_common::{all_forms, Pattern, Weight, Wt};
 use shaderlm::gpu::{DType, Gpu, GpuTensor};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
+use shaderlm::ops::moe_act;
 use shaderlm::ops::moe_common::MoeWeight;
 use shaderlm::ops::moe_ffn::{self, MoeFfn, MoePath};
 use shaderlm::ops::moe_router::{HostNorm, RouterNorm};
-use shaderlm::ops::{moe_act, StepVars};
 
 const BOUND: f64 = 1e-9;
 

@@ -14,9 +14,9 @@
 use crate::common::{exact, rel_abs, Case, Check, Rng};
 use crate::moe_common::Pattern;
 use shaderlm::gpu::{DType, GpuTensor};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::moe_router::{self, HostNorm, RouterNorm};
-use shaderlm::ops::StepVars;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Norm {

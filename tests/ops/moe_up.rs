@@ -18,9 +18,10 @@ use crate::moe_common::{
     active_columns, active_list, all_forms, gather, kquant_forms, router_weights, Pattern, Weight, Wt,
 };
 use shaderlm::gpu::{DType, Gpu};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::moe_common::Target;
-use shaderlm::ops::{moe_up, StepVars};
+use shaderlm::ops::moe_up;
 
 const BOUND: f64 = 1e-9;
 

@@ -10,9 +10,9 @@
 
 use crate::common::{exact, gpu_fallback, rel_abs, Case, Rng};
 use shaderlm::gpu::{DType, Gpu};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::read_sum::{self, SPAN_GRANULE, WG_CPU, WG_GPU};
-use shaderlm::ops::StepVars;
 
 /// Nonzero integers in [-8, 8].
 fn integers(n: usize, seed: u64) -> Vec<f32> {

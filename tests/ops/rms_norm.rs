@@ -9,8 +9,9 @@
 
 use crate::common::{gpu_fallback, nmse, Case, Rng};
 use shaderlm::gpu::{DType, Gpu};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
-use shaderlm::ops::{rms_norm, StepVars};
+use shaderlm::ops::rms_norm;
 
 /// Workgroup layouts: (name, forced workgroup size, tree fallback).
 const LAYOUTS: [(&str, Option<u32>, bool); 4] = [
@@ -113,7 +114,7 @@ pub fn cases() -> Vec<Case> {
                 plan.write_input(gpu, tx, bytemuck::cast_slice(&x))?;
                 plan.write_input(gpu, tr, bytemuck::cast_slice(&r))?;
                 plan.write_input(gpu, tw, bytemuck::cast_slice(&w))?;
-                plan.run(gpu, &shaderlm::ops::StepVars::default())?;
+                plan.run(gpu, &shaderlm::graph::StepVars::default())?;
                 let want_h: Vec<f32> = shaderlm::ops::add::reference(&x, &r, alpha);
                 let got_h = plan.read_f32(h)?;
                 let h_check = if alpha == 1.0 {

@@ -10,9 +10,9 @@
 
 use crate::common::{rel_abs, Case, Check, Rng};
 use shaderlm::gpu::{DType, Gpu};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::rope::{self, RopeConfig, RopeStyle};
-use shaderlm::ops::StepVars;
 
 struct Setup {
     shape: [usize; 3],

@@ -2,8 +2,9 @@
 
 use crate::common::{exact, Case, Rng};
 use shaderlm::gpu::DType;
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
-use shaderlm::ops::{rows, StepVars};
+use shaderlm::ops::rows;
 
 pub fn cases() -> Vec<Case> {
     let grid = [

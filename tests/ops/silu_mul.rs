@@ -6,9 +6,10 @@
 
 use crate::common::{rel_abs, Case, Rng};
 use shaderlm::gpu::DType;
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
+use shaderlm::ops::silu_mul;
 use shaderlm::ops::silu_mul::Glu;
-use shaderlm::ops::{silu_mul, StepVars};
 
 fn case(name: String, rows: usize, f: usize, gate_scale: f32, fixed: &'static [f32]) -> Case {
     case_act(name, rows, f, gate_scale, fixed, Glu::Silu)
@@ -75,7 +76,7 @@ pub fn cases() -> Vec<Case> {
             plan.write_input(gpu, t, bytemuck::cast_slice(&gu))?;
             plan.write_input(gpu, tg, bytemuck::cast_slice(&gate))?;
             plan.write_input(gpu, tu, bytemuck::cast_slice(&up))?;
-            plan.run(gpu, &shaderlm::ops::StepVars::default())?;
+            plan.run(gpu, &shaderlm::graph::StepVars::default())?;
             let bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
             Ok(crate::common::exact(
                 &bits(plan.read_f32(y)?),

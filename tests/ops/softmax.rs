@@ -12,8 +12,9 @@
 
 use crate::common::{exact, gpu_fallback, nmse, Case, Check, Rng};
 use shaderlm::gpu::{DType, Gpu};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
-use shaderlm::ops::{softmax, StepVars};
+use shaderlm::ops::softmax;
 
 const MAX: f64 = 1e-11;
 

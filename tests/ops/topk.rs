@@ -4,8 +4,9 @@
 
 use crate::common::{exact, gpu_fallback, Case, Check, Rng};
 use shaderlm::gpu::{DType, Gpu};
+use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
-use shaderlm::ops::{topk, StepVars};
+use shaderlm::ops::topk;
 
 /// Run topk (or argmax when `argmax`) over `x` as `[rows, n]` and compare ids then value bits with the reference.
 fn check(gpu: &Gpu, x: &[f32], rows: usize, n: usize, k: usize, argmax: bool) -> shaderlm::Result<Check> {

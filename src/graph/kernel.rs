@@ -1,0 +1,79 @@
+//! The executor's contract with the ops: what a node dispatches (shader, bindings, grid), its parameter block per
+//! step, the step variables, and its cost. Ops implement [`Kernel`]; the graph and plan depend on nothing in `ops`.
+
+use crate::gpu::{Caps, ShaderKey};
+
+/// Values that change from one run of a plan to the next (decode steps reuse one plan).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepVars {
+    /// Absolute position of the step's first token.
+    pub pos: u32,
+}
+
+/// One dispatch's parameter block: up to 128 bytes, written into the plan's uniform buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct Params(pub [u32; 32]);
+
+impl Params {
+    /// Copy a `#[repr(C)]` Pod params struct (at most 128 bytes) into a block.
+    pub fn of<T: bytemuck::Pod>(p: &T) -> Params {
+        let mut words = [0u32; 32];
+        let bytes = bytemuck::bytes_of(p);
+        assert!(bytes.len() <= 128, "params struct over 128 bytes");
+        bytemuck::cast_slice_mut::<u32, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+        Params(words)
+    }
+}
+
+/// What a dispatch binds at group 0, binding i: a node tensor by index (inputs first, then outputs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bind {
+    /// The whole tensor (it must have a single part).
+    Tensor(usize),
+    /// One row part of a split tensor.
+    Part(usize, usize),
+}
+
+/// One compute dispatch of a node.
+#[derive(Clone, Debug)]
+pub struct Dispatch {
+    pub shader: ShaderKey,
+    pub bindings: Vec<Bind>,
+    pub workgroups: [u32; 3],
+}
+
+/// Work of a node, for profiles and benchmarks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cost {
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub flops: u64,
+}
+
+/// A node's GPU work. Built by a graph-builder method, which checks shapes and fixes everything but `StepVars`.
+pub trait Kernel: std::fmt::Debug + Send + Sync {
+    /// The op name (stem of its shader and Rust file).
+    fn name(&self) -> &'static str;
+    /// The dispatches, in order. `caps` picks variants.
+    fn dispatches(&self, caps: &Caps) -> Vec<Dispatch>;
+    /// The parameter block of dispatch `i` for a step.
+    fn params(&self, i: usize, vars: &StepVars) -> Params;
+    /// Workgroup counts of dispatch `i` that depend on the step (e.g. the key splits a context length needs);
+    /// `Some` makes the plan dispatch it indirectly with counts the host writes each run. At most the static
+    /// counts of `dispatches`. Most kernels keep the default: fixed counts.
+    fn step_workgroups(&self, _i: usize, _vars: &StepVars) -> Option<[u32; 3]> {
+        None
+    }
+    fn cost(&self) -> Cost;
+}
+
+/// Workgroup count covering `n` items with `per` items per workgroup, folded into y when x would exceed the limit.
+pub fn grid(n: usize, per: usize, max_per_dim: u32) -> [u32; 3] {
+    let groups = n.div_ceil(per.max(1)).max(1) as u32;
+    if groups <= max_per_dim {
+        [groups, 1, 1]
+    } else {
+        let y = groups.div_ceil(max_per_dim);
+        [groups.div_ceil(y), y, 1]
+    }
+}
