@@ -1,6 +1,8 @@
 //! The executor's contract with the ops: what a node dispatches (shader, bindings, grid), its parameter block per
 //! step, the step variables, and its cost. Ops implement [`Kernel`]; the graph and plan depend on nothing in `ops`.
 
+use super::check::{Expected, HostIo};
+use crate::error::Result;
 use crate::gpu::{Caps, ShaderKey};
 
 /// Values that change from one run of a plan to the next (decode steps reuse one plan).
@@ -65,6 +67,15 @@ pub trait Kernel: std::fmt::Debug + Send + Sync {
         None
     }
     fn cost(&self) -> Cost;
+    /// The node's CPU reference for the check mode: what it writes, computed from host copies of `io` (its inputs
+    /// then its outputs, as they were before it ran). `None`: the op has no per-node reference (it is skipped).
+    fn reference(&self, _io: &[HostIo], _vars: &StepVars) -> Option<Result<Vec<Expected>>> {
+        None
+    }
+    /// Largest NMSE the check mode accepts of this node against its reference (f32 math in another order).
+    fn check_bound(&self, _caps: &Caps) -> f64 {
+        1e-8
+    }
 }
 
 /// Workgroup count covering `n` items with `per` items per workgroup, folded into y when x would exceed the limit.

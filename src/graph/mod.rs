@@ -1,9 +1,11 @@
 //! The graph models record: tensors (inputs, external weights/caches, intermediates) and nodes (kernel + io).
 //! A [`Plan`] turns a graph into buffers, bind groups and one command buffer per step.
 
+pub mod check;
 mod kernel;
 mod plan;
 
+pub use check::{CheckOptions, NodeCheck};
 pub use kernel::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 pub use plan::{NodeProfile, Plan};
 
@@ -53,9 +55,56 @@ impl TensorDesc {
     }
 }
 
+/// A model's name for an intermediate, so a check report or a debugging readback can say which one it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Tap {
+    /// The scaled token embeddings `[t, hidden]`.
+    Embed,
+    /// Layer `l`'s normed input to attention `[t, hidden]`.
+    AttnNorm(usize),
+    /// Layer `l`'s q|k|v projections `[t, (nq + 2 nkv) hd]`, or q alone where they are separate.
+    Qkv(usize),
+    /// Layer `l`'s q and k after RoPE.
+    Rope(usize),
+    /// Layer `l`'s attention output before the o projection `[t, nq hd]`.
+    AttnOut(usize),
+    /// Layer `l`'s o projection `[t, hidden]`.
+    AttnProj(usize),
+    /// Layer `l`'s normed input to the FFN `[t, hidden]` (with the residual stream beside it).
+    FfnNorm(usize),
+    /// Layer `l`'s gated activation `[t, ffn]`.
+    FfnAct(usize),
+    /// Layer `l`'s FFN output `[t, hidden]`.
+    FfnOut(usize),
+    /// The final norm `[t, hidden]`.
+    OutputNorm,
+    /// The logits `[t, vocab]`.
+    Logits,
+}
+
+impl std::fmt::Display for Tap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Tap::Embed => write!(f, "embed"),
+            Tap::AttnNorm(l) => write!(f, "attn_norm[{l}]"),
+            Tap::Qkv(l) => write!(f, "qkv[{l}]"),
+            Tap::Rope(l) => write!(f, "rope[{l}]"),
+            Tap::AttnOut(l) => write!(f, "attn_out[{l}]"),
+            Tap::AttnProj(l) => write!(f, "attn_proj[{l}]"),
+            Tap::FfnNorm(l) => write!(f, "ffn_norm[{l}]"),
+            Tap::FfnAct(l) => write!(f, "ffn_act[{l}]"),
+            Tap::FfnOut(l) => write!(f, "ffn_out[{l}]"),
+            Tap::OutputNorm => write!(f, "output_norm"),
+            Tap::Logits => write!(f, "logits"),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Node {
     pub label: String,
+    /// The model's name for what this node computes, if it named it.
+    pub tap: Option<Tap>,
     pub kernel: Box<dyn Kernel>,
     pub inputs: Vec<TensorId>,
     pub outputs: Vec<TensorId>,
@@ -177,11 +226,20 @@ impl Graph {
             .collect();
         self.nodes.push(Node {
             label,
+            tap: None,
             kernel: Box::new(kernel),
             inputs: inputs.to_vec(),
             outputs: outs.clone(),
         });
         Ok(outs)
+    }
+
+    /// Name the node that produced `id` (a no-op for graph inputs and externals).
+    pub fn tap(&mut self, id: TensorId, tap: Tap) {
+        let id = self.root(id);
+        if let Some(node) = self.nodes.iter_mut().rev().find(|n| n.outputs.contains(&id)) {
+            node.tap = Some(tap);
+        }
     }
 
     /// Record a node that only writes into existing tensors (e.g. a KV-cache append), listed in `inputs`.

@@ -1,14 +1,14 @@
 //! Plan: buffer lifetimes and reuse, pipelines warmed, bind groups built once; then each run records one
 //! compute pass, writes the parameter block once, submits once and reads back only the requested tensors.
 
-use super::{Bind, Cost, Graph, Kernel, Source, StepVars, TensorId};
+use super::{Bind, Cost, Graph, Kernel, Source, StepVars, Tap, TensorDesc, TensorId};
 use crate::error::{Error, Result};
 use crate::gpu::pipelines::{Pipeline, PARAMS_BYTES};
 use crate::gpu::{tensor::USAGE, Gpu};
 use std::sync::Arc;
 use std::time::Instant;
 
-struct Step {
+pub(super) struct Step {
     pipeline: Arc<Pipeline>,
     bind_group: wgpu::BindGroup,
     workgroups: [u32; 3],
@@ -18,10 +18,14 @@ struct Step {
     indirect: Option<u32>,
 }
 
-struct NodeInfo {
-    label: String,
-    kernel: Box<dyn Kernel>,
-    steps: std::ops::Range<usize>,
+pub(super) struct NodeInfo {
+    pub(super) label: String,
+    pub(super) tap: Option<Tap>,
+    pub(super) kernel: Box<dyn Kernel>,
+    pub(super) steps: std::ops::Range<usize>,
+    /// The node's tensors: inputs, then outputs.
+    pub(super) io: Vec<TensorId>,
+    pub(super) n_inputs: usize,
 }
 
 struct Readback {
@@ -45,8 +49,10 @@ pub struct NodeProfile {
 
 /// An executable graph.
 pub struct Plan {
-    steps: Vec<Step>,
-    nodes: Vec<NodeInfo>,
+    pub(super) steps: Vec<Step>,
+    pub(super) nodes: Vec<NodeInfo>,
+    /// The graph's tensors (shapes, types, where their memory is), for the check mode's readbacks.
+    pub(super) tensors: Vec<TensorDesc>,
     params_buf: wgpu::Buffer,
     params_bg: wgpu::BindGroup,
     /// Workgroup counts of the indirect steps, `[x, y, z]` u32 each, written with the params.
@@ -56,7 +62,7 @@ pub struct Plan {
     staging: Vec<u8>,
     last_vars: Option<StepVars>,
     /// Buffer bound for each graph tensor (None for externals, which keep their own parts).
-    buffers: Vec<Option<Arc<wgpu::Buffer>>>,
+    pub(super) buffers: Vec<Option<Arc<wgpu::Buffer>>>,
     inputs: Vec<(TensorId, u64)>,
     readbacks: Vec<Readback>,
     /// Distinct buffers the plan allocated, and their total bytes.
@@ -218,8 +224,11 @@ impl Plan {
             }
             node_infos.push(NodeInfo {
                 label: node.label,
+                tap: node.tap,
                 kernel: node.kernel,
                 steps: first..steps.len(),
+                n_inputs: node.inputs.len(),
+                io,
             });
         }
         let stride = PARAMS_BYTES.next_multiple_of(gpu.caps.uniform_align as u64);
@@ -277,6 +286,7 @@ impl Plan {
         Ok(Plan {
             steps,
             nodes: node_infos,
+            tensors,
             params_buf,
             params_bg,
             indirect_buf,
@@ -331,7 +341,7 @@ impl Plan {
         Ok(())
     }
 
-    fn write_params(&mut self, gpu: &Gpu, vars: &StepVars) {
+    pub(super) fn write_params(&mut self, gpu: &Gpu, vars: &StepVars) {
         if self.last_vars == Some(*vars) {
             return;
         }
@@ -359,7 +369,7 @@ impl Plan {
         self.last_vars = Some(*vars);
     }
 
-    fn record(&self, pass: &mut wgpu::ComputePass<'_>, step: &Step, s: usize) {
+    pub(super) fn record(&self, pass: &mut wgpu::ComputePass<'_>, step: &Step, s: usize) {
         pass.set_pipeline(&step.pipeline.pipeline);
         pass.set_bind_group(0, &step.bind_group, &[]);
         pass.set_bind_group(1, &self.params_bg, &[(s as u64 * self.stride) as u32]);

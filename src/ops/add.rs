@@ -3,6 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
@@ -49,6 +50,16 @@ impl Kernel for Add {
             bytes_written: 4 * self.n as u64,
             flops: inputs * self.n as u64,
         }
+    }
+    fn reference(&self, io: &[HostIo], _: &StepVars) -> Option<Result<Vec<Expected>>> {
+        expect(|| {
+            let a = io[0].f32()?;
+            Ok(vec![if self.scale {
+                Expected::at(1, a.iter().map(|&x| (self.alpha as f64 * x as f64) as f32).collect())
+            } else {
+                Expected::at(2, reference(&a, &io[1].f32()?, self.alpha))
+            }])
+        })
     }
 }
 

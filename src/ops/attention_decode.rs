@@ -12,6 +12,7 @@
 use super::attention_prefill::{check_window, AttnShape, DENSE_HEAD_DIMS};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
@@ -163,6 +164,15 @@ impl Kernel for AttentionDecode {
             bytes_written: partials + act,
             flops: 4 * s.pairs_at_full_context() * (s.n_heads * s.head_dim) as u64,
         }
+    }
+    fn reference(&self, io: &[HostIo], vars: &StepVars) -> Option<Result<Vec<Expected>>> {
+        expect(|| {
+            let (q, k, v) = (io[0].f32()?, io[1].f32()?, io[2].f32()?);
+            let window = (self.window > 0).then_some(self.window);
+            let pos = vars.pos as usize;
+            let y = super::attention_prefill::reference_window(&q, &k, &v, self.shape, pos, self.scale, window);
+            Ok(vec![Expected::at(3, y)])
+        })
     }
 }
 

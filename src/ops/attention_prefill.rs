@@ -8,6 +8,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
@@ -169,6 +170,14 @@ impl Kernel for AttentionPrefill {
             bytes_written: act,
             flops: 4 * s.pairs_at_full_context() * (s.n_heads * s.head_dim) as u64,
         }
+    }
+    fn reference(&self, io: &[HostIo], vars: &StepVars) -> Option<Result<Vec<Expected>>> {
+        expect(|| {
+            let (q, k, v) = (io[0].f32()?, io[1].f32()?, io[2].f32()?);
+            let window = (self.window > 0).then_some(self.window);
+            let y = reference_window(&q, &k, &v, self.shape, vars.pos as usize, self.scale, window);
+            Ok(vec![Expected::at(3, y)])
+        })
     }
 }
 

@@ -3,6 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
@@ -62,6 +63,12 @@ impl Kernel for Embedding {
             bytes_written: 4 * m * self.d as u64,
             flops: 0,
         }
+    }
+    fn reference(&self, io: &[HostIo], _: &StepVars) -> Option<Result<Vec<Expected>>> {
+        expect(|| Ok(vec![Expected::at(2, reference(&io[0].u32(), &io[1].f32()?, self.d))]))
+    }
+    fn check_bound(&self, _: &Caps) -> f64 {
+        0.0
     }
 }
 

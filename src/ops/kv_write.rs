@@ -6,6 +6,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
@@ -60,6 +61,23 @@ impl Kernel for KvWrite {
             bytes_written: bytes,
             flops: 0,
         }
+    }
+    /// Node tensors: k, cache; or k, v, k_cache, v_cache. The caches are written in place.
+    fn reference(&self, io: &[HostIo], vars: &StepVars) -> Option<Result<Vec<Expected>>> {
+        expect(|| {
+            let pairs: &[(usize, usize)] = if self.pair { &[(0, 2), (1, 3)] } else { &[(0, 1)] };
+            let mut out = Vec::new();
+            for &(src, dst) in pairs {
+                let mut cache = io[dst].f32()?;
+                let (n_kv, ctx, hd) = (self.n_kv, self.max_ctx, self.head_dim);
+                reference(&io[src].f32()?, &mut cache, n_kv, ctx, hd, vars.pos as usize);
+                out.push(Expected::at(dst, cache));
+            }
+            Ok(out)
+        })
+    }
+    fn check_bound(&self, _: &Caps) -> f64 {
+        0.0
     }
 }
 

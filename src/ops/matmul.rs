@@ -4,6 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
@@ -183,6 +184,14 @@ impl Kernel for Matmul {
             bytes_written: 4 * m * n,
             flops: 2 * m * n * k + if self.bias { m * n } else { 0 },
         }
+    }
+    /// Node tensors: x, W (row parts), (bias), y. An f16 W is exact in f32; the bound is f32's.
+    fn reference(&self, io: &[HostIo], _: &StepVars) -> Option<Result<Vec<Expected>>> {
+        expect(|| {
+            let bias = if self.bias { Some(io[2].f32()?) } else { None };
+            let y = reference(&io[0].f32()?, &io[1].f32()?, bias.as_deref(), self.m, self.k, self.n);
+            Ok(vec![Expected::at(2 + usize::from(self.bias), y)])
+        })
     }
 }
 

@@ -6,9 +6,11 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
-use crate::quant::pack::{kernel_formats, Format, Layout, PackedWeight, QK, TILE};
+use crate::quant::pack::{kernel_formats, unpack, Format, HostPart, Layout, PackedWeight, QK, TILE};
+use crate::quant::GgmlType;
 
 /// GEMV or GEMM. `Auto` picks the GEMV for one row of x (in the tiled layout for up to [`TILED_GEMV_MAX_M`] rows)
 /// and the GEMM for more; the others force one, for any M (tests and benches).
@@ -225,6 +227,24 @@ impl Kernel for MatmulQ {
             flops: 2 * m * n * k + if self.bias { m * n } else { 0 },
         }
     }
+    /// Node tensors: x, the packed buffers (row parts), (bias), y; W as the CPU dequantization of those very words.
+    fn reference(&self, io: &[HostIo], _: &StepVars) -> Option<Result<Vec<Expected>>> {
+        let nw = 2 + usize::from(self.format.third_buffer(self.layout));
+        let w = dequantize_io(self.format, self.layout, self.n, self.k, &self.parts, &io[1..=nw])?;
+        expect(|| {
+            let bias = if self.bias { Some(io[1 + nw].f32()?) } else { None };
+            let y = reference(&io[0].f32()?, &w?, bias.as_deref(), self.m, self.k, self.n);
+            Ok(vec![Expected::at(1 + nw + usize::from(self.bias), y)])
+        })
+    }
+    /// f32 products: the op tests' 1e-9; f16 products: x rounded to f16 (about 1e-7 at K = 4096) with margin.
+    fn check_bound(&self, caps: &Caps) -> f64 {
+        if self.f16(caps) {
+            1e-5
+        } else {
+            1e-9
+        }
+    }
 }
 
 impl Graph {
@@ -314,6 +334,42 @@ impl Graph {
         *out.last_mut().expect("x has a last dim") = n;
         Ok(self.add_node(kernel, &inputs, &[("matmul_q", &out, DType::F32)])?[0])
     }
+}
+
+/// The `[n, k]` weights packed words hold, from host copies of the buffers (quants, scales, and mins where the
+/// layout has them; `parts` the (first row, rows) of each part). `None` for the super formats (Q2_K, Q3_K, Q4_K),
+/// whose 32-weight blocks carry their super-block factors and have no host dequantization yet.
+pub fn dequantize_io(
+    format: Format,
+    layout: Layout,
+    n: usize,
+    k: usize,
+    parts: &[(usize, usize)],
+    bufs: &[HostIo],
+) -> Option<Result<Vec<f32>>> {
+    if format.coded() {
+        return None;
+    }
+    let words: Vec<Vec<Vec<u32>>> = bufs.iter().map(HostIo::part_words).collect();
+    let host: Vec<HostPart> = parts
+        .iter()
+        .enumerate()
+        .map(|(i, &(row0, rows))| HostPart {
+            row0,
+            rows,
+            quants: words[0][i].clone(),
+            scales: words[1][i].clone(),
+            mins: words.get(2).map_or(Vec::new(), |m| m[i].clone()),
+        })
+        .collect();
+    Some(unpack(format.ty, layout, n, k, &host).and_then(|blocks| {
+        let mut w = vec![0f32; n * k];
+        match format.ty {
+            GgmlType::Q6_K => crate::quant::q6_k::dequantize_blocks32(&blocks, &mut w)?,
+            _ => crate::quant::dequantize_into(format.kernel_ty(), &blocks, &mut w)?,
+        }
+        Ok(w)
+    }))
 }
 
 /// CPU reference with f64 accumulation: `x` [m, k], `w` [n, k] the CPU dequantization of the packed weights.

@@ -2,6 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
@@ -71,6 +72,18 @@ impl Kernel for RmsNorm {
             bytes_written: 4 * streams * n,
             flops: (3 + streams) * n,
         }
+    }
+    /// Node tensors: x, weight, y; or x, r, weight, y, h = x + alpha r.
+    fn reference(&self, io: &[HostIo], _: &StepVars) -> Option<Result<Vec<Expected>>> {
+        expect(|| {
+            let x = io[0].f32()?;
+            if !self.residual {
+                return Ok(vec![Expected::at(2, reference(&x, &io[1].f32()?, self.eps))]);
+            }
+            let h = super::add::reference(&x, &io[1].f32()?, self.alpha);
+            let y = reference(&h, &io[2].f32()?, self.eps);
+            Ok(vec![Expected::at(3, y), Expected::at(4, h)])
+        })
     }
 }
 

@@ -4,6 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
@@ -128,6 +129,24 @@ impl Kernel for Rope {
             // 6 per rotated pair and head; ~20 per (token, pair) for the angle, its reduction, cos and sin.
             flops: 3 * (n / self.shape[2] as u64) * self.cfg.rot_dim as u64 + 20 * pairs,
         }
+    }
+    /// Node tensors: q, (k), (factors), then the rotated q, (k).
+    fn reference(&self, io: &[HostIo], vars: &StepVars) -> Option<Result<Vec<Expected>>> {
+        expect(|| {
+            let xs = 1 + usize::from(self.heads2 > 0);
+            let factors = match self.cfg.factors {
+                Some(_) => Some(io[xs].f32()?),
+                None => None,
+            };
+            let n_in = xs + usize::from(factors.is_some());
+            let mut out = Vec::new();
+            for (i, heads) in [self.shape[1], self.heads2][..xs].iter().enumerate() {
+                let shape = [self.shape[0], *heads, self.shape[2]];
+                let y = reference(&io[i].f32()?, shape, &self.cfg, factors.as_deref(), vars.pos);
+                out.push(Expected::at(n_in + i, y));
+            }
+            Ok(out)
+        })
     }
 }
 

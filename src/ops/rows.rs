@@ -2,6 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
@@ -45,6 +46,17 @@ impl Kernel for Rows {
             bytes_written: bytes,
             flops: 0,
         }
+    }
+    fn reference(&self, io: &[HostIo], _: &StepVars) -> Option<Result<Vec<Expected>>> {
+        expect(|| {
+            Ok(vec![Expected::at(
+                1,
+                reference(&io[0].f32()?, self.d, self.start, self.count),
+            )])
+        })
+    }
+    fn check_bound(&self, _: &Caps) -> f64 {
+        0.0
     }
 }
 

@@ -3,6 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
@@ -78,6 +79,21 @@ impl Kernel for SiluMul {
             // negate, exp, add, divide, multiply
             flops: 5 * self.n as u64,
         }
+    }
+    /// Node tensors: gate, up, out; or gu `[.., 2F]`, out.
+    fn reference(&self, io: &[HostIo], _: &StepVars) -> Option<Result<Vec<Expected>>> {
+        expect(|| {
+            let Some(f) = self.fused_f else {
+                return Ok(vec![Expected::at(
+                    2,
+                    reference_act(&io[0].f32()?, &io[1].f32()?, self.act),
+                )]);
+            };
+            let gu = io[0].f32()?;
+            let gate: Vec<f32> = gu.chunks(2 * f).flat_map(|r| r[..f].to_vec()).collect();
+            let up: Vec<f32> = gu.chunks(2 * f).flat_map(|r| r[f..].to_vec()).collect();
+            Ok(vec![Expected::at(1, reference_act(&gate, &up, self.act))])
+        })
     }
 }
 

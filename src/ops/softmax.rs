@@ -8,6 +8,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
@@ -70,6 +71,9 @@ impl Kernel for Softmax {
             // Per element: scale, compare, exp and add in the first pass; scale, subtract, exp, multiply in the second.
             flops: 8 * n,
         }
+    }
+    fn reference(&self, io: &[HostIo], _: &StepVars) -> Option<Result<Vec<Expected>>> {
+        expect(|| Ok(vec![Expected::at(1, reference(&io[0].f32()?, self.n, self.scale))]))
     }
 }
 

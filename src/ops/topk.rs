@@ -6,6 +6,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 use std::cmp::Ordering;
@@ -155,6 +156,19 @@ impl Kernel for Topk {
             // No arithmetic: one comparison per element, counted as the op's work.
             flops: rows * self.n as u64,
         }
+    }
+    /// Node tensors: x, ids, values, scratch. The ids are exact (ties go to the lowest index), as the values.
+    fn reference(&self, io: &[HostIo], _: &StepVars) -> Option<Result<Vec<Expected>>> {
+        expect(|| {
+            let (ids, values) = reference(&io[0].f32()?, self.n, self.k);
+            Ok(vec![
+                Expected::at(1, ids.iter().map(|&i| i as f32).collect()),
+                Expected::at(2, values),
+            ])
+        })
+    }
+    fn check_bound(&self, _: &Caps) -> f64 {
+        0.0
     }
 }
 

@@ -1,0 +1,232 @@
+//! The check mode (`--check`): a plan runs node by node; every node's inputs are read back before it runs and its
+//! outputs after, its op's CPU reference recomputes the outputs from those very inputs, and the first node whose
+//! error passes its op's bound is the one to blame. Slow (a readback per tensor) and meant to be.
+
+use super::{Source, StepVars, TensorId};
+use crate::error::{Error, Result};
+use crate::gpu::tensor::read_buffer;
+use crate::gpu::{DType, Gpu};
+
+/// Host copy of one tensor a node binds: its shape, type and the bytes of each row part, in row order.
+#[derive(Clone, Debug)]
+pub struct HostIo {
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+    /// One entry unless the tensor is an external split into row parts (large weights).
+    pub parts: Vec<Vec<u8>>,
+}
+
+impl HostIo {
+    /// All parts' bytes, in row order.
+    pub fn bytes(&self) -> Vec<u8> {
+        self.parts.concat()
+    }
+
+    /// The values as f32 (f16 rows are padded to whole words: the padding is dropped).
+    pub fn f32(&self) -> Result<Vec<f32>> {
+        let cols = self.shape.last().copied().unwrap_or(1);
+        match self.dtype {
+            DType::F32 => Ok(bytemuck::pod_collect_to_vec(&self.bytes())),
+            DType::F16 => {
+                let halves: Vec<half::f16> = bytemuck::pod_collect_to_vec(&self.bytes());
+                let padded = cols.next_multiple_of(2);
+                Ok(halves
+                    .chunks(padded.max(1))
+                    .flat_map(|row| row[..cols.min(row.len())].iter().map(|h| h.to_f32()))
+                    .collect())
+            }
+            DType::U32 => Err(Error::Graph("check: a u32 tensor read as f32".into())),
+        }
+    }
+
+    pub fn u32(&self) -> Vec<u32> {
+        bytemuck::pod_collect_to_vec(&self.bytes())
+    }
+
+    /// The words of each part (packed quantized weights are bound part by part).
+    pub fn part_words(&self) -> Vec<Vec<u32>> {
+        self.parts.iter().map(|p| bytemuck::pod_collect_to_vec(p)).collect()
+    }
+}
+
+/// What a node's reference expects of one tensor it writes: `slot` indexes the node's inputs then its outputs
+/// (an in-place write, such as a KV-cache append, names the input it writes).
+#[derive(Clone, Debug)]
+pub struct Expected {
+    pub slot: usize,
+    pub values: Vec<f32>,
+}
+
+impl Expected {
+    pub fn at(slot: usize, values: Vec<f32>) -> Expected {
+        Expected { slot, values }
+    }
+}
+
+/// `Some(body())`: how a kernel's `reference` wraps its fallible body.
+pub fn expect(body: impl FnOnce() -> Result<Vec<Expected>>) -> Option<Result<Vec<Expected>>> {
+    Some(body())
+}
+
+/// One node's verdict.
+#[derive(Clone, Debug)]
+pub struct NodeCheck {
+    /// The node's index in recording order.
+    pub index: usize,
+    /// The node's label (`layer3.matmul_q`), and its tap name where the model named it.
+    pub label: String,
+    pub tap: Option<String>,
+    pub op: &'static str,
+    /// Worst NMSE over the tensors the node writes; `None` where the op has no per-node reference.
+    pub nmse: Option<f64>,
+    pub bound: f64,
+}
+
+impl NodeCheck {
+    pub fn passed(&self) -> bool {
+        self.nmse.is_none_or(|e| e <= self.bound)
+    }
+
+    /// `label (tap)`: how a report names the node.
+    pub fn name(&self) -> String {
+        match &self.tap {
+            Some(t) => format!("{} ({t})", self.label),
+            None => self.label.clone(),
+        }
+    }
+}
+
+/// Normalized squared error of `got` against `want` (0 when both are zero; infinite when the lengths differ or a
+/// value is not finite where the reference's is).
+pub fn nmse(got: &[f32], want: &[f32]) -> f64 {
+    if got.len() != want.len() {
+        return f64::INFINITY;
+    }
+    let (mut num, mut den) = (0f64, 0f64);
+    for (a, b) in got.iter().zip(want) {
+        if !b.is_finite() {
+            // NaN where the reference has NaN, the same infinity where it has one.
+            if a.is_nan() != b.is_nan() || (!b.is_nan() && a != b) {
+                return f64::INFINITY;
+            }
+            continue;
+        }
+        if !a.is_finite() {
+            return f64::INFINITY;
+        }
+        num += (*a as f64 - *b as f64).powi(2);
+        den += (*b as f64).powi(2);
+    }
+    if num == 0.0 {
+        0.0
+    } else {
+        num / den.max(f64::MIN_POSITIVE)
+    }
+}
+
+/// How a check run may corrupt one node's first output after it runs (to prove the check localizes a fault).
+#[derive(Clone, Debug, Default)]
+pub struct CheckOptions {
+    /// Index (in recording order) of the node whose first output is replaced by `1 - x` after it runs.
+    pub fault: Option<usize>,
+}
+
+impl super::Plan {
+    /// Run every node in its own submission and check it against its op's reference; one verdict per node, in
+    /// order. The graph's inputs must have been written (as for [`super::Plan::run`]). Reads back every tensor
+    /// every node binds: meant for finding a wrong kernel, not for speed.
+    pub fn check(&mut self, gpu: &Gpu, vars: &StepVars, opts: &CheckOptions) -> Result<Vec<NodeCheck>> {
+        self.write_params(gpu, vars);
+        let mut verdicts = Vec::with_capacity(self.nodes.len());
+        for n in 0..self.nodes.len() {
+            let io = self.nodes[n].io.clone();
+            let before = io.iter().map(|&t| self.read_host(gpu, t)).collect::<Result<Vec<_>>>()?;
+            self.run_node(gpu, n)?;
+            if opts.fault == Some(n) {
+                self.corrupt(gpu, n)?;
+            }
+            let node = &self.nodes[n];
+            let mut worst = None;
+            if let Some(expected) = node.kernel.reference(&before, vars) {
+                let expected = expected.map_err(|e| Error::Graph(format!("check of {}: {e}", node.label)))?;
+                let mut err = 0f64;
+                for e in &expected {
+                    let id = *io
+                        .get(e.slot)
+                        .ok_or_else(|| Error::Graph(format!("check of {}: no slot {}", node.label, e.slot)))?;
+                    let got = self.read_host(gpu, id)?;
+                    let got = match got.dtype {
+                        DType::U32 => got.u32().iter().map(|&v| v as f32).collect(),
+                        _ => got.f32()?,
+                    };
+                    err = err.max(nmse(&got, &e.values));
+                }
+                worst = Some(err);
+            }
+            verdicts.push(NodeCheck {
+                index: n,
+                label: node.label.clone(),
+                tap: node.tap.map(|t| t.to_string()),
+                op: node.kernel.name(),
+                nmse: worst,
+                bound: node.kernel.check_bound(&gpu.caps),
+            });
+        }
+        Ok(verdicts)
+    }
+
+    fn run_node(&self, gpu: &Gpu, n: usize) -> Result<()> {
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            for s in self.nodes[n].steps.clone() {
+                self.record(&mut pass, &self.steps[s], s);
+            }
+        }
+        gpu.queue.submit([enc.finish()]);
+        gpu.wait("check")
+    }
+
+    /// The memory of tensor `id` as the device holds it now.
+    fn read_host(&self, gpu: &Gpu, id: TensorId) -> Result<HostIo> {
+        let desc = &self.tensors[id.0];
+        let root = match desc.source {
+            Source::View(base) => base,
+            _ => id,
+        };
+        let parts = match (&self.tensors[root.0].source, &self.buffers[root.0]) {
+            (Source::External(g), _) => g
+                .parts
+                .iter()
+                .map(|p| read_buffer(gpu, &p.buffer, 0, p.bytes))
+                .collect::<Result<Vec<_>>>()?,
+            (_, Some(buf)) => vec![read_buffer(gpu, buf, 0, desc.bytes())?],
+            (_, None) => return Err(Error::Graph(format!("check: tensor {} has no buffer", desc.name))),
+        };
+        Ok(HostIo {
+            shape: desc.shape.clone(),
+            dtype: desc.dtype,
+            parts,
+        })
+    }
+
+    /// The injected fault: node `n`'s first output becomes `1 - x` (f32) or `x ^ 1` (u32).
+    fn corrupt(&self, gpu: &Gpu, n: usize) -> Result<()> {
+        let node = &self.nodes[n];
+        let id = *node
+            .io
+            .get(node.n_inputs)
+            .ok_or_else(|| Error::Graph(format!("check: {} has no output to corrupt", node.label)))?;
+        let host = self.read_host(gpu, id)?;
+        let words: Vec<u32> = bytemuck::pod_collect_to_vec(&host.bytes());
+        let flipped: Vec<u32> = match host.dtype {
+            DType::F32 => words.iter().map(|&w| (1.0 - f32::from_bits(w)).to_bits()).collect(),
+            _ => words.iter().map(|&w| w ^ 1).collect(),
+        };
+        let buf = self.buffers[id.0]
+            .as_ref()
+            .ok_or_else(|| Error::Graph(format!("check: {} writes no plan buffer", node.label)))?;
+        gpu.queue.write_buffer(buf, 0, bytemuck::cast_slice(&flipped));
+        gpu.wait("check")
+    }
+}

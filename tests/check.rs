@@ -1,0 +1,141 @@
+//! The check mode: a decoder-shaped graph (embedding, RMSNorm with the residual add, f32 and quantized matmuls,
+//! RoPE, KV-cache write, attention, GLU, argmax) passes node by node on a clean run, and a fault injected into one
+//! node's output is blamed on that node alone (the nodes after it are checked on the inputs they were given).
+
+mod common;
+
+use common::gpu::gpu;
+use shaderlm::gpu::{DType, GpuTensor};
+use shaderlm::graph::{CheckOptions, Graph, NodeCheck, Plan, StepVars, Tap};
+use shaderlm::ops::rope::{RopeConfig, RopeStyle};
+use shaderlm::ops::silu_mul::Glu;
+use shaderlm::quant::pack::PackedWeight;
+use shaderlm::quant::GgmlType;
+
+const VOCAB: usize = 40;
+const HEADS: usize = 2;
+const HD: usize = 32;
+/// Hidden size: the attention output `[t, HEADS * HD]` feeds the residual directly.
+const D: usize = HEADS * HD;
+const CTX: usize = 16;
+const FFN: usize = 96;
+const TOKENS: usize = 3;
+
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    (0..n as u32)
+        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed.wrapping_mul(40503)) % 1000) as f32 / 500.0 - 1.0)
+        .collect()
+}
+
+fn f32_tensor(g: &mut Graph, name: &str, shape: &[usize], seed: u32) -> shaderlm::graph::TensorId {
+    let v = values(shape.iter().product(), seed);
+    let t = GpuTensor::upload(gpu(), name, shape, DType::F32, bytemuck::cast_slice(&v)).unwrap();
+    g.external(&t)
+}
+
+fn packed(name: &str, ty: GgmlType, n: usize, k: usize, seed: u32) -> PackedWeight {
+    let raw = shaderlm::quant::quantize(ty, &values(n * k, seed)).unwrap();
+    PackedWeight::upload(gpu(), name, ty, n, k, &raw).unwrap()
+}
+
+/// One decoder layer over `TOKENS` tokens at position 5, then the argmax of the logits; the check's verdicts.
+fn decoder(fault: Option<usize>) -> Vec<NodeCheck> {
+    let gpu = gpu();
+    let mut g = Graph::new();
+    let ids = g.input("ids", &[TOKENS], DType::U32);
+    let table = f32_tensor(&mut g, "token_embd", &[VOCAB, D], 1);
+    let norm1 = f32_tensor(&mut g, "attn_norm", &[D], 2);
+    let norm2 = f32_tensor(&mut g, "ffn_norm", &[D], 3);
+    let proj: Vec<_> = (0..3).map(|i| f32_tensor(&mut g, "wqkv", &[D, D], 4 + i)).collect();
+    let k_cache = f32_tensor(&mut g, "k_cache", &[HEADS, CTX, HD], 8);
+    let v_cache = f32_tensor(&mut g, "v_cache", &[HEADS, CTX, HD], 9);
+    let gate_up = packed("gate_up", GgmlType::Q4_0, 2 * FFN, D, 10);
+    let output = packed("output", GgmlType::Q8_0, VOCAB, FFN, 11);
+
+    let x = g.embedding(ids, table).unwrap();
+    g.tap(x, Tap::Embed);
+    g.set_prefix("layer0.");
+    let h = g.rms_norm(x, norm1, 1e-5).unwrap();
+    g.tap(h, Tap::AttnNorm(0));
+    let heads = |g: &mut Graph, w| {
+        let y = g.matmul(h, w, None).unwrap();
+        g.reshape(y, &[TOKENS, HEADS, HD]).unwrap()
+    };
+    let (q, k, v) = (heads(&mut g, proj[0]), heads(&mut g, proj[1]), heads(&mut g, proj[2]));
+    let (q, k) = g
+        .rope_pair(q, k, RopeConfig::new(RopeStyle::RotateHalf, 10000.0, HD))
+        .unwrap();
+    g.tap(q, Tap::Rope(0));
+    g.kv_write_pair(k, v, k_cache, v_cache).unwrap();
+    let a = g
+        .attention_decode(q, k_cache, v_cache, 1.0 / (HD as f32).sqrt())
+        .unwrap();
+    g.tap(a, Tap::AttnOut(0));
+    let a = g.reshape(a, &[TOKENS, D]).unwrap();
+    let (_residual, h2) = g.add_rms_norm(x, a, norm2, 1e-5).unwrap();
+    g.tap(h2, Tap::FfnNorm(0));
+    let gu = g.matmul_q(h2, &gate_up, None).unwrap();
+    let act = g.glu_fused(gu, Glu::Silu).unwrap();
+    g.tap(act, Tap::FfnAct(0));
+    g.set_prefix("");
+    let logits = g.matmul_q(act, &output, None).unwrap();
+    g.tap(logits, Tap::Logits);
+    let best = g.argmax(logits).unwrap();
+    g.output(best);
+    let mut plan = Plan::new(gpu, g).unwrap();
+    plan.write_input(gpu, ids, bytemuck::cast_slice(&[3u32, 17, 39]))
+        .unwrap();
+    plan.check(gpu, &StepVars { pos: 5 }, &CheckOptions { fault }).unwrap()
+}
+
+fn describe(report: &[NodeCheck]) -> String {
+    report
+        .iter()
+        .map(|n| format!("{} {}: {:?} / {}", n.index, n.name(), n.nmse, n.bound))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn a_clean_run_passes_every_node_and_checks_each_op() {
+    let report = decoder(None);
+    assert!(report.iter().all(NodeCheck::passed), "{}", describe(&report));
+    let checked: Vec<&str> = report.iter().filter(|n| n.nmse.is_some()).map(|n| n.op).collect();
+    for op in [
+        "embedding",
+        "rms_norm",
+        "matmul",
+        "rope",
+        "kv_write",
+        "attention_decode",
+        "matmul_q",
+        "silu_mul",
+        "topk",
+    ] {
+        assert!(checked.contains(&op), "{op} was not checked:\n{}", describe(&report));
+    }
+    let named: Vec<String> = report.iter().filter_map(|n| n.tap.clone()).collect();
+    assert_eq!(
+        named,
+        [
+            "embed",
+            "attn_norm[0]",
+            "rope[0]",
+            "attn_out[0]",
+            "ffn_norm[0]",
+            "ffn_act[0]",
+            "logits"
+        ]
+    );
+}
+
+#[test]
+fn a_fault_in_one_node_is_blamed_on_that_node_alone() {
+    let clean = decoder(None);
+    for tap in ["attn_norm[0]", "attn_out[0]", "ffn_act[0]", "logits"] {
+        let node = clean.iter().find(|n| n.tap.as_deref() == Some(tap)).unwrap();
+        let report = decoder(Some(node.index));
+        let failed: Vec<usize> = report.iter().filter(|n| !n.passed()).map(|n| n.index).collect();
+        assert_eq!(failed, [node.index], "fault in {tap}:\n{}", describe(&report));
+    }
+}
