@@ -6,57 +6,29 @@
 
 mod common;
 
-mod add;
-mod attention_decode;
-mod attention_prefill;
-mod attention_sparse;
-mod block_score;
-mod block_topk;
-mod embedding;
-mod embedding_q;
-mod gather_cols;
 mod infllm;
-mod kv_compress;
-mod kv_write;
-mod matmul;
-mod matmul_q;
 mod moe_ffn;
 mod overhead;
-mod read_sum;
-mod rms_norm;
-mod rope;
-mod silu_mul;
-mod softmax;
-mod topk;
 
 use common::Bench;
 
-fn all() -> Vec<Bench> {
-    let mut v = Vec::new();
-    v.extend(overhead::benches());
-    v.extend(add::benches());
-    v.extend(matmul::benches());
-    v.extend(rms_norm::benches());
-    v.extend(rope::benches());
-    v.extend(silu_mul::benches());
-    v.extend(softmax::benches());
-    v.extend(embedding::benches());
-    v.extend(topk::benches());
-    v.extend(attention_prefill::benches());
-    v.extend(attention_decode::benches());
-    v.extend(kv_write::benches());
-    v.extend(kv_compress::benches());
-    v.extend(block_score::benches());
-    v.extend(matmul_q::benches());
-    v.extend(moe_ffn::benches());
-    v.extend(embedding_q::benches());
-    v.extend(block_topk::benches());
-    v.extend(attention_sparse::benches());
-    v.extend(infllm::benches());
-    v.extend(gather_cols::benches());
-    v.extend(read_sum::benches());
-    v
+/// One `mod` per registered op (`shaderlm::for_each_op!`), each with its `benches()`; then the dispatch overhead,
+/// InfLLM-v2's whole selection pipeline and the BlockFFN FFN, which compose several ops.
+macro_rules! op_benches {
+    ($($op:ident),*) => {
+        $(mod $op;)*
+
+        fn all() -> Vec<Bench> {
+            let mut v = overhead::benches();
+            $(v.extend($op::benches());)*
+            v.extend(infllm::benches());
+            v.extend(moe_ffn::benches());
+            v
+        }
+    };
 }
+
+shaderlm::for_each_op!(op_benches);
 
 fn main() {
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();

@@ -188,20 +188,26 @@ fn kernel(gpu: &Gpu, shape: usize, form: Form, m: usize, down: bool, dense: bool
     Ok(plan)
 }
 
-pub fn benches() -> Vec<Bench> {
+/// The up (`down` false) or down kernel alone at BlockFFN-0.5B's shape over all experts, beside the matmul op on
+/// the same matrix: the rows of benches/ops/moe_up.rs and moe_down.rs.
+pub fn kernel_benches(down: bool) -> Vec<Bench> {
+    let op = if down { "down" } else { "up" };
     let mut v = Vec::new();
     for (form, fname) in [(Form::F16, "f16"), (Form::Q4, "q4_0")] {
         for m in [1usize, 8, 32] {
-            for (down, op) in [(false, "up"), (true, "down")] {
-                for (dense, how) in [(false, "moe kernel, all experts"), (true, "matmul op")] {
-                    let name = format!("moe_{op} {} {fname} m{m} {how}", SHAPES[0].0);
-                    v.push(Bench::new(name, move |gpu| {
-                        Ok((kernel(gpu, 0, form, m, down, dense)?, StepVars::default()))
-                    }));
-                }
+            for (dense, how) in [(false, "moe kernel, all experts"), (true, "matmul op")] {
+                let name = format!("moe_{op} {} {fname} m{m} {how}", SHAPES[0].0);
+                v.push(Bench::new(name, move |gpu| {
+                    Ok((kernel(gpu, 0, form, m, down, dense)?, StepVars::default()))
+                }));
             }
         }
     }
+    v
+}
+
+pub fn benches() -> Vec<Bench> {
+    let mut v = Vec::new();
     for (shape, &(model, .., stack)) in SHAPES.iter().enumerate() {
         for (form, fname) in [(Form::F16, "f16"), (Form::Q4, "q4_0")] {
             for m in [1usize, 8, 32] {

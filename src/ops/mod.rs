@@ -3,59 +3,57 @@
 use crate::gpu::ShaderKey;
 pub use crate::graph::StepVars;
 
-pub mod add;
-pub mod attention_decode;
-pub mod attention_prefill;
-pub mod attention_sparse;
-pub mod block_score;
-pub mod block_topk;
-pub mod embedding;
-pub mod embedding_q;
-pub mod gather_cols;
-pub mod kv_compress;
-pub mod kv_write;
-pub mod matmul;
-pub mod matmul_q;
-pub mod moe_act;
-pub mod moe_common;
-pub mod moe_down;
-pub mod moe_ffn;
-pub mod moe_router;
-pub mod moe_up;
-pub mod read_sum;
-pub mod rms_norm;
-pub mod rope;
-pub mod rows;
-pub mod silu_mul;
-pub mod softmax;
-pub mod topk;
-
-/// Every shader variant the ops can ask for: the naga portability test validates and translates each.
-pub fn all_variants() -> Vec<ShaderKey> {
-    let mut v = Vec::new();
-    v.extend(add::variants());
-    v.extend(matmul::variants());
-    v.extend(rms_norm::variants());
-    v.extend(rope::variants());
-    v.extend(rows::variants());
-    v.extend(silu_mul::variants());
-    v.extend(softmax::variants());
-    v.extend(embedding::variants());
-    v.extend(topk::variants());
-    v.extend(attention_prefill::variants());
-    v.extend(attention_decode::variants());
-    v.extend(kv_write::variants());
-    v.extend(kv_compress::variants());
-    v.extend(block_score::variants());
-    v.extend(matmul_q::variants());
-    v.extend(moe_router::variants());
-    v.extend(moe_up::variants());
-    v.extend(moe_down::variants());
-    v.extend(moe_act::variants());
-    v.extend(embedding_q::variants());
-    v.extend(gather_cols::variants());
-    v.extend(read_sum::variants());
-    v.extend(block_topk::variants());
-    v.extend(attention_sparse::variants());
-    v
+/// The one registration of the ops (each a shader, an op file, test cases and a bench row): expands `$m!(add,
+/// attention_decode, ..)`. It declares the op modules here, and the op test table (tests/ops) and the bench table
+/// (benches/ops) are made from it, so the naga test, the tests and the benches see every op.
+#[macro_export]
+macro_rules! for_each_op {
+    ($m:ident) => {
+        $m!(
+            add,
+            attention_decode,
+            attention_prefill,
+            attention_sparse,
+            block_score,
+            block_topk,
+            embedding,
+            embedding_q,
+            gather_cols,
+            kv_compress,
+            kv_write,
+            matmul,
+            matmul_q,
+            moe_act,
+            moe_down,
+            moe_router,
+            moe_up,
+            read_sum,
+            rms_norm,
+            rope,
+            rows,
+            silu_mul,
+            softmax,
+            topk
+        );
+    };
 }
+
+macro_rules! declare_ops {
+    ($($op:ident),*) => {
+        $(pub mod $op;)*
+
+        /// Every shader variant the ops can ask for: the naga portability test validates and translates each.
+        pub fn all_variants() -> Vec<ShaderKey> {
+            let mut v = Vec::new();
+            $(v.extend($op::variants());)*
+            v
+        }
+    };
+}
+
+for_each_op!(declare_ops);
+
+/// Shared by the MoE kernels: weights, formats and the expert-list layout (no kernel of its own).
+pub mod moe_common;
+/// BlockFFN's FFN composed of moe_router, moe_up, moe_act and moe_down (no kernel of its own).
+pub mod moe_ffn;

@@ -5,62 +5,26 @@
 
 mod common;
 
-mod add;
-mod attention_decode;
-mod attention_prefill;
-mod attention_sparse;
-mod block_score;
-mod block_topk;
-mod embedding;
-mod embedding_q;
-mod gather_cols;
-mod kv_compress;
-mod kv_write;
-mod matmul;
-mod matmul_q;
 mod moe_common;
-mod moe_down;
 mod moe_ffn;
-mod moe_router;
-mod moe_up;
-mod read_sum;
-mod rms_norm;
-mod rope;
-mod rows;
-mod silu_mul;
-mod softmax;
-mod topk;
 
 use common::{gpu, Case};
 
-fn all_cases() -> Vec<Case> {
-    let mut v = Vec::new();
-    v.extend(add::cases());
-    v.extend(matmul::cases());
-    v.extend(rms_norm::cases());
-    v.extend(rope::cases());
-    v.extend(rows::cases());
-    v.extend(silu_mul::cases());
-    v.extend(softmax::cases());
-    v.extend(embedding::cases());
-    v.extend(topk::cases());
-    v.extend(attention_prefill::cases());
-    v.extend(attention_decode::cases());
-    v.extend(kv_write::cases());
-    v.extend(kv_compress::cases());
-    v.extend(block_score::cases());
-    v.extend(matmul_q::cases());
-    v.extend(moe_router::cases());
-    v.extend(moe_up::cases());
-    v.extend(moe_down::cases());
-    v.extend(moe_ffn::cases());
-    v.extend(embedding_q::cases());
-    v.extend(block_topk::cases());
-    v.extend(attention_sparse::cases());
-    v.extend(gather_cols::cases());
-    v.extend(read_sum::cases());
-    v
+/// One `mod` per registered op (`shaderlm::for_each_op!`), each with its `cases()`, and the composite BlockFFN FFN.
+macro_rules! op_cases {
+    ($($op:ident),*) => {
+        $(mod $op;)*
+
+        fn all_cases() -> Vec<Case> {
+            let mut v = Vec::new();
+            $(v.extend($op::cases());)*
+            v.extend(moe_ffn::cases());
+            v
+        }
+    };
 }
+
+shaderlm::for_each_op!(op_cases);
 
 #[test]
 fn ops_match_cpu_reference() {
