@@ -6,6 +6,7 @@ use super::blockffn::BlockFfn;
 use super::config::{Arch, LlamaConfig};
 pub use super::names::Names;
 use super::names::Role;
+use super::options::KvType;
 use super::rope_scaling::RopeSession;
 use super::sparse::{self, CompressedKeys};
 use super::weights::{load_vector, load_vector_with, Linear, WeightSource};
@@ -56,6 +57,8 @@ pub struct Llama {
     head: Option<Linear>, // [vocab, hidden]; None when tied to `embed`
     norm: GpuTensor,      // [hidden], times MiniCPM's logit scale
     layers: Vec<Layer>,
+    /// Element type of the KV caches of this model's sessions.
+    kv_type: KvType,
 }
 
 /// The rotation of one kind of layer for a session, with its divisors on the device.
@@ -68,7 +71,7 @@ struct RopeTable {
 /// Keys and values of every layer for `max_ctx` positions, owned by one session.
 pub struct KvCache {
     pub max_ctx: usize,
-    /// Per layer: K and V, each f32 `[n_kv, max_ctx, head_dim]`.
+    /// Per layer: K and V, each `[n_kv, max_ctx, head_dim]` of the model's [`KvType`].
     layers: Vec<(GpuTensor, GpuTensor)>,
     /// Rope of the global layers, then (with sliding windows) of the local ones, for this context size.
     rope: Vec<RopeTable>,
@@ -230,7 +233,13 @@ impl Llama {
             head,
             norm,
             layers,
+            kv_type: KvType::F32,
         })
+    }
+
+    /// The same model whose sessions keep K and V as `kv_type`.
+    pub fn with_kv_type(self, kv_type: KvType) -> Llama {
+        Llama { kv_type, ..self }
     }
 
     /// A zeroed KV cache of `max_ctx` positions (at most the trained context).
@@ -246,8 +255,8 @@ impl Llama {
         let layers = (0..c.n_layers)
             .map(|i| {
                 Ok((
-                    GpuTensor::zeros(gpu, &format!("blk.{i}.k_cache"), &shape, DType::F32)?,
-                    GpuTensor::zeros(gpu, &format!("blk.{i}.v_cache"), &shape, DType::F32)?,
+                    GpuTensor::zeros(gpu, &format!("blk.{i}.k_cache"), &shape, self.kv_type.dtype())?,
+                    GpuTensor::zeros(gpu, &format!("blk.{i}.v_cache"), &shape, self.kv_type.dtype())?,
                 ))
             })
             .collect::<Result<Vec<_>>>()?;

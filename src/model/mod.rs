@@ -6,6 +6,7 @@ pub mod fused;
 pub mod llama;
 pub mod load;
 pub mod names;
+pub mod options;
 pub mod reference;
 pub mod rope_scaling;
 pub mod sparse;
@@ -14,3 +15,4 @@ pub mod weights;
 
 pub use config::{Arch, LlamaConfig, SparseConfig};
 pub use llama::{KvCache, Llama, Names, Step, StepOutputs};
+pub use options::{AttentionMode, KvType, LoadOptions, SparseOverrides};
