@@ -9,6 +9,7 @@ use super::names::Role;
 use super::options::KvType;
 use super::rope_scaling::RopeSession;
 use super::sparse::{self, CompressedKeys};
+use super::step::{Step, StepOutputs};
 use super::weights::{load_vector, load_vector_with, Linear, WeightSource};
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Gpu, GpuTensor};
@@ -84,31 +85,6 @@ impl KvCache {
     pub fn sparse_at(&self, cfg: &LlamaConfig, kv_len: usize) -> bool {
         self.sparse.is_some() && cfg.sparse.is_some_and(|s| s.is_sparse(kv_len))
     }
-}
-
-/// What a step graph returns.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct StepOutputs {
-    /// Read back the last token's logits `[vocab]`.
-    pub logits: bool,
-    /// Read back the argmax of the last token's logits (greedy decoding without a logits read-back).
-    pub argmax: bool,
-    /// Read back the top-k ids and logits of the last token (0 = none).
-    pub topk: usize,
-    /// Read back each BlockFFN layer's router weights `[n_tokens, E]` (sparsity statistics).
-    pub router: bool,
-}
-
-/// A planned forward step over `n_tokens` tokens.
-pub struct Step {
-    pub plan: Plan,
-    pub n_tokens: usize,
-    pub ids: TensorId,
-    pub logits: Option<TensorId>,
-    pub argmax: Option<TensorId>,
-    pub topk: Option<(TensorId, TensorId)>,
-    /// Router weights `[n_tokens, E]` of each BlockFFN layer, when asked for.
-    pub router: Vec<TensorId>,
 }
 
 impl Llama {
