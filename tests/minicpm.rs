@@ -10,7 +10,10 @@ use std::sync::OnceLock;
 
 use common::minicpm::{write_minicpm, write_minicpm_gguf, ORIGINAL_MAX};
 use shaderlm::loader::safetensors::SafetensorsModel;
-use shaderlm::model::{reference, Arch, Llama, LlamaConfig, Names, StepOutputs};
+use shaderlm::model::load::LoadedModel;
+use shaderlm::model::{
+    reference, Arch, AttentionMode, Llama, LlamaConfig, LoadOptions, Names, SparseOverrides, StepOutputs,
+};
 
 fn tokens(n: usize, vocab: usize) -> Vec<u32> {
     (0..n as u32).map(|i| (i * 37 + 11) % vocab as u32).collect()
@@ -203,4 +206,35 @@ fn minicpm_gguf_is_the_hugging_face_model() {
         let e = nmse(&logits, &want[p]);
         assert!(e < 1e-8, "position {p}: nmse {e:.3e}");
     }
+}
+
+/// `LoadOptions::attention` decides the config before upload: the model's own `sparse_config` (with overrides),
+/// dense, or sparse settings that do not fit together, refused before anything is allocated.
+#[test]
+fn load_options_choose_the_attention_before_upload() {
+    let dir = tempfile::tempdir().unwrap();
+    let sparse = serde_json::json!({"kernel_size": 8, "kernel_stride": 4, "block_size": 16, "init_blocks": 1,
+        "window_size": 32, "topk": 4, "use_nope": false, "dense_len": 48});
+    write_minicpm(dir.path(), 3, Some(sparse));
+    let open = |attention| {
+        let opts = LoadOptions {
+            attention,
+            ..LoadOptions::with_ctx(64)
+        };
+        LoadedModel::open(gpu(), dir.path(), &opts, |_, _| {}).map(|m| m.model.cfg.sparse)
+    };
+    let own = open(AttentionMode::default()).unwrap().unwrap();
+    assert_eq!((own.block_size, own.topk, own.dense_len), (16, 4, 48));
+    let topk = SparseOverrides {
+        topk: Some(2),
+        ..Default::default()
+    };
+    assert_eq!(open(AttentionMode::Model(topk)).unwrap().unwrap().topk, 2);
+    assert_eq!(open(AttentionMode::Dense).unwrap(), None);
+    let window = SparseOverrides {
+        window_size: Some(100),
+        ..Default::default()
+    };
+    let e = open(AttentionMode::Sparse(window)).unwrap_err().to_string();
+    assert!(e.contains("sparse attention settings do not fit together"), "{e}");
 }
