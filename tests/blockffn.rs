@@ -5,12 +5,12 @@
 mod common;
 
 use common::gpu::{gpu, nmse};
+use common::steps::{prefill_then_decode, run_steps};
 
 use common::blockffn::{write_blockffn, EXPERTS, EXPERT_SIZE};
 use shaderlm::loader::safetensors::SafetensorsModel;
 use shaderlm::model::config::RouterNormKind;
 use shaderlm::model::{reference, Llama, LlamaConfig, Names, StepOutputs};
-use shaderlm::ops::StepVars;
 use std::process::Command;
 
 #[test]
@@ -54,32 +54,23 @@ fn blockffn_matches_the_cpu_reference() {
         let ids: Vec<u32> = (0..24u32).map(|i| (i * 29 + 5) % t.vocab as u32).collect();
         let want = reference::logits_with(&st, &cfg, Names::Hf, &ids, 64).unwrap();
         let model = Llama::load(gpu(), &st, cfg, Names::Hf, |_, _| {}).unwrap();
-        let cache = model.new_cache(gpu(), 64).unwrap();
         let out = StepOutputs {
             logits: true,
             router: true,
             ..Default::default()
         };
-        let prompt = 16;
-        let mut pos = 0;
-        while pos < ids.len() {
-            let n = if pos == 0 { prompt } else { 1 };
-            let mut step = model.step(gpu(), &cache, n, out).unwrap();
-            step.plan
-                .write_input(gpu(), step.ids, bytemuck::cast_slice(&ids[pos..pos + n]))
-                .unwrap();
-            step.plan.run(gpu(), &StepVars { pos: pos as u32 }).unwrap();
-            let e = nmse(&step.plan.read_f32(step.logits.unwrap()).unwrap(), &want[pos + n - 1]);
-            assert!(e < 1e-8, "{ffn_type}/{norm}, position {}: nmse {e:.3e}", pos + n - 1);
+        let steps = prefill_then_decode(ids.len(), 16, 16);
+        for (p, got) in run_steps(gpu(), &model, &ids, &steps, 64, out) {
+            let e = nmse(&got.logits, &want[p]);
+            assert!(e < 1e-8, "{ffn_type}/{norm}, position {p}: nmse {e:.3e}");
             // Some experts must be inactive and some active, or the sparse path is not exercised.
-            let r = step.plan.read_f32(step.router[0]).unwrap();
+            let r = &got.router[0];
             let active = r.iter().filter(|&&v| v != 0.0).count();
             assert!(
                 active > 0 && active < r.len(),
                 "{ffn_type}/{norm}: {active} of {} active",
                 r.len()
             );
-            pos += n;
         }
     }
 }

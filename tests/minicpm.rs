@@ -4,43 +4,37 @@
 mod common;
 
 use common::gpu::{gpu, nmse};
+use common::steps::{prefill_then_decode, run_steps};
 use shaderlm::gpu::{Gpu, GpuOptions};
 use std::sync::OnceLock;
 
 use common::minicpm::{write_minicpm, write_minicpm_gguf, ORIGINAL_MAX};
 use shaderlm::loader::safetensors::SafetensorsModel;
-use shaderlm::model::{reference, Arch, Llama, LlamaConfig, Names, StepOutputs};
-use shaderlm::ops::StepVars;
+use shaderlm::model::load::LoadedModel;
+use shaderlm::model::{
+    reference, Arch, AttentionMode, Llama, LlamaConfig, LoadOptions, Names, SparseOverrides, StepOutputs,
+};
 
 fn tokens(n: usize, vocab: usize) -> Vec<u32> {
     (0..n as u32).map(|i| (i * 37 + 11) % vocab as u32).collect()
 }
 
 /// Feeds `tokens[..prompt]` in steps of at most `chunk` tokens, then decodes the rest one at a time, with a
-/// cache of `max_ctx` positions, each step dense or sparse by the KV length it reaches (as the generator does);
-/// returns (position, logits) of the last token of every step.
+/// cache of `max_ctx` positions; returns (position, logits) of the last token of every step.
 fn run_gpu(model: &Llama, tokens: &[u32], prompt: usize, chunk: usize, max_ctx: usize) -> Vec<(usize, Vec<f32>)> {
-    let gpu = gpu();
-    let cache = model.new_cache(gpu, max_ctx).unwrap();
-    let out = StepOutputs {
-        logits: true,
-        ..Default::default()
-    };
-    let mut got = Vec::new();
-    let mut pos = 0;
-    while pos < tokens.len() {
-        let n = if pos < prompt { chunk.min(prompt - pos) } else { 1 };
-        let sparse = cache.sparse_at(&model.cfg, pos + n);
-        let mut step = model.step_with(gpu, &cache, n, out, sparse).unwrap();
-        step.plan
-            .write_input(gpu, step.ids, bytemuck::cast_slice(&tokens[pos..pos + n]))
-            .unwrap();
-        step.plan.run(gpu, &StepVars { pos: pos as u32 }).unwrap();
-        got.push((pos + n - 1, step.plan.read_f32(step.logits.unwrap()).unwrap()));
-        pos += n;
-    }
-    got
+    let steps = prefill_then_decode(tokens.len(), prompt, chunk);
+    run_steps(gpu(), model, tokens, &steps, max_ctx, LOGITS)
+        .into_iter()
+        .map(|(p, out)| (p, out.logits))
+        .collect()
 }
+
+const LOGITS: StepOutputs = StepOutputs {
+    logits: true,
+    argmax: false,
+    topk: 0,
+    router: false,
+};
 
 #[test]
 fn config_reads_mup_longrope_and_sparse_config() {
@@ -128,21 +122,12 @@ fn minicpm_runs_with_tensors_split_across_bindings() {
     let model = Llama::load(small, &st, cfg.clone(), Names::Hf, |_, _| {}).unwrap();
     let ids = tokens(12, t.vocab);
     let want = reference::logits_with(&st, &cfg, Names::Hf, &ids, 24).unwrap();
-    let cache = model.new_cache(small, 24).unwrap();
-    let out = StepOutputs {
-        logits: true,
-        ..Default::default()
-    };
-    let mut step = model.step(small, &cache, ids.len(), out).unwrap();
     assert!(
         t.vocab * t.hidden * 4 > 4 * (16 << 10),
         "the embedding must need several parts"
     );
-    step.plan
-        .write_input(small, step.ids, bytemuck::cast_slice(&ids))
-        .unwrap();
-    step.plan.run(small, &StepVars { pos: 0 }).unwrap();
-    let e = nmse(&step.plan.read_f32(step.logits.unwrap()).unwrap(), &want[ids.len() - 1]);
+    let (_, out) = &run_steps(small, &model, &ids, &[ids.len()], 24, LOGITS)[0];
+    let e = nmse(&out.logits, &want[ids.len() - 1]);
     assert!(e < 1e-8, "nmse {e:.3e}");
 }
 
@@ -162,8 +147,7 @@ fn minicpm_sparse_attention_matches_the_cpu_reference() {
     let model = Llama::load(gpu(), &st, cfg.clone(), Names::Hf, |_, _| {}).unwrap();
     let (max_ctx, prompt, chunk) = (128, 90, 20);
     let ids = tokens(110, t.vocab);
-    let mut steps: Vec<usize> = (0..prompt).step_by(chunk).map(|p| chunk.min(prompt - p)).collect();
-    steps.extend(std::iter::repeat_n(1, ids.len() - prompt));
+    let steps = prefill_then_decode(ids.len(), prompt, chunk);
     let want = reference::logits_steps(&st, &cfg, Names::Hf, &ids, max_ctx, &steps).unwrap();
     let mut dense_cfg = cfg.clone();
     dense_cfg.sparse = None;
@@ -222,4 +206,35 @@ fn minicpm_gguf_is_the_hugging_face_model() {
         let e = nmse(&logits, &want[p]);
         assert!(e < 1e-8, "position {p}: nmse {e:.3e}");
     }
+}
+
+/// `LoadOptions::attention` decides the config before upload: the model's own `sparse_config` (with overrides),
+/// dense, or sparse settings that do not fit together, refused before anything is allocated.
+#[test]
+fn load_options_choose_the_attention_before_upload() {
+    let dir = tempfile::tempdir().unwrap();
+    let sparse = serde_json::json!({"kernel_size": 8, "kernel_stride": 4, "block_size": 16, "init_blocks": 1,
+        "window_size": 32, "topk": 4, "use_nope": false, "dense_len": 48});
+    write_minicpm(dir.path(), 3, Some(sparse));
+    let open = |attention| {
+        let opts = LoadOptions {
+            attention,
+            ..LoadOptions::with_ctx(64)
+        };
+        LoadedModel::open(gpu(), dir.path(), &opts, |_, _| {}).map(|m| m.model.cfg.sparse)
+    };
+    let own = open(AttentionMode::default()).unwrap().unwrap();
+    assert_eq!((own.block_size, own.topk, own.dense_len), (16, 4, 48));
+    let topk = SparseOverrides {
+        topk: Some(2),
+        ..Default::default()
+    };
+    assert_eq!(open(AttentionMode::Model(topk)).unwrap().unwrap().topk, 2);
+    assert_eq!(open(AttentionMode::Dense).unwrap(), None);
+    let window = SparseOverrides {
+        window_size: Some(100),
+        ..Default::default()
+    };
+    let e = open(AttentionMode::Sparse(window)).unwrap_err().to_string();
+    assert!(e.contains("sparse attention settings do not fit together"), "{e}");
 }

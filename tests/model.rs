@@ -4,13 +4,13 @@
 mod common;
 
 use common::gpu::{gpu, nmse};
+use common::steps::{prefill_then_decode, run_steps, LOGITS_AND_ARGMAX};
 
 use common::tiny::{phi3, write_gguf, write_gguf_types, write_hf, Tiny, GEMMA_WINDOW, PHI3_ROPE_DIM, PHI3_WINDOW};
 use shaderlm::loader::gguf::GgufFile;
 use shaderlm::loader::safetensors::SafetensorsModel;
 use shaderlm::model::weights::WeightSource;
-use shaderlm::model::{reference, Llama, LlamaConfig, Names, StepOutputs};
-use shaderlm::ops::StepVars;
+use shaderlm::model::{reference, Llama, LlamaConfig, Names};
 use shaderlm::quant::GgmlType;
 
 /// Prefill `prompt` in one step, then decode the rest one token at a time; every step's logits must match the
@@ -20,38 +20,11 @@ fn check(src: &dyn WeightSource, cfg: LlamaConfig, names: Names, tokens: &[u32],
     let gpu = gpu();
     let want = reference::logits(src, &cfg, names, tokens).unwrap();
     let model = Llama::load(gpu, src, cfg, names, |_, _| {}).unwrap();
-    let cache = model.new_cache(gpu, 64).unwrap();
-    let out = StepOutputs {
-        logits: true,
-        argmax: true,
-        ..Default::default()
-    };
-    let mut pre = model.step(gpu, &cache, prompt, out).unwrap();
-    pre.plan
-        .write_input(gpu, pre.ids, bytemuck::cast_slice(&tokens[..prompt]))
-        .unwrap();
-    pre.plan.run(gpu, &StepVars { pos: 0 }).unwrap();
-    let mut got = vec![(
-        prompt - 1,
-        pre.plan.read_f32(pre.logits.unwrap()).unwrap(),
-        pre.plan.read_u32(pre.argmax.unwrap()).unwrap()[0],
-    )];
-    let mut dec = model.step(gpu, &cache, 1, out).unwrap();
-    for p in prompt..tokens.len() {
-        dec.plan
-            .write_input(gpu, dec.ids, bytemuck::cast_slice(&tokens[p..p + 1]))
-            .unwrap();
-        dec.plan.run(gpu, &StepVars { pos: p as u32 }).unwrap();
-        got.push((
-            p,
-            dec.plan.read_f32(dec.logits.unwrap()).unwrap(),
-            dec.plan.read_u32(dec.argmax.unwrap()).unwrap()[0],
-        ));
-    }
-    for (p, logits, arg) in got {
-        let e = nmse(&logits, &want[p]);
+    let steps = prefill_then_decode(tokens.len(), prompt, prompt);
+    for (p, out) in run_steps(gpu, &model, tokens, &steps, 64, LOGITS_AND_ARGMAX) {
+        let e = nmse(&out.logits, &want[p]);
         assert!(e < 1e-8, "position {p}: logits nmse {e:e}");
-        let best = shaderlm::sampling::argmax(&want[p]);
+        let (arg, best) = (out.argmax.unwrap(), shaderlm::sampling::argmax(&want[p]));
         assert_eq!(arg, best, "position {p}: GPU argmax {arg}, reference {best}");
     }
 }

@@ -8,8 +8,8 @@ mod common;
 
 use common::golden;
 use shaderlm::gpu::{Gpu, GpuOptions};
-use shaderlm::model::load::open;
-use shaderlm::model::Names;
+use shaderlm::model::load::LoadedModel;
+use shaderlm::model::{LoadOptions, Names};
 use shaderlm::quant::quantize_model::source::Source;
 use std::path::Path;
 
@@ -54,7 +54,7 @@ fn smollm2_hugging_face_directory_from_transformers_5_matches_the_golden_fixture
     let dir = tempfile::tempdir().unwrap();
     write_dir(dir.path());
     let gpu = Gpu::new(&GpuOptions::default()).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"));
-    let loaded = open(&gpu, dir.path(), 2048, |_, _| {}).unwrap();
+    let loaded = LoadedModel::open(&gpu, dir.path(), &LoadOptions::with_ctx(2048), |_, _| {}).unwrap();
     assert_eq!(
         loaded.model.cfg.rope_theta, 100000.0,
         "rope_parameters.rope_theta not read"

@@ -20,13 +20,13 @@
 mod common;
 
 use common::gpu::gpu;
+use common::steps::{run_steps, LOGITS_AND_ARGMAX};
 
 use serde_json::Value;
 use shaderlm::loader::gguf::GgufFile;
 use shaderlm::loader::safetensors::SafetensorsModel;
 use shaderlm::model::weights::WeightSource;
-use shaderlm::model::{Llama, LlamaConfig, Names, StepOutputs};
-use shaderlm::ops::StepVars;
+use shaderlm::model::{Llama, LlamaConfig, Names};
 use std::path::PathBuf;
 
 const REL_BOUND: f64 = 5e-5;
@@ -88,40 +88,10 @@ fn expected(name: &str, file: &str) -> Expected {
 /// Runs `tokens` through the model in steps of the given sizes (a fresh cache of `max_ctx` positions); returns
 /// (position, logits, argmax) of the last token of every step.
 fn run(model: &Llama, tokens: &[u32], steps: &[usize], max_ctx: usize) -> Vec<(usize, Vec<f32>, u32)> {
-    let gpu = gpu();
-    assert_eq!(steps.iter().sum::<usize>(), tokens.len());
-    let cache = model.new_cache(gpu, max_ctx).unwrap();
-    let out = StepOutputs {
-        logits: true,
-        argmax: true,
-        ..Default::default()
-    };
-    let mut got = Vec::new();
-    let mut pos = 0;
-    // Decode plans, dense and sparse: as the generator does, a step attends sparsely once its KV length reaches
-    // the model's dense_len (InfLLM-v2; never for models without a sparse_config).
-    let mut decode = [None, None];
-    for &n in steps {
-        let sparse = cache.sparse_at(&model.cfg, pos + n);
-        let mut fresh;
-        let step = if n == 1 {
-            decode[usize::from(sparse)].get_or_insert_with(|| model.step_with(gpu, &cache, 1, out, sparse).unwrap())
-        } else {
-            fresh = model.step_with(gpu, &cache, n, out, sparse).unwrap();
-            &mut fresh
-        };
-        step.plan
-            .write_input(gpu, step.ids, bytemuck::cast_slice(&tokens[pos..pos + n]))
-            .unwrap();
-        step.plan.run(gpu, &StepVars { pos: pos as u32 }).unwrap();
-        got.push((
-            pos + n - 1,
-            step.plan.read_f32(step.logits.unwrap()).unwrap(),
-            step.plan.read_u32(step.argmax.unwrap()).unwrap()[0],
-        ));
-        pos += n;
-    }
-    got
+    run_steps(gpu(), model, tokens, steps, max_ctx, LOGITS_AND_ARGMAX)
+        .into_iter()
+        .map(|(p, out)| (p, out.logits, out.argmax.unwrap()))
+        .collect()
 }
 
 /// The schedules every checkpoint runs: one-shot prefill (tiled prefill kernel), prefill then decode (split-KV

@@ -89,163 +89,212 @@ pub fn run(args: &BenchArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         model_args.model = Some(file.0.clone());
     }
     let (gpu, loaded) = model_args.load(device)?;
-    let model = &loaded.model;
     let outputs = StepOutputs {
         argmax: true,
         ..Default::default()
     };
-    let mut gen = Generator::new(&gpu, model, loaded.ctx, outputs)?;
+    let mut gen = Generator::new(&gpu, &loaded.model, loaded.ctx, outputs)?;
     gen.chunk = args.model.chunk;
-    let vocab = model.cfg.vocab as u32;
+    let vocab = loaded.model.cfg.vocab as u32;
     let ids = |n: usize| -> Vec<u32> { (0..n as u32).map(|i| (i * 7919 + 13) % vocab).collect() };
     let mut rows = Vec::new();
     for &p in args.prompt.iter().filter(|&&p| p > 0) {
-        anyhow::ensure!(
-            p <= gen.max_ctx(),
-            "-p {p} is over the context of {} (--ctx)",
-            gen.max_ctx()
-        );
-        let prompt = ids(p);
-        gen.truncate(0);
-        gen.feed(&prompt)?; // warm-up: builds and compiles the plans
-        let mut samples = Vec::new();
-        for _ in 0..args.repetitions {
-            gen.truncate(0);
-            let t = Instant::now();
-            gen.feed(&prompt)?;
-            samples.push(p as f64 / t.elapsed().as_secs_f64());
-        }
-        rows.push(Row {
-            test: format!("pp{p}"),
-            tokens: p,
-            samples,
-        });
+        rows.push(prompt_processing(&mut gen, &ids(p), args.repetitions)?);
     }
     for &n in args.gen.iter().filter(|&&n| n > 0) {
-        anyhow::ensure!(
-            n <= gen.max_ctx(),
-            "-n {n} is over the context of {} (--ctx)",
-            gen.max_ctx()
-        );
-        gen.truncate(0);
-        gen.feed(&[1])?; // warm-up
-        let mut samples = Vec::new();
-        for _ in 0..args.repetitions {
-            gen.truncate(0);
-            let mut token = 1;
-            let t = Instant::now();
-            for _ in 0..n {
-                gen.feed(&[token])?;
-                token = gen.result.argmax.unwrap_or(1);
-            }
-            samples.push(n as f64 / t.elapsed().as_secs_f64());
-        }
-        rows.push(Row {
-            test: format!("tg{n}"),
-            tokens: n,
-            samples,
-        });
+        rows.push(generation(&mut gen, n, args.repetitions)?);
     }
-    let dispatches = gen.decode_dispatches()?;
-    let weight_bytes = model.weight_bytes_per_token();
-    let info = &gpu.info;
-    let name = loaded
-        .path
-        .file_name()
-        .map_or_else(|| loaded.path.display().to_string(), |f| f.to_string_lossy().into());
+    let report = Report {
+        name: loaded
+            .path
+            .file_name()
+            .map_or_else(|| loaded.path.display().to_string(), |f| f.to_string_lossy().into()),
+        format: &loaded.format,
+        adapter: &gpu.info.name,
+        backend: format!("{:?}", gpu.info.backend),
+        dispatches: gen.decode_dispatches()?,
+        weight_bytes: loaded.model.weight_bytes_per_token(),
+        rows,
+    };
     match args.output {
         Output::Md => {
             println!("adapter: {}", gpu.describe());
             println!(
-                "model: {name} ({}), context {}, prefill chunk {}",
+                "model: {} ({}), context {}, prefill chunk {}",
+                report.name,
                 loaded.format,
                 gen.max_ctx(),
                 gen.chunk
             );
-            println!();
-            println!("| model | backend | test | t/s |");
-            println!("|---|---|---|---:|");
-            for r in &rows {
-                let (m, sd) = mean_sd(&r.samples);
-                println!("| {name} | {:?} | {} | {m:.2} ± {sd:.2} |", info.backend, r.test);
-            }
-            println!();
-            println!(
-                "decode step: {dispatches} dispatches, {:.1} MiB of weights read per token",
-                weight_bytes as f64 / (1 << 20) as f64
-            );
-            if let Some(r) = rows.iter().find(|r| r.test.starts_with("tg")) {
-                let (m, _) = mean_sd(&r.samples);
-                println!(
-                    "effective weight bandwidth while decoding: {:.2} GB/s",
-                    m * weight_bytes as f64 / 1e9
-                );
-            }
+            report.print_md();
         }
-        Output::Json => {
-            let list: Vec<_> = rows
-                .iter()
-                .map(|r| {
-                    let (m, sd) = mean_sd(&r.samples);
-                    serde_json::json!({
-                        "model": name, "format": loaded.format, "adapter": info.name, "backend": format!("{:?}", info.backend),
-                        "test": r.test, "tokens": r.tokens, "avg_ts": m, "stddev_ts": sd, "samples_ts": r.samples,
-                        "decode_dispatches": dispatches, "weight_bytes_per_token": weight_bytes,
-                    })
-                })
-                .collect();
-            println!("{}", serde_json::to_string_pretty(&list)?);
-        }
-        Output::Csv => {
-            println!(
-                "model,format,adapter,backend,test,tokens,avg_ts,stddev_ts,decode_dispatches,weight_bytes_per_token"
-            );
-            for r in &rows {
-                let (m, sd) = mean_sd(&r.samples);
-                println!(
-                    "{name},{},\"{}\",{:?},{},{},{m:.3},{sd:.3},{dispatches},{weight_bytes}",
-                    loaded.format, info.name, info.backend, r.test, r.tokens
-                );
-            }
-        }
+        Output::Json => report.print_json()?,
+        Output::Csv => report.print_csv(),
     }
     if args.profile {
         gen.truncate(0);
         gen.feed(&ids(64))?;
-        let prof = gen.profile_decode()?;
-        let mut by_op: BTreeMap<String, (usize, usize, f64, u64)> = BTreeMap::new();
-        for p in &prof {
-            let op = p.label.rsplit('.').next().unwrap_or(&p.label).to_string();
-            let e = by_op.entry(op).or_default();
-            e.0 += 1;
-            e.1 += p.dispatches;
-            e.2 += p.micros;
-            e.3 += p.cost.bytes_read + p.cost.bytes_written;
+        print_profile(&gen.profile_decode()?);
+    }
+    Ok(())
+}
+
+/// ppN: prefill `prompt` from an empty cache, after one warm-up run that builds and compiles the plans.
+fn prompt_processing(gen: &mut Generator<'_>, prompt: &[u32], repetitions: usize) -> anyhow::Result<Row> {
+    let p = prompt.len();
+    anyhow::ensure!(
+        p <= gen.max_ctx(),
+        "-p {p} is over the context of {} (--ctx)",
+        gen.max_ctx()
+    );
+    gen.truncate(0);
+    gen.feed(prompt)?;
+    let mut samples = Vec::new();
+    for _ in 0..repetitions {
+        gen.truncate(0);
+        let t = Instant::now();
+        gen.feed(prompt)?;
+        samples.push(p as f64 / t.elapsed().as_secs_f64());
+    }
+    Ok(Row {
+        test: format!("pp{p}"),
+        tokens: p,
+        samples,
+    })
+}
+
+/// tgN: decode `n` greedy tokens one step each from an empty cache, after one warm-up step.
+fn generation(gen: &mut Generator<'_>, n: usize, repetitions: usize) -> anyhow::Result<Row> {
+    anyhow::ensure!(
+        n <= gen.max_ctx(),
+        "-n {n} is over the context of {} (--ctx)",
+        gen.max_ctx()
+    );
+    gen.truncate(0);
+    gen.feed(&[1])?;
+    let mut samples = Vec::new();
+    for _ in 0..repetitions {
+        gen.truncate(0);
+        let mut token = 1;
+        let t = Instant::now();
+        for _ in 0..n {
+            gen.feed(&[token])?;
+            token = gen.result.argmax.unwrap_or(1);
         }
-        let total: f64 = prof.iter().map(|p| p.micros).sum();
-        let clock = if prof.first().is_some_and(|p| p.timed_on_gpu) {
-            "GPU timestamps"
-        } else {
-            "wall clock per node"
-        };
+        samples.push(n as f64 / t.elapsed().as_secs_f64());
+    }
+    Ok(Row {
+        test: format!("tg{n}"),
+        tokens: n,
+        samples,
+    })
+}
+
+/// The measured rows and what they were measured on.
+struct Report<'a> {
+    name: String,
+    format: &'a str,
+    adapter: &'a str,
+    backend: String,
+    /// Of one decode step.
+    dispatches: usize,
+    weight_bytes: u64,
+    rows: Vec<Row>,
+}
+
+impl Report<'_> {
+    fn print_md(&self) {
+        println!();
+        println!("| model | backend | test | t/s |");
+        println!("|---|---|---|---:|");
+        for r in &self.rows {
+            let (m, sd) = mean_sd(&r.samples);
+            println!("| {} | {} | {} | {m:.2} ± {sd:.2} |", self.name, self.backend, r.test);
+        }
         println!();
         println!(
-            "decode step at position 64, {clock}: {:.2} ms in {} nodes",
-            total / 1e3,
-            prof.len()
+            "decode step: {} dispatches, {:.1} MiB of weights read per token",
+            self.dispatches,
+            self.weight_bytes as f64 / (1 << 20) as f64
         );
-        println!("| op | nodes | dispatches | ms | share | GB/s |");
-        println!("|---|---:|---:|---:|---:|---:|");
-        let mut ops: Vec<_> = by_op.into_iter().collect();
-        ops.sort_by(|a, b| b.1 .2.total_cmp(&a.1 .2));
-        for (op, (nodes, d, us, bytes)) in ops {
+        if let Some(r) = self.rows.iter().find(|r| r.test.starts_with("tg")) {
+            let (m, _) = mean_sd(&r.samples);
             println!(
-                "| {op} | {nodes} | {d} | {:.3} | {:.1}% | {:.2} |",
-                us / 1e3,
-                100.0 * us / total.max(1e-9),
-                bytes as f64 / (us * 1e3).max(1e-9)
+                "effective weight bandwidth while decoding: {:.2} GB/s",
+                m * self.weight_bytes as f64 / 1e9
             );
         }
     }
-    Ok(())
+
+    fn print_json(&self) -> anyhow::Result<()> {
+        let list: Vec<_> = self
+            .rows
+            .iter()
+            .map(|r| {
+                let (m, sd) = mean_sd(&r.samples);
+                serde_json::json!({
+                    "model": self.name, "format": self.format, "adapter": self.adapter, "backend": self.backend,
+                    "test": r.test, "tokens": r.tokens, "avg_ts": m, "stddev_ts": sd, "samples_ts": r.samples,
+                    "decode_dispatches": self.dispatches, "weight_bytes_per_token": self.weight_bytes,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        Ok(())
+    }
+
+    fn print_csv(&self) {
+        println!("model,format,adapter,backend,test,tokens,avg_ts,stddev_ts,decode_dispatches,weight_bytes_per_token");
+        for r in &self.rows {
+            let (m, sd) = mean_sd(&r.samples);
+            println!(
+                "{},{},\"{}\",{},{},{},{m:.3},{sd:.3},{},{}",
+                self.name,
+                self.format,
+                self.adapter,
+                self.backend,
+                r.test,
+                r.tokens,
+                self.dispatches,
+                self.weight_bytes
+            );
+        }
+    }
+}
+
+/// The per-op table of one profiled decode step: nodes, dispatches, time, share and bandwidth per op.
+fn print_profile(prof: &[shaderlm::graph::NodeProfile]) {
+    let mut by_op: BTreeMap<String, (usize, usize, f64, u64)> = BTreeMap::new();
+    for p in prof {
+        let op = p.label.rsplit('.').next().unwrap_or(&p.label).to_string();
+        let e = by_op.entry(op).or_default();
+        e.0 += 1;
+        e.1 += p.dispatches;
+        e.2 += p.micros;
+        e.3 += p.cost.bytes_read + p.cost.bytes_written;
+    }
+    let total: f64 = prof.iter().map(|p| p.micros).sum();
+    let clock = if prof.first().is_some_and(|p| p.timed_on_gpu) {
+        "GPU timestamps"
+    } else {
+        "wall clock per node"
+    };
+    println!();
+    println!(
+        "decode step at position 64, {clock}: {:.2} ms in {} nodes",
+        total / 1e3,
+        prof.len()
+    );
+    println!("| op | nodes | dispatches | ms | share | GB/s |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    let mut ops: Vec<_> = by_op.into_iter().collect();
+    ops.sort_by(|a, b| b.1 .2.total_cmp(&a.1 .2));
+    for (op, (nodes, d, us, bytes)) in ops {
+        println!(
+            "| {op} | {nodes} | {d} | {:.3} | {:.1}% | {:.2} |",
+            us / 1e3,
+            100.0 * us / total.max(1e-9),
+            bytes as f64 / (us * 1e3).max(1e-9)
+        );
+    }
 }

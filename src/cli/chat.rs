@@ -2,7 +2,6 @@
 //! template each turn and only the new suffix is prefilled (the KV cache keeps the shared prefix).
 
 use super::common::{ModelArgs, SamplingArgs};
-use super::generate::{chat_prompt, encode_prompt};
 use super::DeviceArgs;
 use clap::Args;
 use shaderlm::generate::{generate, GenOptions, Generator};
@@ -74,7 +73,7 @@ pub fn run(args: &ChatArgs, device: &DeviceArgs) -> anyhow::Result<()> {
             _ => {}
         }
         messages.push(Message::new("user", input));
-        let ids = encode_prompt(tok, &chat_prompt(tok, &messages)?)?;
+        let ids = tok.encode_chat(&messages, true)?;
         let shared = gen
             .tokens
             .iter()

@@ -4,7 +4,8 @@ use super::DeviceArgs;
 use anyhow::Context;
 use clap::Args;
 use shaderlm::gpu::Gpu;
-use shaderlm::model::load::{open, LoadedModel};
+use shaderlm::model::load::LoadedModel;
+use shaderlm::model::{AttentionMode, KvType, LoadOptions, SparseOverrides};
 use shaderlm::sampling::SamplingParams;
 use std::path::PathBuf;
 
@@ -17,7 +18,7 @@ pub struct ModelArgs {
     #[arg(long, short = 'm', env = "SHADERLM_MODEL")]
     pub model: Option<PathBuf>,
     /// KV-cache positions (at most the model's trained context).
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = shaderlm::model::options::DEFAULT_CTX)]
     pub ctx: usize,
     /// Tokens per prefill step.
     #[arg(long, default_value_t = 128)]
@@ -54,33 +55,22 @@ pub struct AttentionArgs {
 }
 
 impl AttentionArgs {
-    /// The sparse attention the session uses, from the model's own config and these flags.
-    pub fn apply(&self, cfg: &mut shaderlm::model::LlamaConfig) -> anyhow::Result<()> {
+    /// The attention these flags ask for; the model layer checks them against the model's own config.
+    pub fn mode(&self) -> AttentionMode {
+        let overrides = SparseOverrides {
+            block_size: self.sparse_block_size,
+            topk: self.sparse_topk,
+            init_blocks: self.sparse_init_blocks,
+            window_size: self.sparse_window,
+            dense_len: self.sparse_dense_len,
+        };
         if self.dense_attention {
-            cfg.sparse = None;
-            return Ok(());
+            AttentionMode::Dense
+        } else if self.sparse_attention {
+            AttentionMode::Sparse(overrides)
+        } else {
+            AttentionMode::Model(overrides)
         }
-        let tuned = [
-            self.sparse_block_size,
-            self.sparse_topk,
-            self.sparse_init_blocks,
-            self.sparse_window,
-            self.sparse_dense_len,
-        ]
-        .iter()
-        .any(Option::is_some);
-        if !self.sparse_attention && cfg.sparse.is_none() {
-            anyhow::ensure!(!tuned, "the --sparse-* settings need --sparse-attention for this model");
-            return Ok(());
-        }
-        let mut s = cfg.sparse.unwrap_or(shaderlm::model::SparseConfig::MINICPM4);
-        s.block_size = self.sparse_block_size.unwrap_or(s.block_size);
-        s.topk = self.sparse_topk.unwrap_or(s.topk);
-        s.init_blocks = self.sparse_init_blocks.unwrap_or(s.init_blocks);
-        s.window_size = self.sparse_window.unwrap_or(s.window_size);
-        s.dense_len = self.sparse_dense_len.unwrap_or(s.dense_len);
-        *cfg = cfg.clone().with_sparse(s)?;
-        Ok(())
     }
 }
 
@@ -163,12 +153,16 @@ impl ModelArgs {
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         bar.set_message(path.display().to_string());
-        let mut loaded = open(&gpu, &path, self.ctx, |i, n| {
+        let opts = LoadOptions {
+            ctx: self.ctx,
+            attention: self.attention.mode(),
+            kv_type: KvType::F32,
+        };
+        let loaded = LoadedModel::open(&gpu, &path, &opts, |i, n| {
             bar.set_length(n as u64);
             bar.set_position(i as u64);
         })
         .with_context(|| format!("loading {}", path.display()))?;
-        self.attention.apply(&mut loaded.model.cfg)?;
         bar.finish_and_clear();
         Ok((gpu, loaded))
     }

@@ -7,8 +7,7 @@ use clap::Args;
 use shaderlm::generate::{generate, GenOptions, Generator};
 use shaderlm::model::StepOutputs;
 use shaderlm::sampling::Sampler;
-use shaderlm::tokenizer::chat::{render, Message};
-use shaderlm::tokenizer::Tokenizer;
+use shaderlm::tokenizer::chat::Message;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 
@@ -50,23 +49,6 @@ pub struct GenerateArgs {
     pub json: bool,
 }
 
-/// Render `messages` with the model's template (or fail clearly when it has none).
-pub fn chat_prompt(tok: &Tokenizer, messages: &[Message]) -> anyhow::Result<String> {
-    let template = tok
-        .chat_template
-        .as_deref()
-        .context("the model has no chat template (tokenizer.chat_template); use a plain --prompt")?;
-    let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or_default();
-    Ok(render(template, messages, true, &text(tok.bos), &text(tok.eos))?)
-}
-
-/// Token ids of a rendered prompt: BOS only when the vocabulary asks for it and the template did not print it.
-pub fn encode_prompt(tok: &Tokenizer, text: &str) -> anyhow::Result<Vec<u32>> {
-    let bos_text = tok.bos.and_then(|b| tok.token_text(b)).unwrap_or_default();
-    let add_bos = bos_text.is_empty() || !text.starts_with(&bos_text);
-    Ok(tok.encode(text, add_bos)?)
-}
-
 pub fn run(args: &GenerateArgs, device: &DeviceArgs) -> anyhow::Result<()> {
     let params = args.sampling.params()?;
     let (gpu, loaded) = args.model.load(device)?;
@@ -83,7 +65,7 @@ pub fn run(args: &GenerateArgs, device: &DeviceArgs) -> anyhow::Result<()> {
             let list: Vec<Message> = serde_json::from_str(&text)
                 .with_context(|| format!("{}: expected a JSON list of {{\"role\", \"content\"}}", path.display()))?;
             messages.extend(list);
-            encode_prompt(tok, &chat_prompt(tok, &messages)?)?
+            tok.encode_chat(&messages, true)?
         } else {
             let prompt = match &args.prompt {
                 Some(p) => p.clone(),
@@ -97,7 +79,7 @@ pub fn run(args: &GenerateArgs, device: &DeviceArgs) -> anyhow::Result<()> {
             };
             if args.chat {
                 messages.push(Message::new("user", &prompt));
-                encode_prompt(tok, &chat_prompt(tok, &messages)?)?
+                tok.encode_chat(&messages, true)?
             } else {
                 tok.encode(&prompt, true)?
             }

@@ -5,23 +5,50 @@ pub mod stats;
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::model::{KvCache, Llama, Step, StepOutputs};
-use crate::ops::StepVars;
+use crate::model::{KvCache, Llama, Step, StepInputs, StepOutputs};
 use crate::sampling::Sampler;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// What the last fed token produced.
+/// What the last fed token produced (the outputs the generator was asked for).
+pub use crate::model::StepResult;
+
+/// The step plans of one session, built on first use: decode (dense, and sparse past the model's `dense_len`) and
+/// prefill by (tokens, sparse).
 #[derive(Default)]
-pub struct StepResult {
-    /// Raw logits `[vocab]` (when asked for).
-    pub logits: Vec<f32>,
-    /// Argmax of the logits (when asked for).
-    pub argmax: Option<u32>,
-    /// Top-k ids and logits, best first (when asked for).
-    pub topk_ids: Vec<u32>,
-    pub topk_logits: Vec<f32>,
+struct Plans {
+    decode: [Option<Step>; 2],
+    prefill: HashMap<(usize, bool), Step>,
+}
+
+impl Plans {
+    /// The plan of a step of `n` tokens with dense or sparse attention.
+    fn get(
+        &mut self,
+        gpu: &Gpu,
+        model: &Llama,
+        cache: &KvCache,
+        outputs: StepOutputs,
+        n: usize,
+        sparse: bool,
+    ) -> Result<&mut Step> {
+        if n == 1 {
+            let slot = &mut self.decode[usize::from(sparse)];
+            if slot.is_none() {
+                *slot = Some(model.step_with(gpu, cache, 1, outputs, sparse)?);
+            }
+            return Ok(slot.as_mut().expect("just built"));
+        }
+        if !self.prefill.contains_key(&(n, sparse)) {
+            if self.prefill.len() >= 8 {
+                self.prefill.clear();
+            }
+            let step = model.step_with(gpu, cache, n, outputs, sparse)?;
+            self.prefill.insert((n, sparse), step);
+        }
+        Ok(self.prefill.get_mut(&(n, sparse)).expect("just inserted"))
+    }
 }
 
 /// A model plus its KV-cache state: which tokens the cache holds.
@@ -30,10 +57,7 @@ pub struct Generator<'a> {
     model: &'a Llama,
     cache: KvCache,
     outputs: StepOutputs,
-    /// Decode plans: dense, and sparse (past the model's `dense_len`).
-    decode: [Option<Step>; 2],
-    /// Prefill plans by (tokens, sparse).
-    prefill: HashMap<(usize, bool), Step>,
+    plans: Plans,
     /// Tokens whose K/V are in the cache, in order.
     pub tokens: Vec<u32>,
     /// Tokens per prefill step.
@@ -51,8 +75,7 @@ impl<'a> Generator<'a> {
             model,
             cache: model.new_cache(gpu, max_ctx)?,
             outputs,
-            decode: [None, None],
-            prefill: HashMap::new(),
+            plans: Plans::default(),
             tokens: Vec::new(),
             chunk: 128,
             result: StepResult::default(),
@@ -74,7 +97,7 @@ impl<'a> Generator<'a> {
 
     /// Build the plans now so that the first token pays no pipeline compile.
     pub fn warm_up(&mut self) -> Result<()> {
-        self.plan(1, self.sparse_at(self.tokens.len() + 1))?;
+        self.plan(1, self.tokens.len())?;
         Ok(())
     }
 
@@ -83,24 +106,11 @@ impl<'a> Generator<'a> {
         self.cache.sparse_at(&self.model.cfg, kv_len)
     }
 
-    /// The plan of a step of `n` tokens, with dense or sparse attention, built on first use.
-    fn plan(&mut self, n: usize, sparse: bool) -> Result<&mut Step> {
-        let (gpu, model, cache, outputs) = (self.gpu, self.model, &self.cache, self.outputs);
-        if n == 1 {
-            let slot = &mut self.decode[usize::from(sparse)];
-            if slot.is_none() {
-                *slot = Some(model.step_with(gpu, cache, 1, outputs, sparse)?);
-            }
-            return Ok(slot.as_mut().expect("just built"));
-        }
-        if !self.prefill.contains_key(&(n, sparse)) {
-            if self.prefill.len() >= 8 {
-                self.prefill.clear();
-            }
-            let step = model.step_with(gpu, cache, n, outputs, sparse)?;
-            self.prefill.insert((n, sparse), step);
-        }
-        Ok(self.prefill.get_mut(&(n, sparse)).expect("just inserted"))
+    /// The plan of a step of `n` tokens after `pos` cached ones, dense or sparse as the KV length it reaches asks.
+    fn plan(&mut self, n: usize, pos: usize) -> Result<&mut Step> {
+        let sparse = self.sparse_at(pos + n);
+        self.plans
+            .get(self.gpu, self.model, &self.cache, self.outputs, n, sparse)
     }
 
     /// Run the model over `ids` (appended after the cached tokens); `self.result` then holds the last token's outputs.
@@ -123,43 +133,18 @@ impl<'a> Generator<'a> {
             )));
         }
         let gpu = self.gpu;
-        let chunk = self.chunk.max(1);
-        let mut rest = ids;
-        while !rest.is_empty() {
-            let n = rest.len().min(chunk);
+        for chunk in ids.chunks(self.chunk.max(1)) {
             let pos = self.tokens.len();
-            let sparse = self.sparse_at(pos + n);
-            let step = self.plan(n, sparse)?;
-            step.plan.write_input(gpu, step.ids, bytemuck::cast_slice(&rest[..n]))?;
-            step.plan.run(gpu, &StepVars { pos: pos as u32 })?;
-            self.tokens.extend_from_slice(&rest[..n]);
-            rest = &rest[n..];
-            let step = if n == 1 {
-                self.decode[usize::from(sparse)].as_ref()
-            } else {
-                self.prefill.get(&(n, sparse))
-            }
-            .expect("planned");
+            let inputs = StepInputs { tokens: chunk, pos };
+            let sparse = self.sparse_at(pos + chunk.len());
+            let step = self
+                .plans
+                .get(gpu, self.model, &self.cache, self.outputs, chunk.len(), sparse)?;
+            step.run(gpu, inputs, &mut self.result)?;
+            self.tokens.extend_from_slice(chunk);
             if let Some(st) = &mut self.moe_stats {
-                for (layer, &r) in step.router.iter().enumerate() {
-                    let mut buf = std::mem::take(&mut st.buf);
-                    step.plan.read_into(r, &mut buf)?;
-                    st.add(layer, &buf);
-                    st.buf = buf;
-                }
-            }
-            if rest.is_empty() {
-                let r = &mut self.result;
-                if let Some(id) = step.logits {
-                    step.plan.read_into(id, &mut r.logits)?;
-                }
-                r.argmax = match step.argmax {
-                    Some(id) => Some(step.plan.read(id)?.get(..4).map_or(0, bytemuck::pod_read_unaligned)),
-                    None => None,
-                };
-                if let Some((ids, vals)) = step.topk {
-                    step.plan.read_into(ids, &mut r.topk_ids)?;
-                    step.plan.read_into(vals, &mut r.topk_logits)?;
+                for (layer, r) in self.result.router.iter().enumerate() {
+                    st.add(layer, r);
                 }
             }
         }
@@ -275,14 +260,12 @@ impl Generator<'_> {
     pub fn profile_decode(&mut self) -> Result<Vec<crate::graph::NodeProfile>> {
         let pos = self.tokens.len();
         let gpu = self.gpu;
-        let step = self.plan(1, self.sparse_at(pos + 1))?;
-        step.plan.write_input(gpu, step.ids, bytemuck::cast_slice(&[0u32]))?;
-        step.plan.profile(gpu, &StepVars { pos: pos as u32 })
+        let inputs = StepInputs { tokens: &[0], pos };
+        self.plan(1, pos)?.profile(gpu, inputs)
     }
 
     /// Dispatches of one decode step.
     pub fn decode_dispatches(&mut self) -> Result<usize> {
-        let sparse = self.sparse_at(self.tokens.len() + 1);
-        Ok(self.plan(1, sparse)?.plan.dispatch_count())
+        Ok(self.plan(1, self.tokens.len())?.dispatch_count())
     }
 }

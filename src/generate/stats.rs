@@ -21,8 +21,6 @@ struct Layer {
 pub struct MoeStats {
     experts: usize,
     layers: Vec<Layer>,
-    /// Reused read-back buffer `[n_tokens, E]`.
-    pub(crate) buf: Vec<f32>,
 }
 
 /// One layer's figures.
@@ -43,7 +41,6 @@ impl MoeStats {
         MoeStats {
             experts,
             layers: vec![layer; layers],
-            buf: Vec::new(),
         }
     }
 

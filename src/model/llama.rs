@@ -3,11 +3,13 @@
 //! graph of one forward step.
 
 use super::blockffn::BlockFfn;
-use super::config::{Arch, LlamaConfig};
+use super::config::{Arch, LlamaConfig, SparseConfig};
 pub use super::names::Names;
 use super::names::Role;
+use super::options::KvType;
 use super::rope_scaling::RopeSession;
 use super::sparse::{self, CompressedKeys};
+use super::step::{Step, StepOutputs};
 use super::weights::{load_vector, load_vector_with, Linear, WeightSource};
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Gpu, GpuTensor};
@@ -56,6 +58,8 @@ pub struct Llama {
     head: Option<Linear>, // [vocab, hidden]; None when tied to `embed`
     norm: GpuTensor,      // [hidden], times MiniCPM's logit scale
     layers: Vec<Layer>,
+    /// Element type of the KV caches of this model's sessions.
+    kv_type: KvType,
 }
 
 /// The rotation of one kind of layer for a session, with its divisors on the device.
@@ -68,7 +72,7 @@ struct RopeTable {
 /// Keys and values of every layer for `max_ctx` positions, owned by one session.
 pub struct KvCache {
     pub max_ctx: usize,
-    /// Per layer: K and V, each f32 `[n_kv, max_ctx, head_dim]`.
+    /// Per layer: K and V, each `[n_kv, max_ctx, head_dim]` of the model's [`KvType`].
     layers: Vec<(GpuTensor, GpuTensor)>,
     /// Rope of the global layers, then (with sliding windows) of the local ones, for this context size.
     rope: Vec<RopeTable>,
@@ -81,31 +85,6 @@ impl KvCache {
     pub fn sparse_at(&self, cfg: &LlamaConfig, kv_len: usize) -> bool {
         self.sparse.is_some() && cfg.sparse.is_some_and(|s| s.is_sparse(kv_len))
     }
-}
-
-/// What a step graph returns.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct StepOutputs {
-    /// Read back the last token's logits `[vocab]`.
-    pub logits: bool,
-    /// Read back the argmax of the last token's logits (greedy decoding without a logits read-back).
-    pub argmax: bool,
-    /// Read back the top-k ids and logits of the last token (0 = none).
-    pub topk: usize,
-    /// Read back each BlockFFN layer's router weights `[n_tokens, E]` (sparsity statistics).
-    pub router: bool,
-}
-
-/// A planned forward step over `n_tokens` tokens.
-pub struct Step {
-    pub plan: Plan,
-    pub n_tokens: usize,
-    pub ids: TensorId,
-    pub logits: Option<TensorId>,
-    pub argmax: Option<TensorId>,
-    pub topk: Option<(TensorId, TensorId)>,
-    /// Router weights `[n_tokens, E]` of each BlockFFN layer, when asked for.
-    pub router: Vec<TensorId>,
 }
 
 impl Llama {
@@ -230,7 +209,13 @@ impl Llama {
             head,
             norm,
             layers,
+            kv_type: KvType::F32,
         })
+    }
+
+    /// The same model whose sessions keep K and V as `kv_type`.
+    pub fn with_kv_type(self, kv_type: KvType) -> Llama {
+        Llama { kv_type, ..self }
     }
 
     /// A zeroed KV cache of `max_ctx` positions (at most the trained context).
@@ -246,8 +231,8 @@ impl Llama {
         let layers = (0..c.n_layers)
             .map(|i| {
                 Ok((
-                    GpuTensor::zeros(gpu, &format!("blk.{i}.k_cache"), &shape, DType::F32)?,
-                    GpuTensor::zeros(gpu, &format!("blk.{i}.v_cache"), &shape, DType::F32)?,
+                    GpuTensor::zeros(gpu, &format!("blk.{i}.k_cache"), &shape, self.kv_type.dtype())?,
+                    GpuTensor::zeros(gpu, &format!("blk.{i}.v_cache"), &shape, self.kv_type.dtype())?,
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -334,16 +319,7 @@ impl Llama {
         out: StepOutputs,
         sparse: bool,
     ) -> Result<Step> {
-        let c = &self.cfg;
-        let sparse_keys = match (&c.sparse, &cache.sparse) {
-            (Some(s), Some(keys)) => Some((s, keys)),
-            _ if sparse => {
-                return Err(Error::Invalid(
-                    "sparse attention asked for a model or cache without compressed keys".into(),
-                ))
-            }
-            _ => None,
-        };
+        let sparse_keys = self.sparse_keys(cache, sparse)?;
         if n_tokens == 0 || n_tokens > cache.max_ctx {
             return Err(Error::Invalid(format!(
                 "a step of {n_tokens} tokens (context {})",
@@ -352,98 +328,186 @@ impl Llama {
         }
         let mut g = Graph::new();
         let ids = g.input("ids", &[n_tokens], DType::U32);
-        let mut h = self.embed.gather(&mut g, ids)?; // [n, hidden]
-        if c.mup.emb != 1.0 {
-            h = g.scale(h, c.mup.emb)?;
-        }
-        let alpha = c.mup.residual;
-        let scale = c.attn_scale;
-        let act = c.ffn_act;
-        // The global rotation, then the sliding-window layers' own (indexed by whether a layer has a window).
-        let ropes: Vec<RopeConfig> = cache.rope.iter().map(|t| self.rope(&mut g, t)).collect();
+        let mut h = self.embed(&mut g, ids)?; // [n, hidden]
+        let ctx = StepContext {
+            cache,
+            n_tokens,
+            sparse,
+            sparse_keys,
+            // The global rotation, then the sliding-window layers' own (indexed by whether a layer has a window).
+            ropes: cache.rope.iter().map(|t| self.rope(&mut g, t)).collect(),
+        };
         // The FFN output still to be added to `h`: fused into the next norm (one dispatch for add + norm).
         let mut pending: Option<TensorId> = None;
         let mut router = Vec::new();
-        for (i, (l, (k_cache, v_cache))) in self.layers.iter().zip(&cache.layers).enumerate() {
+        for (i, l) in self.layers.iter().enumerate() {
             g.set_prefix(&format!("blk.{i}."));
-            let w = g.external(&l.attn_norm);
-            let x = match pending.take() {
-                None => g.rms_norm(h, w, c.rms_eps)?,
-                Some(d) => {
-                    let (sum, x) = g.add_scaled_rms_norm(h, d, alpha, w, c.rms_eps)?;
-                    h = sum;
-                    x
-                }
-            };
-            let q = l.q.forward(&mut g, x, l.q_bias.as_ref())?; // [n, n_heads * head_dim]
-            let k = l.k.forward(&mut g, x, l.k_bias.as_ref())?; // [n, n_kv * head_dim]
-            let v = l.v.forward(&mut g, x, l.v_bias.as_ref())?;
-            let mut q = g.reshape(q, &[n_tokens, c.n_heads, c.head_dim])?;
-            let mut k = g.reshape(k, &[n_tokens, c.n_kv_heads, c.head_dim])?;
-            let v = g.reshape(v, &[n_tokens, c.n_kv_heads, c.head_dim])?;
-            if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
-                let (qn, kn) = (g.external(qn), g.external(kn));
-                q = g.rms_norm(q, qn, c.rms_eps)?;
-                k = g.rms_norm(k, kn, c.rms_eps)?;
+            let x = self.add_norm(&mut g, &mut h, pending.take(), &l.attn_norm)?;
+            let o = self.attention_block(&mut g, &ctx, i, l, x)?;
+            let x = self.add_norm(&mut g, &mut h, Some(o), &l.ffn_norm)?;
+            let (d, r) = self.ffn_block(&mut g, l, x)?;
+            if let (true, Some(r)) = (out.router, r) {
+                g.output(r);
+                router.push(r);
             }
-            let rope = ropes[usize::from(c.layer_window(i).is_some())];
-            let (q, k) = g.rope_pair(q, k, rope)?;
-            let (kc, vc) = (g.external(k_cache), g.external(v_cache));
-            g.kv_write_pair(k, v, kc, vc)?;
-            let compressed = match sparse_keys {
-                Some((s, keys)) => Some((s, sparse::compress(&mut g, s, &keys[i], kc, n_tokens)?)),
-                None => None,
-            };
-            let a = if let (true, Some((s, cc))) = (sparse, compressed) {
-                sparse::attention(&mut g, s, q, kc, vc, cc, cache.max_ctx, scale)?
-            } else if n_tokens <= crate::ops::attention_decode::MAX_TOKENS {
-                g.attention_decode_window(q, kc, vc, scale, c.layer_window(i))?
-            } else {
-                g.attention_prefill_window(q, kc, vc, scale, c.layer_window(i))?
-            };
-            let a = g.reshape(a, &[n_tokens, c.n_heads * c.head_dim])?;
-            let mut o = l.o.forward(&mut g, a, None)?;
-            if let Some((post_attn, _)) = &l.post_norms {
-                let w = g.external(post_attn);
-                o = g.rms_norm(o, w, c.rms_eps)?;
-            }
-            let w = g.external(&l.ffn_norm);
-            let (sum, x) = g.add_scaled_rms_norm(h, o, alpha, w, c.rms_eps)?;
-            h = sum;
-            pending = Some(match &l.ffn {
-                Ffn::SwiGlu { input, down } => {
-                    let m = match input {
-                        FfnIn::Stacked(w) => {
-                            let gu = w.forward(&mut g, x, None)?; // [n, 2 * ffn]: gate then up
-                            g.glu_fused(gu, act)?
-                        }
-                        FfnIn::Split { gate, up } => {
-                            let gate = gate.forward(&mut g, x, None)?;
-                            let up = up.forward(&mut g, x, None)?;
-                            g.glu(gate, up, act)?
-                        }
-                    };
-                    let d = down.forward(&mut g, m, None)?;
-                    match &l.post_norms {
-                        Some((_, post_ffn)) => {
-                            let w = g.external(post_ffn);
-                            g.rms_norm(d, w, c.rms_eps)?
-                        }
-                        None => d,
-                    }
-                }
-                Ffn::Block(b) => {
-                    let m = c.moe.as_ref().expect("a BlockFFN layer has a MoE config");
-                    let (y, r) = b.forward(&mut g, x, m, c.rms_eps)?; // [n, hidden], [n, E]
-                    if out.router {
-                        g.output(r);
-                        router.push(r);
-                    }
-                    y
-                }
-            });
+            pending = Some(d);
         }
         g.set_prefix("");
+        let logits = self.last_logits(&mut g, h, pending, n_tokens)?; // [1, vocab]
+        let (logits, argmax, topk) = read_backs(&mut g, logits, out)?;
+        Ok(Step {
+            plan: Plan::new(gpu, g)?,
+            n_tokens,
+            ids,
+            logits,
+            argmax,
+            topk,
+            router,
+        })
+    }
+
+    /// The sparse settings and the cache's compressed keys, when both exist; an error when `sparse` asks for them
+    /// and they do not.
+    fn sparse_keys<'a>(&'a self, cache: &'a KvCache, sparse: bool) -> Result<SparseKeys<'a>> {
+        match (&self.cfg.sparse, &cache.sparse) {
+            (Some(s), Some(keys)) => Ok(Some((s, keys))),
+            _ if sparse => Err(Error::Invalid(
+                "sparse attention asked for a model or cache without compressed keys".into(),
+            )),
+            _ => Ok(None),
+        }
+    }
+
+    /// The token embeddings `[n, hidden]`, times MiniCPM's and Gemma's embedding scale.
+    fn embed(&self, g: &mut Graph, ids: TensorId) -> Result<TensorId> {
+        let h = self.embed.gather(g, ids)?;
+        let emb = self.cfg.mup.emb;
+        if emb == 1.0 {
+            Ok(h)
+        } else {
+            g.scale(h, emb)
+        }
+    }
+
+    /// `norm(h)` with weight `w`, after adding the branch output `d` (times the residual scale) to `h` when there
+    /// is one: the add and the norm are one dispatch.
+    fn add_norm(&self, g: &mut Graph, h: &mut TensorId, d: Option<TensorId>, w: &GpuTensor) -> Result<TensorId> {
+        let c = &self.cfg;
+        let w = g.external(w);
+        match d {
+            None => g.rms_norm(*h, w, c.rms_eps),
+            Some(d) => {
+                let (sum, x) = g.add_scaled_rms_norm(*h, d, c.mup.residual, w, c.rms_eps)?;
+                *h = sum;
+                Ok(x)
+            }
+        }
+    }
+
+    /// Layer `i`'s attention over its normed input `x` `[n, hidden]`: projections, q/k norms, rope, the K/V
+    /// write (and compressed keys), dense or sparse attention, the output projection and Gemma's post-norm.
+    fn attention_block(
+        &self,
+        g: &mut Graph,
+        s: &StepContext<'_>,
+        i: usize,
+        l: &Layer,
+        x: TensorId,
+    ) -> Result<TensorId> {
+        let c = &self.cfg;
+        let n = s.n_tokens;
+        let q = l.q.forward(g, x, l.q_bias.as_ref())?; // [n, n_heads * head_dim]
+        let k = l.k.forward(g, x, l.k_bias.as_ref())?; // [n, n_kv * head_dim]
+        let v = l.v.forward(g, x, l.v_bias.as_ref())?;
+        let mut q = g.reshape(q, &[n, c.n_heads, c.head_dim])?;
+        let mut k = g.reshape(k, &[n, c.n_kv_heads, c.head_dim])?;
+        let v = g.reshape(v, &[n, c.n_kv_heads, c.head_dim])?;
+        if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
+            let (qn, kn) = (g.external(qn), g.external(kn));
+            q = g.rms_norm(q, qn, c.rms_eps)?;
+            k = g.rms_norm(k, kn, c.rms_eps)?;
+        }
+        let rope = s.ropes[usize::from(c.layer_window(i).is_some())];
+        let (q, k) = g.rope_pair(q, k, rope)?;
+        let (k_cache, v_cache) = &s.cache.layers[i];
+        let (kc, vc) = (g.external(k_cache), g.external(v_cache));
+        g.kv_write_pair(k, v, kc, vc)?;
+        let a = self.attend(g, s, i, q, kc, vc)?;
+        let a = g.reshape(a, &[n, c.n_heads * c.head_dim])?;
+        let o = l.o.forward(g, a, None)?;
+        match &l.post_norms {
+            Some((post_attn, _)) => {
+                let w = g.external(post_attn);
+                g.rms_norm(o, w, c.rms_eps)
+            }
+            None => Ok(o),
+        }
+    }
+
+    /// Attention of `q` `[n, n_heads, head_dim]` over layer `i`'s caches (this step's keys written): InfLLM-v2 in a
+    /// sparse step, else the decode kernel for a few queries and the tiled prefill kernel for more.
+    fn attend(
+        &self,
+        g: &mut Graph,
+        s: &StepContext<'_>,
+        i: usize,
+        q: TensorId,
+        kc: TensorId,
+        vc: TensorId,
+    ) -> Result<TensorId> {
+        let c = &self.cfg;
+        let compressed = match s.sparse_keys {
+            Some((sc, keys)) => Some((sc, sparse::compress(g, sc, &keys[i], kc, s.n_tokens)?)),
+            None => None,
+        };
+        match (s.sparse, compressed) {
+            (true, Some((sc, cc))) => sparse::attention(g, sc, q, kc, vc, cc, s.cache.max_ctx, c.attn_scale),
+            _ if s.n_tokens <= crate::ops::attention_decode::MAX_TOKENS => {
+                g.attention_decode_window(q, kc, vc, c.attn_scale, c.layer_window(i))
+            }
+            _ => g.attention_prefill_window(q, kc, vc, c.attn_scale, c.layer_window(i)),
+        }
+    }
+
+    /// A layer's feed-forward block over its normed input `x` `[n, hidden]`: the output `[n, hidden]` (after
+    /// Gemma's post-norm), and BlockFFN's router weights `[n, E]`.
+    fn ffn_block(&self, g: &mut Graph, l: &Layer, x: TensorId) -> Result<(TensorId, Option<TensorId>)> {
+        let c = &self.cfg;
+        match &l.ffn {
+            Ffn::SwiGlu { input, down } => {
+                let m = match input {
+                    FfnIn::Stacked(w) => {
+                        let gu = w.forward(g, x, None)?; // [n, 2 * ffn]: gate then up
+                        g.glu_fused(gu, c.ffn_act)?
+                    }
+                    FfnIn::Split { gate, up } => {
+                        let gate = gate.forward(g, x, None)?;
+                        let up = up.forward(g, x, None)?;
+                        g.glu(gate, up, c.ffn_act)?
+                    }
+                };
+                let d = down.forward(g, m, None)?;
+                let d = match &l.post_norms {
+                    Some((_, post_ffn)) => {
+                        let w = g.external(post_ffn);
+                        g.rms_norm(d, w, c.rms_eps)?
+                    }
+                    None => d,
+                };
+                Ok((d, None))
+            }
+            Ffn::Block(b) => {
+                let m = c.moe.as_ref().expect("a BlockFFN layer has a MoE config");
+                let (y, r) = b.forward(g, x, m, c.rms_eps)?; // [n, hidden], [n, E]
+                Ok((y, Some(r)))
+            }
+        }
+    }
+
+    /// The last token's logits `[1, vocab]`: the pending FFN output added, the final norm, the head.
+    fn last_logits(&self, g: &mut Graph, h: TensorId, pending: Option<TensorId>, n_tokens: usize) -> Result<TensorId> {
+        let c = &self.cfg;
+        let alpha = c.mup.residual;
         let w = g.external(&self.norm);
         let x = match (pending, n_tokens) {
             (Some(d), 1) => g.add_scaled_rms_norm(h, d, alpha, w, c.rms_eps)?.1,
@@ -456,35 +520,49 @@ impl Llama {
                 g.rms_norm(last, w, c.rms_eps)?
             }
         };
-        let logits = self.head.as_ref().unwrap_or(&self.embed).forward(&mut g, x, None)?; // [1, vocab]
-        let mut step_logits = None;
-        if out.logits {
-            g.output(logits);
-            step_logits = Some(logits);
-        }
-        let argmax = if out.argmax {
-            let a = g.argmax(logits)?;
-            g.output(a);
-            Some(a)
-        } else {
-            None
-        };
-        let topk = if out.topk > 0 {
-            let (ti, tv) = g.topk(logits, out.topk)?;
-            g.output(ti);
-            g.output(tv);
-            Some((ti, tv))
-        } else {
-            None
-        };
-        Ok(Step {
-            plan: Plan::new(gpu, g)?,
-            n_tokens,
-            ids,
-            logits: step_logits,
-            argmax,
-            topk,
-            router,
-        })
+        self.head.as_ref().unwrap_or(&self.embed).forward(g, x, None)
     }
+}
+
+/// The sparse settings and a cache's compressed keys (per layer).
+type SparseKeys<'a> = Option<(&'a SparseConfig, &'a [CompressedKeys])>;
+
+/// What every layer of one step graph shares.
+struct StepContext<'a> {
+    cache: &'a KvCache,
+    n_tokens: usize,
+    /// Whether this step attends sparsely.
+    sparse: bool,
+    sparse_keys: SparseKeys<'a>,
+    /// The session's rotations: global, then sliding-window.
+    ropes: Vec<RopeConfig>,
+}
+
+/// A step's read-back tensors: logits, argmax, top-k (ids, values).
+type ReadBacks = (Option<TensorId>, Option<TensorId>, Option<(TensorId, TensorId)>);
+
+/// Marks the read-backs `out` asks for on the last token's `logits`: the logits, their argmax, their top-k.
+fn read_backs(g: &mut Graph, logits: TensorId, out: StepOutputs) -> Result<ReadBacks> {
+    let step_logits = if out.logits {
+        g.output(logits);
+        Some(logits)
+    } else {
+        None
+    };
+    let argmax = if out.argmax {
+        let a = g.argmax(logits)?;
+        g.output(a);
+        Some(a)
+    } else {
+        None
+    };
+    let topk = if out.topk > 0 {
+        let (ti, tv) = g.topk(logits, out.topk)?;
+        g.output(ti);
+        g.output(tv);
+        Some((ti, tv))
+    } else {
+        None
+    };
+    Ok((step_logits, argmax, topk))
 }

@@ -3,6 +3,7 @@
 
 use super::config::LlamaConfig;
 use super::llama::{Llama, Names};
+use super::options::LoadOptions;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::loader::gguf::GgufFile;
@@ -80,43 +81,43 @@ fn is_gguf(path: &Path) -> bool {
     path.is_file()
 }
 
-/// Open the model at `path` and upload it; `max_ctx` positions of KV cache (clamped to the trained context).
+/// Open the model at `path` with a context of `max_ctx` positions and the model's own attention: [`LoadedModel::open`]
+/// with [`LoadOptions::with_ctx`], kept for callers that choose nothing else.
 pub fn open(gpu: &Gpu, path: &Path, max_ctx: usize, progress: impl FnMut(usize, usize)) -> Result<LoadedModel> {
-    if !path.exists() {
-        return Err(Error::File {
-            path: path.into(),
-            message: "no such file or directory".into(),
-        });
-    }
-    if is_gguf(path) {
-        let f = GgufFile::open(path)?;
-        let cfg = LlamaConfig::from_gguf(&f)?;
-        let mut tokenizer = tokenizer_from_gguf(&f)?;
-        if tokenizer.chat_template.is_none() && cfg.arch == super::Arch::Gemma3 {
-            tokenizer.chat_template = Some(crate::tokenizer::chat::GEMMA3_TEMPLATE.into());
+    LoadedModel::open(gpu, path, &LoadOptions::with_ctx(max_ctx), progress)
+}
+
+impl LoadedModel {
+    /// Open the model at `path` and upload it, configured by `opts` before anything is allocated.
+    pub fn open(gpu: &Gpu, path: &Path, opts: &LoadOptions, progress: impl FnMut(usize, usize)) -> Result<LoadedModel> {
+        if !path.exists() {
+            return Err(Error::File {
+                path: path.into(),
+                message: "no such file or directory".into(),
+            });
         }
-        let ctx = max_ctx.min(cfg.context);
-        let format = format!("GGUF {}", weight_types(&f));
-        let model = Llama::load(gpu, &f, cfg, Names::Gguf, progress)?;
+        let (model, tokenizer, format) = if is_gguf(path) {
+            let f = GgufFile::open(path)?;
+            let cfg = opts.attention.apply(LlamaConfig::from_gguf(&f)?)?;
+            let mut tokenizer = tokenizer_from_gguf(&f)?;
+            if tokenizer.chat_template.is_none() && cfg.arch == super::Arch::Gemma3 {
+                tokenizer.chat_template = Some(crate::tokenizer::chat::GEMMA3_TEMPLATE.into());
+            }
+            let format = format!("GGUF {}", weight_types(&f));
+            (Llama::load(gpu, &f, cfg, Names::Gguf, progress)?, tokenizer, format)
+        } else {
+            let cfg = opts.attention.apply(LlamaConfig::from_hf(&path.join("config.json"))?)?;
+            let tokenizer = Tokenizer::from_hf_dir(path)?;
+            let st = SafetensorsModel::open(path)?;
+            let model = Llama::load(gpu, &st, cfg, Names::Hf, progress)?;
+            (model, tokenizer, "safetensors".to_string())
+        };
         Ok(LoadedModel {
-            model,
+            ctx: opts.ctx.min(model.cfg.context),
+            model: model.with_kv_type(opts.kv_type),
             tokenizer,
             path: path.into(),
             format,
-            ctx,
-        })
-    } else {
-        let cfg = LlamaConfig::from_hf(&path.join("config.json"))?;
-        let tokenizer = Tokenizer::from_hf_dir(path)?;
-        let st = SafetensorsModel::open(path)?;
-        let ctx = max_ctx.min(cfg.context);
-        let model = Llama::load(gpu, &st, cfg, Names::Hf, progress)?;
-        Ok(LoadedModel {
-            model,
-            tokenizer,
-            path: path.into(),
-            format: "safetensors".into(),
-            ctx,
         })
     }
 }

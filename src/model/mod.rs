@@ -6,11 +6,15 @@ pub mod fused;
 pub mod llama;
 pub mod load;
 pub mod names;
+pub mod options;
 pub mod reference;
 pub mod rope_scaling;
 pub mod sparse;
+pub mod step;
 pub mod synthetic;
 pub mod weights;
 
 pub use config::{Arch, LlamaConfig, SparseConfig};
-pub use llama::{KvCache, Llama, Names, Step, StepOutputs};
+pub use llama::{KvCache, Llama, Names};
+pub use options::{AttentionMode, KvType, LoadOptions, SparseOverrides};
+pub use step::{Step, StepInputs, StepOutputs, StepResult};

@@ -61,6 +61,39 @@ pub fn render(
     env.get_template("chat").map_err(err)?.render(ctx).map_err(err)
 }
 
+impl super::Tokenizer {
+    /// Token ids of the prompt for `messages` in the model's chat template; `add_generation_prompt` opens the
+    /// assistant's turn. The prompt every front end (chat, generate, a server) sends.
+    pub fn encode_chat(&self, messages: &[Message], add_generation_prompt: bool) -> Result<Vec<u32>> {
+        self.encode_prompt(&self.render_chat(messages, add_generation_prompt)?)
+    }
+
+    /// The text of that prompt: the model's template over `messages`, with its BOS and EOS texts.
+    pub fn render_chat(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        let template = self.chat_template.as_deref().ok_or_else(|| {
+            Error::Invalid(
+                "the model has no chat template (tokenizer.chat_template): give a plain prompt instead".into(),
+            )
+        })?;
+        let text = |id: Option<u32>| id.and_then(|i| self.token_text(i)).unwrap_or_default();
+        render(
+            template,
+            messages,
+            add_generation_prompt,
+            &text(self.bos),
+            &text(self.eos),
+        )
+    }
+
+    /// Token ids of a prompt text that may begin with the BOS text (as rendered templates do): BOS is added only
+    /// when the vocabulary asks for it and the text does not already print it.
+    pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>> {
+        let bos_text = self.bos.and_then(|b| self.token_text(b)).unwrap_or_default();
+        let add_bos = bos_text.is_empty() || !text.starts_with(&bos_text);
+        self.encode(text, add_bos)
+    }
+}
+
 /// `strftime_now` for templates that print today's date (Llama 3.x): a small subset of strftime.
 fn strftime_now(fmt: &str) -> String {
     let days = std::time::SystemTime::now()

@@ -7,9 +7,9 @@
 
 use shaderlm::generate::Generator;
 use shaderlm::gpu::{Gpu, GpuOptions};
-use shaderlm::model::load::{open, LoadedModel};
-use shaderlm::model::StepOutputs;
-use shaderlm::tokenizer::chat::{render, Message};
+use shaderlm::model::load::LoadedModel;
+use shaderlm::model::{LoadOptions, StepOutputs};
+use shaderlm::tokenizer::chat::Message;
 use std::path::Path;
 
 /// A top-2 gap below this is a near-tie that summation order can flip.
@@ -23,7 +23,7 @@ pub fn load(file: &str, fetch: &str) -> (Gpu, LoadedModel) {
         "this test needs the real model models/{file}: run `bash models/fetch.sh {fetch}` (or `bash setup.sh --test`)"
     );
     let gpu = Gpu::new(&GpuOptions::default()).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"));
-    let loaded = open(&gpu, &path, 2048, |_, _| {}).unwrap();
+    let loaded = LoadedModel::open(&gpu, &path, &LoadOptions::with_ctx(2048), |_, _| {}).unwrap();
     (gpu, loaded)
 }
 
@@ -59,20 +59,16 @@ pub fn check(gpu: &Gpu, loaded: &LoadedModel, dir: &str, name: &str, logit_tol: 
     let tok = &loaded.tokenizer;
     // Tokenization: the template renders the same text, and our tokenizer gives the same ids.
     if let Some(messages) = &fx.messages {
-        let text_of = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or_default();
-        let text = render(
-            tok.chat_template.as_deref().unwrap(),
-            messages,
-            true,
-            &text_of(tok.bos),
-            &text_of(tok.eos),
-        )
-        .unwrap();
+        let text = tok.render_chat(messages, true).unwrap();
         assert_eq!(text, fx.prompt, "{}: rendered chat prompt", fx.name);
+        assert_eq!(
+            tok.encode_chat(messages, true).unwrap(),
+            fx.prompt_tokens,
+            "{}: chat prompt ids",
+            fx.name
+        );
     }
-    let bos_text = tok.bos.and_then(|b| tok.token_text(b)).unwrap_or_default();
-    let add_bos = bos_text.is_empty() || !fx.prompt.starts_with(&bos_text);
-    let ids = tok.encode(&fx.prompt, add_bos).unwrap();
+    let ids = tok.encode_prompt(&fx.prompt).unwrap();
     assert_eq!(ids, fx.prompt_tokens, "{} ({}): prompt token ids", fx.name, fx.kind);
 
     let outputs = StepOutputs {

@@ -4,4 +4,5 @@ pub mod blockffn;
 pub mod golden;
 pub mod gpu;
 pub mod minicpm;
+pub mod steps;
 pub mod tiny;

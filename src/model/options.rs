@@ -1,0 +1,118 @@
+//! How a model is opened: the context of its sessions, dense or sparse attention, the KV-cache type. Decided
+//! before anything is uploaded, and applied to the config there, so no caller rewrites a loaded model.
+
+use super::config::{LlamaConfig, SparseConfig};
+use crate::error::{Error, Result};
+use crate::gpu::DType;
+
+/// The KV-cache positions a session gets when nothing else is asked for.
+pub const DEFAULT_CTX: usize = 4096;
+
+/// Options of [`super::load::LoadedModel::open`].
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// KV-cache positions of each session, clamped to the trained context.
+    pub ctx: usize,
+    pub attention: AttentionMode,
+    pub kv_type: KvType,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions::with_ctx(DEFAULT_CTX)
+    }
+}
+
+impl LoadOptions {
+    /// A context of `ctx` positions; the model's own attention, an f32 cache.
+    pub fn with_ctx(ctx: usize) -> LoadOptions {
+        LoadOptions {
+            ctx,
+            attention: AttentionMode::default(),
+            kv_type: KvType::F32,
+        }
+    }
+}
+
+/// Dense or InfLLM-v2 sparse attention. Unset override fields keep the model's `sparse_config`, else MiniCPM4's
+/// published values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttentionMode {
+    /// As the model was trained: sparse for a model with a `sparse_config` (with the overrides applied), dense for
+    /// any other (where overrides are an error: they would be silently ignored).
+    Model(SparseOverrides),
+    /// Always dense, even on a model with a `sparse_config`.
+    Dense,
+    /// Sparse past `dense_len`, also on a model not trained for it (training-free).
+    Sparse(SparseOverrides),
+}
+
+impl Default for AttentionMode {
+    fn default() -> Self {
+        AttentionMode::Model(SparseOverrides::default())
+    }
+}
+
+/// Per-field changes to the sparse attention settings; `None` keeps the value.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SparseOverrides {
+    pub block_size: Option<usize>,
+    pub topk: Option<usize>,
+    pub init_blocks: Option<usize>,
+    pub window_size: Option<usize>,
+    pub dense_len: Option<usize>,
+}
+
+impl SparseOverrides {
+    pub fn is_empty(&self) -> bool {
+        *self == SparseOverrides::default()
+    }
+
+    fn apply(&self, s: SparseConfig) -> SparseConfig {
+        SparseConfig {
+            block_size: self.block_size.unwrap_or(s.block_size),
+            topk: self.topk.unwrap_or(s.topk),
+            init_blocks: self.init_blocks.unwrap_or(s.init_blocks),
+            window_size: self.window_size.unwrap_or(s.window_size),
+            dense_len: self.dense_len.unwrap_or(s.dense_len),
+            ..s
+        }
+    }
+}
+
+impl AttentionMode {
+    /// `cfg` with this attention: its `sparse` settings replaced, checked to fit together.
+    pub fn apply(&self, cfg: LlamaConfig) -> Result<LlamaConfig> {
+        let overrides = match self {
+            AttentionMode::Dense => {
+                return Ok(LlamaConfig { sparse: None, ..cfg });
+            }
+            AttentionMode::Model(o) if cfg.sparse.is_none() => {
+                if o.is_empty() {
+                    return Ok(cfg);
+                }
+                return Err(Error::Invalid(
+                    "the --sparse-* settings need --sparse-attention for this model (it has no sparse_config)".into(),
+                ));
+            }
+            AttentionMode::Model(o) | AttentionMode::Sparse(o) => o,
+        };
+        let s = overrides.apply(cfg.sparse.unwrap_or(SparseConfig::MINICPM4));
+        cfg.with_sparse(s)
+    }
+}
+
+/// Element type of the KV cache. Only f32 today; a half-precision cache is one more variant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvType {
+    #[default]
+    F32,
+}
+
+impl KvType {
+    pub fn dtype(self) -> DType {
+        match self {
+            KvType::F32 => DType::F32,
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! A planned forward step as its callers see it: token ids and a position in, the outputs that were asked for
+//! (logits, argmax, top-k, router weights) read back into buffers the caller keeps, so a decode loop allocates
+//! nothing and submits once per token. Built by [`super::Llama::step`].
+
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::graph::{NodeProfile, Plan, TensorId};
+use crate::ops::StepVars;
+
+/// What a step reads back.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StepOutputs {
+    /// Read back the last token's logits `[vocab]`.
+    pub logits: bool,
+    /// Read back the argmax of the last token's logits (greedy decoding without a logits read-back).
+    pub argmax: bool,
+    /// Read back the top-k ids and logits of the last token (0 = none).
+    pub topk: usize,
+    /// Read back each BlockFFN layer's router weights `[n_tokens, E]` (sparsity statistics).
+    pub router: bool,
+}
+
+/// One step's input: `tokens` at positions `pos ..` (after `pos` tokens already in the cache).
+#[derive(Clone, Copy, Debug)]
+pub struct StepInputs<'a> {
+    pub tokens: &'a [u32],
+    pub pos: usize,
+}
+
+/// What the last step read back; the outputs not asked for stay empty. Reused from step to step.
+#[derive(Clone, Debug, Default)]
+pub struct StepResult {
+    /// Raw logits `[vocab]` of the last token.
+    pub logits: Vec<f32>,
+    /// Argmax of those logits.
+    pub argmax: Option<u32>,
+    /// Top-k ids and logits, best first.
+    pub topk_ids: Vec<u32>,
+    pub topk_logits: Vec<f32>,
+    /// Router weights `[n_tokens, E]` of each BlockFFN layer, for every token of the step.
+    pub router: Vec<Vec<f32>>,
+}
+
+/// A planned forward step over `n_tokens` tokens.
+pub struct Step {
+    /// The plan and the tensors below are the raw layer under [`Step::run`], for tests that drive a plan
+    /// themselves; callers of the model use `run`.
+    pub plan: Plan,
+    pub n_tokens: usize,
+    /// Token ids `[n_tokens]`.
+    pub ids: TensorId,
+    pub logits: Option<TensorId>,
+    pub argmax: Option<TensorId>,
+    pub(super) topk: Option<(TensorId, TensorId)>,
+    /// Router weights `[n_tokens, E]` of each BlockFFN layer, when asked for.
+    pub(super) router: Vec<TensorId>,
+}
+
+impl Step {
+    /// Run the step (one submission) and read what was asked for into `out`.
+    pub fn run(&mut self, gpu: &Gpu, inputs: StepInputs<'_>, out: &mut StepResult) -> Result<()> {
+        self.write_tokens(gpu, inputs.tokens)?;
+        self.plan.run(gpu, &vars(inputs.pos))?;
+        self.read(out)
+    }
+
+    /// Run the step once, timing every node (see [`Plan::profile`]).
+    pub fn profile(&mut self, gpu: &Gpu, inputs: StepInputs<'_>) -> Result<Vec<NodeProfile>> {
+        self.write_tokens(gpu, inputs.tokens)?;
+        self.plan.profile(gpu, &vars(inputs.pos))
+    }
+
+    /// Dispatches of one run.
+    pub fn dispatch_count(&self) -> usize {
+        self.plan.dispatch_count()
+    }
+
+    fn write_tokens(&self, gpu: &Gpu, tokens: &[u32]) -> Result<()> {
+        if tokens.len() != self.n_tokens {
+            return Err(Error::Invalid(format!(
+                "{} tokens given to a step of {}",
+                tokens.len(),
+                self.n_tokens
+            )));
+        }
+        self.plan.write_input(gpu, self.ids, bytemuck::cast_slice(tokens))
+    }
+
+    fn read(&self, out: &mut StepResult) -> Result<()> {
+        if let Some(id) = self.logits {
+            self.plan.read_into(id, &mut out.logits)?;
+        }
+        out.argmax = match self.argmax {
+            Some(id) => Some(self.plan.read(id)?.get(..4).map_or(0, bytemuck::pod_read_unaligned)),
+            None => None,
+        };
+        if let Some((ids, vals)) = self.topk {
+            self.plan.read_into(ids, &mut out.topk_ids)?;
+            self.plan.read_into(vals, &mut out.topk_logits)?;
+        }
+        out.router.resize_with(self.router.len(), Vec::new);
+        for (&id, r) in self.router.iter().zip(&mut out.router) {
+            self.plan.read_into(id, r)?;
+        }
+        Ok(())
+    }
+}
+
+fn vars(pos: usize) -> StepVars {
+    StepVars { pos: pos as u32 }
+}
