@@ -139,3 +139,57 @@ fn a_fault_in_one_node_is_blamed_on_that_node_alone() {
         assert_eq!(failed, [node.index], "fault in {tap}:\n{}", describe(&report));
     }
 }
+
+/// A tiny Qwen2 (biases, GQA) in the Hugging Face layout: a clean decode step passes the check at every node; a
+/// fault injected into layer 1's attention output is reported as the first failure, by its tap name.
+#[test]
+fn a_model_step_localizes_a_fault_by_its_tap() {
+    use common::tiny::{write_hf, Tiny};
+    use shaderlm::generate::Generator;
+    use shaderlm::loader::safetensors::SafetensorsModel;
+    use shaderlm::model::{Llama, LlamaConfig, Names, StepOutputs};
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tiny {
+        arch: "qwen2",
+        ..Tiny::llama()
+    };
+    write_hf(dir.path(), &t, 3, false);
+    let cfg = LlamaConfig::from_hf(&dir.path().join("config.json")).unwrap();
+    let st = SafetensorsModel::open(dir.path()).unwrap();
+    let model = Llama::load(gpu(), &st, cfg, Names::Hf, |_, _| {}).unwrap();
+    let outputs = StepOutputs {
+        argmax: true,
+        ..Default::default()
+    };
+    let prompt = [5u32, 17, 33, 2, 71];
+    let mut gen = Generator::new(gpu(), &model, 32, outputs).unwrap();
+    gen.check_step(&prompt, &CheckOptions::default()).unwrap();
+    let clean = gen.check_step(&[9], &CheckOptions::default()).unwrap();
+    assert!(clean.iter().all(NodeCheck::passed), "{}", describe(&clean));
+    let target = clean
+        .iter()
+        .find(|n| n.tap.as_deref() == Some("attn_out[1]"))
+        .expect("layer 1's attention output is tapped");
+
+    let mut gen = Generator::new(gpu(), &model, 32, outputs).unwrap();
+    gen.check_step(&prompt, &CheckOptions::default()).unwrap();
+    let faulty = gen
+        .check_step(
+            &[9],
+            &CheckOptions {
+                fault: Some(target.index),
+            },
+        )
+        .unwrap();
+    let (text, passed) = shaderlm::graph::check::report(&faulty);
+    assert!(!passed);
+    assert!(
+        text.contains(&format!(
+            "FIRST FAILURE: node {} blk.1.attention_decode (attn_out[1])",
+            target.index
+        )),
+        "{text}"
+    );
+    let failed: Vec<usize> = faulty.iter().filter(|n| !n.passed()).map(|n| n.index).collect();
+    assert_eq!(failed, [target.index], "{}", describe(&faulty));
+}

@@ -397,3 +397,23 @@ fn sparse_attention_flags_are_checked() {
     let out = shaderlm(&args, dir.path());
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn generate_check_passes_every_node_of_a_prefill_and_a_decode_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_gguf_chat(&path, 7, GgmlType::Q8_0);
+    let p = path.to_str().unwrap();
+    let out = shaderlm(&["generate", "-m", p, "--prompt", "hello world", "--check"], dir.path());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    for needle in [
+        "check: prefill step",
+        "check: decode step",
+        "| matmul_q",
+        "| attention_decode",
+    ] {
+        assert!(text.contains(needle), "stdout lacks {needle:?}: {text}");
+    }
+    assert_eq!(text.matches("checked nodes within their bounds").count(), 2, "{text}");
+}

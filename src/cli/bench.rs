@@ -31,6 +31,10 @@ pub struct BenchArgs {
     pub repetitions: usize,
     #[arg(short = 'o', long, value_enum, default_value = "md")]
     pub output: Output,
+    /// Instead of timing: run a prefill step (of the first prompt length, at most one chunk) and a decode step
+    /// node by node against the ops' CPU references, naming the first node past its bound.
+    #[arg(long)]
+    pub check: bool,
     /// Also print a per-op profile of one decode step.
     #[arg(long)]
     pub profile: bool,
@@ -97,6 +101,10 @@ pub fn run(args: &BenchArgs, device: &DeviceArgs) -> anyhow::Result<()> {
     gen.chunk = args.model.chunk;
     let vocab = loaded.model.cfg.vocab as u32;
     let ids = |n: usize| -> Vec<u32> { (0..n as u32).map(|i| (i * 7919 + 13) % vocab).collect() };
+    if args.check {
+        let p = args.prompt.iter().copied().find(|&p| p > 0).unwrap_or(1);
+        return super::common::check_steps(&mut gen, &ids(p));
+    }
     let mut rows = Vec::new();
     for &p in args.prompt.iter().filter(|&&p| p > 0) {
         rows.push(prompt_processing(&mut gen, &ids(p), args.repetitions)?);

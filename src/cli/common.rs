@@ -167,3 +167,30 @@ impl ModelArgs {
         Ok((gpu, loaded))
     }
 }
+
+/// The check mode of `generate` and `bench`: a prefill step over the first `chunk` prompt tokens, then one decode
+/// step, each run node by node against the ops' CPU references; prints a report per step and fails naming the
+/// first node past its op's bound.
+pub fn check_steps(gen: &mut shaderlm::generate::Generator<'_>, prompt: &[u32]) -> anyhow::Result<()> {
+    let first = &prompt[..prompt.len().min(gen.chunk.max(1))];
+    anyhow::ensure!(!first.is_empty(), "--check needs a prompt");
+    let opts = shaderlm::graph::CheckOptions::default();
+    let mut all_passed = true;
+    for (what, ids) in [("prefill", first), ("decode", &first[..1])] {
+        let pos = gen.tokens.len();
+        let verdicts = gen.check_step(ids, &opts)?;
+        let (text, passed) = shaderlm::graph::check::report(&verdicts);
+        println!(
+            "check: {what} step of {} tokens at position {pos}, {} nodes",
+            ids.len(),
+            verdicts.len()
+        );
+        println!("{text}");
+        all_passed &= passed;
+    }
+    anyhow::ensure!(
+        all_passed,
+        "--check: a node is past its bound (see FIRST FAILURE above)"
+    );
+    Ok(())
+}

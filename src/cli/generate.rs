@@ -44,6 +44,10 @@ pub struct GenerateArgs {
     /// Keep going past end-of-sequence tokens.
     #[arg(long)]
     pub ignore_eos: bool,
+    /// Instead of generating: run the prompt's first prefill step and one decode step node by node, compare every
+    /// node with its op's CPU reference and name the first one past its bound.
+    #[arg(long)]
+    pub check: bool,
     /// Print one JSON object: prompt_ids, generated_ids, text, and the top-10 raw logits of each step.
     #[arg(long)]
     pub json: bool,
@@ -96,6 +100,9 @@ pub fn run(args: &GenerateArgs, device: &DeviceArgs) -> anyhow::Result<()> {
     };
     let mut gen = Generator::new(&gpu, &loaded.model, loaded.ctx, outputs)?;
     gen.chunk = args.model.chunk;
+    if args.check {
+        return super::common::check_steps(&mut gen, &prompt_ids);
+    }
     let mut sampler = Sampler::new(params);
     let opts = GenOptions {
         max_tokens: args.max_tokens,

@@ -264,6 +264,29 @@ impl Generator<'_> {
         self.plan(1, pos)?.profile(gpu, inputs)
     }
 
+    /// Feed `ids` as one step checked node by node against the ops' CPU references (see
+    /// [`crate::graph::Plan::check`]); the cache then holds them as after [`Generator::feed`].
+    pub fn check_step(
+        &mut self,
+        ids: &[u32],
+        opts: &crate::graph::CheckOptions,
+    ) -> Result<Vec<crate::graph::NodeCheck>> {
+        let pos = self.tokens.len();
+        if ids.is_empty() || pos + ids.len() > self.cache.max_ctx {
+            return Err(Error::Invalid(format!(
+                "a checked step of {} tokens after {pos} does not fit the context of {}",
+                ids.len(),
+                self.cache.max_ctx
+            )));
+        }
+        let gpu = self.gpu;
+        let verdicts = self
+            .plan(ids.len(), pos)?
+            .check(gpu, StepInputs { tokens: ids, pos }, opts)?;
+        self.tokens.extend_from_slice(ids);
+        Ok(verdicts)
+    }
+
     /// Dispatches of one decode step.
     pub fn decode_dispatches(&mut self) -> Result<usize> {
         Ok(self.plan(1, self.tokens.len())?.dispatch_count())

@@ -124,6 +124,55 @@ pub fn nmse(got: &[f32], want: &[f32]) -> f64 {
     }
 }
 
+/// A check report: per op, the nodes checked and the worst NMSE against the bound; the ops without a per-node
+/// reference; then the first node past its bound, or that all passed. Returns (text, whether all passed).
+pub fn report(verdicts: &[NodeCheck]) -> (String, bool) {
+    let mut ops: Vec<(&str, usize, f64, f64)> = Vec::new();
+    let mut unchecked: Vec<&str> = Vec::new();
+    for v in verdicts {
+        match v.nmse {
+            Some(e) => match ops.iter_mut().find(|o| o.0 == v.op) {
+                Some(o) => {
+                    o.1 += 1;
+                    o.2 = o.2.max(e);
+                }
+                None => ops.push((v.op, 1, e, v.bound)),
+            },
+            None if !unchecked.contains(&v.op) => unchecked.push(v.op),
+            None => {}
+        }
+    }
+    let mut out = format!(
+        "| {:<20} | {:>5} | {:>10} | {:>8} |\n|{:-<22}|{:->7}|{:->12}|{:->10}|\n",
+        "op", "nodes", "worst NMSE", "bound", "", "", "", ""
+    );
+    for (op, n, worst, bound) in &ops {
+        out.push_str(&format!("| {op:<20} | {n:>5} | {worst:>10.2e} | {bound:>8.0e} |\n"));
+    }
+    if !unchecked.is_empty() {
+        out.push_str(&format!(
+            "no per-node reference (not checked): {}\n",
+            unchecked.join(", ")
+        ));
+    }
+    let first = verdicts.iter().find(|v| !v.passed());
+    match first {
+        Some(v) => out.push_str(&format!(
+            "FIRST FAILURE: node {} {} ({}): NMSE {:.3e} over the bound {:.0e}\n",
+            v.index,
+            v.name(),
+            v.op,
+            v.nmse.unwrap_or(f64::NAN),
+            v.bound
+        )),
+        None => out.push_str(&format!(
+            "all {} checked nodes within their bounds\n",
+            ops.iter().map(|o| o.1).sum::<usize>()
+        )),
+    }
+    (out, first.is_none())
+}
+
 /// How a check run may corrupt one node's first output after it runs (to prove the check localizes a fault).
 #[derive(Clone, Debug, Default)]
 pub struct CheckOptions {

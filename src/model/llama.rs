@@ -13,7 +13,7 @@ use super::step::{Step, StepOutputs};
 use super::weights::{load_vector, load_vector_with, Linear, WeightSource};
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Gpu, GpuTensor};
-use crate::graph::{Graph, Plan, TensorId};
+use crate::graph::{Graph, Plan, Tap, TensorId};
 use crate::ops::rope::RopeConfig;
 
 /// The FFN's input projections: one stacked matmul (`[2 * ffn, hidden]`, gate rows then up rows) when both are
@@ -329,6 +329,7 @@ impl Llama {
         let mut g = Graph::new();
         let ids = g.input("ids", &[n_tokens], DType::U32);
         let mut h = self.embed(&mut g, ids)?; // [n, hidden]
+        g.tap(h, Tap::Embed);
         let ctx = StepContext {
             cache,
             n_tokens,
@@ -343,9 +344,13 @@ impl Llama {
         for (i, l) in self.layers.iter().enumerate() {
             g.set_prefix(&format!("blk.{i}."));
             let x = self.add_norm(&mut g, &mut h, pending.take(), &l.attn_norm)?;
+            g.tap(x, Tap::AttnNorm(i));
             let o = self.attention_block(&mut g, &ctx, i, l, x)?;
+            g.tap(o, Tap::AttnProj(i));
             let x = self.add_norm(&mut g, &mut h, Some(o), &l.ffn_norm)?;
+            g.tap(x, Tap::FfnNorm(i));
             let (d, r) = self.ffn_block(&mut g, l, x)?;
+            g.tap(d, Tap::FfnOut(i));
             if let (true, Some(r)) = (out.router, r) {
                 g.output(r);
                 router.push(r);
@@ -354,6 +359,7 @@ impl Llama {
         }
         g.set_prefix("");
         let logits = self.last_logits(&mut g, h, pending, n_tokens)?; // [1, vocab]
+        g.tap(logits, Tap::Logits);
         let (logits, argmax, topk) = read_backs(&mut g, logits, out)?;
         Ok(Step {
             plan: Plan::new(gpu, g)?,
@@ -417,6 +423,7 @@ impl Llama {
         let c = &self.cfg;
         let n = s.n_tokens;
         let q = l.q.forward(g, x, l.q_bias.as_ref())?; // [n, n_heads * head_dim]
+        g.tap(q, Tap::Qkv(i));
         let k = l.k.forward(g, x, l.k_bias.as_ref())?; // [n, n_kv * head_dim]
         let v = l.v.forward(g, x, l.v_bias.as_ref())?;
         let mut q = g.reshape(q, &[n, c.n_heads, c.head_dim])?;
@@ -429,10 +436,12 @@ impl Llama {
         }
         let rope = s.ropes[usize::from(c.layer_window(i).is_some())];
         let (q, k) = g.rope_pair(q, k, rope)?;
+        g.tap(q, Tap::Rope(i));
         let (k_cache, v_cache) = &s.cache.layers[i];
         let (kc, vc) = (g.external(k_cache), g.external(v_cache));
         g.kv_write_pair(k, v, kc, vc)?;
         let a = self.attend(g, s, i, q, kc, vc)?;
+        g.tap(a, Tap::AttnOut(i));
         let a = g.reshape(a, &[n, c.n_heads * c.head_dim])?;
         let o = l.o.forward(g, a, None)?;
         match &l.post_norms {

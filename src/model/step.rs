@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::graph::{NodeProfile, Plan, TensorId};
+use crate::graph::{CheckOptions, NodeCheck, NodeProfile, Plan, TensorId};
 use crate::ops::StepVars;
 
 /// What a step reads back.
@@ -68,6 +68,12 @@ impl Step {
     pub fn profile(&mut self, gpu: &Gpu, inputs: StepInputs<'_>) -> Result<Vec<NodeProfile>> {
         self.write_tokens(gpu, inputs.tokens)?;
         self.plan.profile(gpu, &vars(inputs.pos))
+    }
+
+    /// Run the step node by node, checking each against its op's CPU reference (see [`Plan::check`]).
+    pub fn check(&mut self, gpu: &Gpu, inputs: StepInputs<'_>, opts: &CheckOptions) -> Result<Vec<NodeCheck>> {
+        self.write_tokens(gpu, inputs.tokens)?;
+        self.plan.check(gpu, &vars(inputs.pos), opts)
     }
 
     /// Dispatches of one run.

@@ -337,8 +337,8 @@ impl Graph {
 }
 
 /// The `[n, k]` weights packed words hold, from host copies of the buffers (quants, scales, and mins where the
-/// layout has them; `parts` the (first row, rows) of each part). `None` for the super formats (Q2_K, Q3_K, Q4_K),
-/// whose 32-weight blocks carry their super-block factors and have no host dequantization yet.
+/// layout has them; `parts` the (first row, rows) of each part). `None` for Q2_K and Q3_K, whose 32-weight blocks
+/// (with their super-block factors) have no host dequantization yet.
 pub fn dequantize_io(
     format: Format,
     layout: Layout,
@@ -347,7 +347,7 @@ pub fn dequantize_io(
     parts: &[(usize, usize)],
     bufs: &[HostIo],
 ) -> Option<Result<Vec<f32>>> {
-    if format.coded() {
+    if format.coded() && format.ty != GgmlType::Q4_K {
         return None;
     }
     let words: Vec<Vec<Vec<u32>>> = bufs.iter().map(HostIo::part_words).collect();
@@ -366,6 +366,7 @@ pub fn dequantize_io(
         let mut w = vec![0f32; n * k];
         match format.ty {
             GgmlType::Q6_K => crate::quant::q6_k::dequantize_blocks32(&blocks, &mut w)?,
+            GgmlType::Q4_K => crate::quant::q4_k::dequantize_blocks32(&blocks, &mut w)?,
             _ => crate::quant::dequantize_into(format.kernel_ty(), &blocks, &mut w)?,
         }
         Ok(w)
