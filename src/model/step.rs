@@ -4,8 +4,8 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+use crate::graph::StepVars;
 use crate::graph::{CheckOptions, NodeCheck, NodeProfile, Plan, TensorId};
-use crate::ops::StepVars;
 
 /// What a step reads back.
 #[derive(Clone, Copy, Debug, Default)]
