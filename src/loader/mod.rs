@@ -1,6 +1,7 @@
 //! Model file readers: GGUF, safetensors, Hugging Face directories.
 
 pub mod gguf;
+pub mod gguf_value;
 pub mod gguf_write;
 pub mod quant_config;
 pub mod safetensors;
