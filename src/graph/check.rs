@@ -239,10 +239,7 @@ impl super::Plan {
     /// The memory of tensor `id` as the device holds it now.
     fn read_host(&self, gpu: &Gpu, id: TensorId) -> Result<HostIo> {
         let desc = &self.tensors[id.0];
-        let root = match desc.source {
-            Source::View(base) => base,
-            _ => id,
-        };
+        let root = super::root_in(&self.tensors, id);
         let parts = match (&self.tensors[root.0].source, &self.buffers[root.0]) {
             (Source::External(g), _) => g
                 .parts

@@ -173,10 +173,7 @@ impl Graph {
 
     /// The tensor whose memory `id` uses (itself unless it is a view).
     pub fn root(&self, id: TensorId) -> TensorId {
-        match self.tensors[id.0].source {
-            Source::View(base) => base,
-            _ => id,
-        }
+        root_in(&self.tensors, id)
     }
 
     /// Ask for this tensor to be read back after each run.
@@ -245,5 +242,13 @@ impl Graph {
     /// Record a node that only writes into existing tensors (e.g. a KV-cache append), listed in `inputs`.
     pub fn add_effect(&mut self, kernel: impl Kernel + 'static, inputs: &[TensorId]) -> Result<()> {
         self.add_node(kernel, inputs, &[]).map(|_| ())
+    }
+}
+
+/// The tensor of `tensors` whose memory `id` uses (itself unless it is a view).
+pub(crate) fn root_in(tensors: &[TensorDesc], id: TensorId) -> TensorId {
+    match tensors[id.0].source {
+        Source::View(base) => base,
+        _ => id,
     }
 }

@@ -1,7 +1,7 @@
 //! Plan: buffer lifetimes and reuse, pipelines warmed, bind groups built once; then each run records one
 //! compute pass, writes the parameter block once, submits once and reads back only the requested tensors.
 
-use super::{Bind, Cost, Graph, Kernel, Source, StepVars, Tap, TensorDesc, TensorId};
+use super::{root_in, Bind, Cost, Graph, Kernel, Source, StepVars, Tap, TensorDesc, TensorId};
 use crate::error::{Error, Result};
 use crate::gpu::pipelines::{Pipeline, PARAMS_BYTES};
 use crate::gpu::{tensor::USAGE, Gpu};
@@ -106,21 +106,8 @@ impl Plan {
             readback,
             ..
         } = graph;
-        // Last node that uses each tensor; read-back tensors live to the end.
-        // Views share their root's memory, so a use of a view is a use of the root.
-        let root = |t: TensorId| match tensors[t.0].source {
-            Source::View(base) => base,
-            _ => t,
-        };
-        let mut last_use = vec![0usize; tensors.len()];
-        for (n, node) in nodes.iter().enumerate() {
-            for t in node.inputs.iter().chain(&node.outputs) {
-                last_use[root(*t).0] = n;
-            }
-        }
-        for t in &readback {
-            last_use[root(*t).0] = usize::MAX;
-        }
+        let root = |t: TensorId| root_in(&tensors, t);
+        let last_use = last_uses(&tensors, &nodes, &readback);
         let mut pool = Pool::default();
         let mut buffers: Vec<Option<Arc<wgpu::Buffer>>> = vec![None; tensors.len()];
         let mut inputs = Vec::new();
@@ -153,52 +140,7 @@ impl Plan {
                         d.bindings.len()
                     )));
                 }
-                let mut entries = Vec::with_capacity(d.bindings.len());
-                for (b, bind) in d.bindings.iter().enumerate() {
-                    let (slot, part) = match *bind {
-                        Bind::Tensor(s) => (s, 0),
-                        Bind::Part(s, p) => (s, p),
-                    };
-                    let id = *io
-                        .get(slot)
-                        .ok_or_else(|| Error::Graph(format!("{}: bad binding slot {slot}", node.label)))?;
-                    let bytes = tensors[id.0].bytes();
-                    let id = root(id);
-                    let t = &tensors[id.0];
-                    let (buffer, size): (&wgpu::Buffer, u64) = match (&t.source, &buffers[id.0]) {
-                        (Source::External(g), _) => {
-                            if matches!(bind, Bind::Tensor(_)) && g.parts.len() > 1 {
-                                return Err(Error::BindingTooLarge {
-                                    name: t.name.clone(),
-                                    bytes: t.bytes(),
-                                    limit: gpu.caps.max_binding,
-                                });
-                            }
-                            let p = g
-                                .parts
-                                .get(part)
-                                .ok_or_else(|| Error::Graph(format!("{}: no part {part}", t.name)))?;
-                            (&p.buffer, p.bytes.min(bytes))
-                        }
-                        (_, Some(buf)) => (buf, bytes),
-                        (_, None) => {
-                            return Err(Error::Graph(format!("{}: tensor {} has no buffer", node.label, t.name)))
-                        }
-                    };
-                    entries.push(wgpu::BindGroupEntry {
-                        binding: b as u32,
-                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                            buffer,
-                            offset: 0,
-                            size: wgpu::BufferSize::new(size.next_multiple_of(4).max(4)),
-                        }),
-                    });
-                }
-                let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: Some(&node.label),
-                    layout: &pipeline.layout0,
-                    entries: &entries,
-                });
+                let bind_group = bind_dispatch(gpu, &tensors, &buffers, &io, &node.label, &d.bindings, &pipeline)?;
                 let indirect = node
                     .kernel
                     .step_workgroups(index, &StepVars::default())
@@ -233,24 +175,7 @@ impl Plan {
         }
         let stride = PARAMS_BYTES.next_multiple_of(gpu.caps.uniform_align as u64);
         let params_size = stride * steps.len().max(1) as u64;
-        let params_buf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("params"),
-            size: params_size,
-            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let params_bg = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("params"),
-            layout: &params_layout,
-            entries: &[wgpu::BindGroupEntry {
-                binding: 0,
-                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                    buffer: &params_buf,
-                    offset: 0,
-                    size: wgpu::BufferSize::new(PARAMS_BYTES),
-                }),
-            }],
-        });
+        let (params_buf, params_bg) = params_block(gpu, &params_layout, params_size);
         let n_indirect = steps.iter().filter(|s| s.indirect.is_some()).count();
         let indirect_buf = (n_indirect > 0).then(|| {
             gpu.device.create_buffer(&wgpu::BufferDescriptor {
@@ -260,28 +185,7 @@ impl Plan {
                 mapped_at_creation: false,
             })
         });
-        let mut readbacks = Vec::new();
-        for id in readback {
-            let t = &tensors[root(id).0];
-            let src = match (&t.source, &buffers[root(id).0]) {
-                (Source::External(g), _) if g.parts.len() == 1 => g.parts[0].buffer.clone(),
-                (_, Some(b)) => b.clone(),
-                _ => return Err(Error::Graph(format!("cannot read back split tensor {}", t.name))),
-            };
-            let bytes = t.bytes();
-            readbacks.push(Readback {
-                tensor: id,
-                src,
-                staging: gpu.device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("readback"),
-                    size: bytes.next_multiple_of(4).max(4),
-                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                    mapped_at_creation: false,
-                }),
-                bytes,
-                host: vec![0; bytes as usize],
-            });
-        }
+        let readbacks = readbacks(gpu, &tensors, &buffers, readback)?;
         gpu.check("plan")?;
         Ok(Plan {
             steps,
@@ -518,4 +422,135 @@ fn check_binding(gpu: &Gpu, name: &str, bytes: u64) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// The bind group of one dispatch: binding i is the node tensor (or row part) `bindings[i]` names, sized to the
+/// tensor (a view binds its root's buffer at the view's size).
+fn bind_dispatch(
+    gpu: &Gpu,
+    tensors: &[TensorDesc],
+    buffers: &[Option<Arc<wgpu::Buffer>>],
+    io: &[TensorId],
+    label: &str,
+    bindings: &[Bind],
+    pipeline: &Pipeline,
+) -> Result<wgpu::BindGroup> {
+    let root = |t: TensorId| root_in(tensors, t);
+    let mut entries = Vec::with_capacity(bindings.len());
+    for (b, bind) in bindings.iter().enumerate() {
+        let (slot, part) = match *bind {
+            Bind::Tensor(s) => (s, 0),
+            Bind::Part(s, p) => (s, p),
+        };
+        let id = *io
+            .get(slot)
+            .ok_or_else(|| Error::Graph(format!("{}: bad binding slot {slot}", label)))?;
+        let bytes = tensors[id.0].bytes();
+        let id = root(id);
+        let t = &tensors[id.0];
+        let (buffer, size): (&wgpu::Buffer, u64) = match (&t.source, &buffers[id.0]) {
+            (Source::External(g), _) => {
+                if matches!(bind, Bind::Tensor(_)) && g.parts.len() > 1 {
+                    return Err(Error::BindingTooLarge {
+                        name: t.name.clone(),
+                        bytes: t.bytes(),
+                        limit: gpu.caps.max_binding,
+                    });
+                }
+                let p = g
+                    .parts
+                    .get(part)
+                    .ok_or_else(|| Error::Graph(format!("{}: no part {part}", t.name)))?;
+                (&p.buffer, p.bytes.min(bytes))
+            }
+            (_, Some(buf)) => (buf, bytes),
+            (_, None) => return Err(Error::Graph(format!("{}: tensor {} has no buffer", label, t.name))),
+        };
+        entries.push(wgpu::BindGroupEntry {
+            binding: b as u32,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer,
+                offset: 0,
+                size: wgpu::BufferSize::new(size.next_multiple_of(4).max(4)),
+            }),
+        });
+    }
+    Ok(gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some(label),
+        layout: &pipeline.layout0,
+        entries: &entries,
+    }))
+}
+
+/// A staging buffer and a host copy for each tensor read back after a run.
+fn readbacks(
+    gpu: &Gpu,
+    tensors: &[TensorDesc],
+    buffers: &[Option<Arc<wgpu::Buffer>>],
+    readback: Vec<TensorId>,
+) -> Result<Vec<Readback>> {
+    let root = |t: TensorId| root_in(tensors, t);
+    let mut readbacks = Vec::new();
+    for id in readback {
+        let t = &tensors[root(id).0];
+        let src = match (&t.source, &buffers[root(id).0]) {
+            (Source::External(g), _) if g.parts.len() == 1 => g.parts[0].buffer.clone(),
+            (_, Some(b)) => b.clone(),
+            _ => return Err(Error::Graph(format!("cannot read back split tensor {}", t.name))),
+        };
+        let bytes = t.bytes();
+        readbacks.push(Readback {
+            tensor: id,
+            src,
+            staging: gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("readback"),
+                size: bytes.next_multiple_of(4).max(4),
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+            bytes,
+            host: vec![0; bytes as usize],
+        });
+    }
+    Ok(readbacks)
+}
+
+/// The uniform buffer holding every dispatch's parameter block (`size` bytes, one block per stride) and the bind
+/// group that reads one block at a dynamic offset.
+fn params_block(gpu: &Gpu, layout: &wgpu::BindGroupLayout, size: u64) -> (wgpu::Buffer, wgpu::BindGroup) {
+    let params_buf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("params"),
+        size,
+        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let params_bg = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some("params"),
+        layout,
+        entries: &[wgpu::BindGroupEntry {
+            binding: 0,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: &params_buf,
+                offset: 0,
+                size: wgpu::BufferSize::new(PARAMS_BYTES),
+            }),
+        }],
+    });
+    (params_buf, params_bg)
+}
+
+/// The last node that uses each tensor (read-back tensors live to the end). Views share their root's memory, so a
+/// use of a view is a use of the root.
+fn last_uses(tensors: &[TensorDesc], nodes: &[super::Node], readback: &[TensorId]) -> Vec<usize> {
+    let root = |t: TensorId| root_in(tensors, t);
+    let mut last_use = vec![0usize; tensors.len()];
+    for (n, node) in nodes.iter().enumerate() {
+        for t in node.inputs.iter().chain(&node.outputs) {
+            last_use[root(*t).0] = n;
+        }
+    }
+    for t in readback {
+        last_use[root(*t).0] = usize::MAX;
+    }
+    last_use
 }
