@@ -193,3 +193,48 @@ fn a_model_step_localizes_a_fault_by_its_tap() {
     let failed: Vec<usize> = faulty.iter().filter(|n| !n.passed()).map(|n| n.index).collect();
     assert_eq!(failed, [target.index], "{}", describe(&faulty));
 }
+
+/// Every node of a model's steps within its bound, and the ops the check must have covered.
+fn clean_steps(model: &shaderlm::model::Llama, steps: &[&[u32]], max_ctx: usize, ops: &[&str]) {
+    use shaderlm::generate::Generator;
+    use shaderlm::model::StepOutputs;
+    let outputs = StepOutputs {
+        argmax: true,
+        ..Default::default()
+    };
+    let mut gen = Generator::new(gpu(), model, max_ctx, outputs).unwrap();
+    let mut checked = Vec::new();
+    for ids in steps {
+        let report = gen.check_step(ids, &CheckOptions::default()).unwrap();
+        assert!(report.iter().all(NodeCheck::passed), "{}", describe(&report));
+        checked.extend(report.iter().filter(|n| n.nmse.is_some()).map(|n| n.op));
+    }
+    for op in ops {
+        assert!(checked.contains(op), "{op} was not checked");
+    }
+}
+
+/// InfLLM-v2 (compressed keys, block scores, sparse attention) and BlockFFN (router, experts) steps are checked
+/// node by node too.
+#[test]
+fn sparse_attention_and_expert_steps_pass_the_check() {
+    use shaderlm::loader::safetensors::SafetensorsModel;
+    use shaderlm::model::{Llama, LlamaConfig, Names};
+    let dir = tempfile::tempdir().unwrap();
+    let sparse = serde_json::json!({"kernel_size": 8, "kernel_stride": 4, "block_size": 16, "init_blocks": 1,
+        "window_size": 32, "topk": 4, "use_nope": false, "dense_len": 48});
+    common::minicpm::write_minicpm(dir.path(), 21, Some(sparse));
+    let cfg = LlamaConfig::from_hf(&dir.path().join("config.json")).unwrap();
+    let st = SafetensorsModel::open(dir.path()).unwrap();
+    let model = Llama::load(gpu(), &st, cfg, Names::Hf, |_, _| {}).unwrap();
+    let prompt: Vec<u32> = (0..60).map(|i| (i * 37 + 11) % 300).collect();
+    let ops = ["kv_compress", "block_score"];
+    clean_steps(&model, &[&prompt, &[7]], 128, &ops);
+
+    let dir = tempfile::tempdir().unwrap();
+    common::blockffn::write_blockffn(dir.path(), 4, "block", "rms");
+    let cfg = LlamaConfig::from_hf(&dir.path().join("config.json")).unwrap();
+    let st = SafetensorsModel::open(dir.path()).unwrap();
+    let model = Llama::load(gpu(), &st, cfg, Names::Hf, |_, _| {}).unwrap();
+    clean_steps(&model, &[&[5, 9, 13, 2], &[7]], 32, &["moe_router"]);
+}

@@ -55,11 +55,26 @@ impl HostIo {
 pub struct Expected {
     pub slot: usize,
     pub values: Vec<f32>,
+    /// Only the first `values.len()` elements are defined (a list whose length the data decides).
+    pub prefix: bool,
 }
 
 impl Expected {
     pub fn at(slot: usize, values: Vec<f32>) -> Expected {
-        Expected { slot, values }
+        Expected {
+            slot,
+            values,
+            prefix: false,
+        }
+    }
+
+    /// The first `values.len()` elements of the tensor; the rest is not defined.
+    pub fn prefix(slot: usize, values: Vec<f32>) -> Expected {
+        Expected {
+            slot,
+            values,
+            prefix: true,
+        }
     }
 }
 
@@ -204,10 +219,13 @@ impl super::Plan {
                         .get(e.slot)
                         .ok_or_else(|| Error::Graph(format!("check of {}: no slot {}", node.label, e.slot)))?;
                     let got = self.read_host(gpu, id)?;
-                    let got = match got.dtype {
+                    let mut got: Vec<f32> = match got.dtype {
                         DType::U32 => got.u32().iter().map(|&v| v as f32).collect(),
                         _ => got.f32()?,
                     };
+                    if e.prefix && got.len() > e.values.len() {
+                        got.truncate(e.values.len());
+                    }
                     err = err.max(nmse(&got, &e.values));
                 }
                 worst = Some(err);

@@ -35,6 +35,7 @@ use super::attention_prefill::HEAD_DIMS;
 use super::kv_compress::Window;
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
@@ -239,6 +240,14 @@ impl Kernel for BlockScore {
             bytes_written: partials + scores,
             flops: 2 * (s.n_tokens * s.n_heads * (s.n1() + s.n2()) * s.head_dim) as u64,
         }
+    }
+    /// Node tensors: q, c1, c2, scores, partial log-sum-exps (scratch, not checked).
+    fn reference(&self, io: &[HostIo], vars: &StepVars) -> Option<Result<Vec<Expected>>> {
+        expect(|| {
+            let (q, c1, c2) = (io[0].f32()?, io[1].f32()?, io[2].f32()?);
+            let pos = vars.pos as usize;
+            Ok(vec![Expected::at(3, reference(&q, &c1, &c2, self.shape, pos, self.scale))])
+        })
     }
 }
 

@@ -3,6 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
@@ -68,6 +69,12 @@ impl Kernel for GatherCols {
             bytes_written: 4 * rows * n,
             flops: 0,
         }
+    }
+    fn reference(&self, io: &[HostIo], _: &StepVars) -> Option<Result<Vec<Expected>>> {
+        expect(|| Ok(vec![Expected::at(2, reference(&io[0].f32()?, self.k, &io[1].u32()))]))
+    }
+    fn check_bound(&self, _: &Caps) -> f64 {
+        0.0
     }
 }
 

@@ -17,6 +17,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
@@ -152,6 +153,14 @@ impl Kernel for KvCompress {
             bytes_written: rows * row_bytes,
             flops: rows * (s.window.size * s.head_dim) as u64,
         }
+    }
+    /// Node tensors: k_cache, c_cache (written in place).
+    fn reference(&self, io: &[HostIo], vars: &StepVars) -> Option<Result<Vec<Expected>>> {
+        expect(|| {
+            let mut c = io[1].f32()?;
+            reference(&io[0].f32()?, &mut c, self.shape, vars.pos as usize, self.n_tokens);
+            Ok(vec![Expected::at(1, c)])
+        })
     }
 }
 

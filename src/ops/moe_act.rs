@@ -4,6 +4,7 @@
 use super::moe_common::silu;
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
@@ -45,6 +46,9 @@ impl Kernel for MoeAct {
             bytes_written: 4 * n,
             flops: 5 * n,
         }
+    }
+    fn reference(&self, io: &[HostIo], _: &StepVars) -> Option<Result<Vec<Expected>>> {
+        expect(|| Ok(vec![Expected::at(2, reference(&io[0].f32()?, &io[1].f32()?, self.de))]))
     }
 }
 

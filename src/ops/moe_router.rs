@@ -9,6 +9,7 @@
 use super::moe_common::{MoeWeight, MAX_EXPERTS};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
@@ -87,6 +88,25 @@ impl Kernel for MoeRoute {
             bytes_written: 4 * n + 4 * (1 + self.experts as u64),
             flops: 5 * n,
         }
+    }
+    /// Node tensors: logits, (the RMSNorm weight), r, the active list (count, then ids ascending).
+    fn reference(&self, io: &[HostIo], _: &StepVars) -> Option<Result<Vec<Expected>>> {
+        expect(|| {
+            let weight;
+            let (norm, out) = match self.norm {
+                RouterNorm::None => (HostNorm::None, 1),
+                RouterNorm::Sum { scale, eps } => (HostNorm::Sum { scale, eps }, 1),
+                RouterNorm::Rms { eps, .. } => {
+                    weight = io[1].f32()?;
+                    (HostNorm::Rms { weight: &weight, eps }, 2)
+                }
+            };
+            let (r, active) = reference(&io[0].f32()?, self.m, self.experts, norm);
+            Ok(vec![
+                Expected::at(out, r),
+                Expected::prefix(out + 1, active.iter().map(|&a| a as f32).collect()),
+            ])
+        })
     }
 }
 
