@@ -92,6 +92,27 @@ fn every_op_shader_file_has_a_variant() {
 }
 
 #[test]
+fn every_op_shader_belongs_to_a_registered_op_and_every_op_has_one() {
+    let names = shaderlm::ops::NAMES;
+    // The longest registered name the stem is or starts with (`matmul_q_rows` is matmul_q's, not matmul's).
+    let owner = |stem: &str| {
+        names
+            .iter()
+            .filter(|op| stem == **op || stem.starts_with(&format!("{op}_")))
+            .max_by_key(|op| op.len())
+            .copied()
+    };
+    let stems: Vec<&str> = shaders::op_shaders().collect();
+    let orphans: Vec<&&str> = stems.iter().filter(|s| owner(s).is_none()).collect();
+    assert!(orphans.is_empty(), "shaders of no registered op: {orphans:?}");
+    let without: Vec<&&str> = names
+        .iter()
+        .filter(|op| !stems.iter().any(|s| owner(s) == Some(**op)))
+        .collect();
+    assert!(without.is_empty(), "registered ops without a shader: {without:?}");
+}
+
+#[test]
 fn preprocessor_handles_defs_includes_and_nesting() {
     // A broken variant must come back as an error naming the shader and variant, not a panic.
     let key = ShaderKey::new("no_such_shader").def("X", "1u");

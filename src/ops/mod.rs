@@ -42,6 +42,10 @@ macro_rules! declare_ops {
     ($($op:ident),*) => {
         $(pub mod $op;)*
 
+        /// The registered ops' names: each is the stem of its Rust file, and of its shader (`<op>.wgsl`) or the
+        /// prefix of its shaders (`<op>_<form>.wgsl`).
+        pub const NAMES: &[&str] = &[$(stringify!($op)),*];
+
         /// Every shader variant the ops can ask for: the naga portability test validates and translates each.
         pub fn all_variants() -> Vec<ShaderKey> {
             let mut v = Vec::new();
