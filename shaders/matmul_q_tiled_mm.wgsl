@@ -9,7 +9,7 @@
 // block and the 8 are broadcast; else uniform loads.
 // Bindings: 0 x [M, K] f32 | 1 wq [tiles, G, WB, 8] vec4<u32> quant words | 2 ws [tiles, G, 8] vec2<u32> f16
 //   scales (vec4<u32> d, d, m, m for PAIR; SUPER: 16-bit sub-block codes) | 3 wd [tiles, G/8, 8] super-block
-//   factors (SUPER only: vec4<u32> Q2K, vec2<u32> Q3K) | then bias [N] f32 (BIAS only) | then y [M, N] f32
+//   factors (FACT only: vec4<u32> Q2K, K4, vec2<u32> Q3K) (1..3: lib/quant_tiled_w.wgsl) | then bias [N] f32 (BIAS only) | then y [M, N] f32
 //   (written: columns row0..row0+rows).
 // Defs: TM (rows of x per invocation: 4, or 8 with TM8), Q8, HB1, HB2, NL, MIN, S16, PAIR, XSUM, XSUM2, SUPER, Q2K,
 //   Q3K, QC (as in matmul_q_tiled),
@@ -19,22 +19,8 @@
 #include "lib/quant_params.wgsl"
 
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;   // [M, K/4]
-@group(0) @binding(1) var<storage, read> wq: array<vec4<u32>>;  // [tiles, G, WB, 8] 4 rows' words
-#if K4
-@group(0) @binding(2) var<storage, read> ws: array<vec2<u32>>;  // [tiles, G, 8] 16-bit codes sc | m << 8
-#else
-#if PAIR
-@group(0) @binding(2) var<storage, read> ws: array<vec4<u32>>;  // [tiles, G, 8] (d01, d23, m01, m23) f16 pairs
-#else
-@group(0) @binding(2) var<storage, read> ws: array<vec2<u32>>;  // [tiles, G, 8] (d01, d23) f16 pairs
-#endif
-#endif
+#include "lib/quant_tiled_w.wgsl"
 #if FACT
-#if FACT2
-@group(0) @binding(3) var<storage, read> wd: array<vec4<u32>>;  // [tiles, G/8, 8] (d01, d23, dmin01, dmin23) f16 pairs
-#else
-@group(0) @binding(3) var<storage, read> wd: array<vec2<u32>>;  // [tiles, G/8, 8] (d01, d23) f16 pairs
-#endif
 #if BIAS
 @group(0) @binding(4) var<storage, read> bias: array<f32>;      // [N]
 @group(0) @binding(5) var<storage, read_write> y: array<f32>;   // [M, N]

@@ -8,7 +8,8 @@
 // block per loop step, TM tokens per invocation; the block loop runs over the listed experts' blocks only.
 // With SUBGROUPS (subgroup size >= 8) each lane loads one vec4 of a token's block of h and the 8 are broadcast.
 // Bindings: 0 h [M, E*de] f32 | 1 wq [tiles, G, WB, 8] vec4<u32> | 2 ws [tiles, G, 8] vec2<u32> f16 scales
-//   (vec4<u32> d, d, m, m for PAIR) | 3 alist [1 + E] u32 | 4 y [M, hidden] f32 (written).
+//   (vec4<u32> d, d, m, m for PAIR; K4: 16-bit codes) | 3 wd [tiles, G/8, 8] vec4<u32> super-block factors (FACT:
+//   Q4_K only) (lib/quant_tiled_w.wgsl) | then alist [1 + E] u32 | then y [M, hidden] f32 (written).
 // Defs: the format's flags (Q8, HB1, HB2, NL, MIN, S16, PAIR, XSUM, QC: Format::shader_flags), SUBGROUPS, TM tokens per
 // invocation (1, 4 with T4, 8 with T4 and T8). Workgroup size 8.
 // Grid: ceil(M / TM) x ceil(hidden / 32) workgroups (the second folded into z past the per-dimension limit): token
@@ -17,19 +18,12 @@
 #include "lib/moe_common.wgsl"
 
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;   // [M, E*de/4] (h)
-@group(0) @binding(1) var<storage, read> wq: array<vec4<u32>>;  // [tiles, G, WB, 8] 4 rows' words
-#if K4
-@group(0) @binding(2) var<storage, read> ws: array<vec2<u32>>;  // [tiles, G, 8] 16-bit codes sc | m << 8
-@group(0) @binding(3) var<storage, read> wd: array<vec4<u32>>;  // [tiles, G/8, 8] (d01, d23, dmin01, dmin23) f16 pairs
-@group(0) @binding(4) var<storage, read> alist: array<u32>;    // [1 + E]
+#include "lib/quant_tiled_w.wgsl"
+#if FACT
+@group(0) @binding(4) var<storage, read> alist: array<u32>;     // [1 + E]
 @group(0) @binding(5) var<storage, read_write> y: array<f32>;   // [M, hidden]
 #else
-#if PAIR
-@group(0) @binding(2) var<storage, read> ws: array<vec4<u32>>;  // [tiles, G, 8] (d01, d23, m01, m23) f16 pairs
-#else
-@group(0) @binding(2) var<storage, read> ws: array<vec2<u32>>;  // [tiles, G, 8] (d01, d23) f16 pairs
-#endif
-@group(0) @binding(3) var<storage, read> alist: array<u32>;    // [1 + E]
+@group(0) @binding(3) var<storage, read> alist: array<u32>;     // [1 + E]
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;   // [M, hidden]
 #endif
 

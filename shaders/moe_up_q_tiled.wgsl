@@ -8,8 +8,9 @@
 // whose expert slot is past the active count return at once (uniformly).
 // With SUBGROUPS (subgroup size >= 8) each lane loads one vec4 of a token's block of x and the 8 are broadcast.
 // Bindings: 0 x [M, K] f32 | 1 wq [tiles, G, WB, 8] vec4<u32> | 2 ws [tiles, G, 8] vec2<u32> f16 scales (vec4<u32>
-//   d, d, m, m for PAIR) | 3 r [M, E] f32 | 4 alist [1 + E] u32 | 5 h [M, E*de] f32 (written: active experts'
-//   columns).
+//   d, d, m, m for PAIR; K4: 16-bit codes) | 3 wd [tiles, G/8, 8] vec4<u32> super-block factors (FACT: Q4_K only)
+//   (lib/quant_tiled_w.wgsl) | then r [M, E] f32 | then alist [1 + E] u32 | then h [M, E*de] f32 (written: active
+//   experts' columns).
 // Defs: the format's flags (Q8, HB1, HB2, NL, MIN, S16, PAIR, XSUM, QC: Format::shader_flags), SUBGROUPS, TM tokens per
 // invocation (1, 4 with T4, 8 with T4 and T8). Workgroup size 8.
 // Grid: ceil(M / TM) x E * de / 32 workgroups (the second folded into z past the per-dimension limit): token blocks
@@ -18,21 +19,14 @@
 #include "lib/moe_common.wgsl"
 
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;   // [M, K/4]
-@group(0) @binding(1) var<storage, read> wq: array<vec4<u32>>;  // [tiles, G, WB, 8] 4 rows' words
-#if K4
-@group(0) @binding(2) var<storage, read> ws: array<vec2<u32>>;  // [tiles, G, 8] 16-bit codes sc | m << 8
-@group(0) @binding(3) var<storage, read> wd: array<vec4<u32>>;  // [tiles, G/8, 8] (d01, d23, dmin01, dmin23) f16 pairs
+#include "lib/quant_tiled_w.wgsl"
+#if FACT
 @group(0) @binding(4) var<storage, read> r: array<f32>;         // [M, E]
-@group(0) @binding(5) var<storage, read> alist: array<u32>;    // [1 + E]
+@group(0) @binding(5) var<storage, read> alist: array<u32>;     // [1 + E]
 @group(0) @binding(6) var<storage, read_write> h: array<f32>;   // [M, E*de]
 #else
-#if PAIR
-@group(0) @binding(2) var<storage, read> ws: array<vec4<u32>>;  // [tiles, G, 8] (d01, d23, m01, m23) f16 pairs
-#else
-@group(0) @binding(2) var<storage, read> ws: array<vec2<u32>>;  // [tiles, G, 8] (d01, d23) f16 pairs
-#endif
 @group(0) @binding(3) var<storage, read> r: array<f32>;         // [M, E]
-@group(0) @binding(4) var<storage, read> alist: array<u32>;    // [1 + E]
+@group(0) @binding(4) var<storage, read> alist: array<u32>;     // [1 + E]
 @group(0) @binding(5) var<storage, read_write> h: array<f32>;   // [M, E*de]
 #endif
 
