@@ -16,12 +16,31 @@ var<workgroup> red: array<vec4<f32>, WG>;  // [WG] partial sums of the 4 rows (o
 
 #if SUPER
 #else
-// The dequantized quants: f32, or f16 with F16.
+// The dequantized quants: f32, or with F16 the centred f16 forms of lib/quant_rows.wgsl.
 #if F16
 alias QV = vec4<f16>;
 #else
 alias QV = vec4<f32>;
 #endif
+// The quants of weights 4i..4i+4 (lo) and 16+4i..16+4i+4 (hi) of one row's nibble word i.
+struct QPair {
+    lo: QV,
+    hi: QV,
+}
+fn qv_word(q: u32, h: u32, h2: u32, i: u32) -> QPair {
+#if F16
+    return QPair(q_lo_h(q, h, h2, i), q_hi_h(q, h, h2, i));
+#else
+    return QPair(q_lo(q, h, h2, i), q_hi(q, h, h2, i));
+#endif
+}
+fn qv8(q: u32) -> QV {
+#if F16
+    return q8_bytes_h(q);
+#else
+    return q8_bytes(q);
+#endif
+}
 
 // Quant word `wd` (of block wd / WQ; the high-bit words are not counted) of 4 rows, dequantized with its block's
 // high-bit words (HB1, HB2), and the block's constants.
@@ -79,14 +98,14 @@ fn load_word(rq: vec4<u32>, rs: vec4<u32>, wd: u32) -> Word {
 #endif
 #endif
     }
+    w.d = d;
+#if PAIR
+    w.mn = mn;
+#endif
 #if F16
     // Centred f16 quants (lib/quant_rows.wgsl): MIN blocks hold d q + m = QH_S d (q - QH_C) / QH_S + (m + QH_C d).
 #if Q8
     w.d = 8.0 * d;  // q8_bytes_h gives q / 8
-    w.a0 = q8_bytes_h(q.x);
-    w.a1 = q8_bytes_h(q.y);
-    w.a2 = q8_bytes_h(q.z);
-    w.a3 = q8_bytes_h(q.w);
 #else
     w.d = QH_S * d;
 #if MIN
@@ -95,35 +114,26 @@ fn load_word(rq: vec4<u32>, rs: vec4<u32>, wd: u32) -> Word {
 #if S16
     w.mn = QH_S * mn;
 #endif
-    w.a0 = q_lo_h(q.x, hq.x, hq2.x, i);
-    w.a1 = q_lo_h(q.y, hq.y, hq2.y, i);
-    w.a2 = q_lo_h(q.z, hq.z, hq2.z, i);
-    w.a3 = q_lo_h(q.w, hq.w, hq2.w, i);
-    w.b0 = q_hi_h(q.x, hq.x, hq2.x, i);
-    w.b1 = q_hi_h(q.y, hq.y, hq2.y, i);
-    w.b2 = q_hi_h(q.z, hq.z, hq2.z, i);
-    w.b3 = q_hi_h(q.w, hq.w, hq2.w, i);
 #endif
-#else
-    w.d = d;
-#if PAIR
-    w.mn = mn;
 #endif
 #if Q8
-    w.a0 = q8_bytes(q.x);
-    w.a1 = q8_bytes(q.y);
-    w.a2 = q8_bytes(q.z);
-    w.a3 = q8_bytes(q.w);
+    w.a0 = qv8(q.x);
+    w.a1 = qv8(q.y);
+    w.a2 = qv8(q.z);
+    w.a3 = qv8(q.w);
 #else
-    w.a0 = q_lo(q.x, hq.x, hq2.x, i);
-    w.a1 = q_lo(q.y, hq.y, hq2.y, i);
-    w.a2 = q_lo(q.z, hq.z, hq2.z, i);
-    w.a3 = q_lo(q.w, hq.w, hq2.w, i);
-    w.b0 = q_hi(q.x, hq.x, hq2.x, i);
-    w.b1 = q_hi(q.y, hq.y, hq2.y, i);
-    w.b2 = q_hi(q.z, hq.z, hq2.z, i);
-    w.b3 = q_hi(q.w, hq.w, hq2.w, i);
-#endif
+    let p0 = qv_word(q.x, hq.x, hq2.x, i);
+    let p1 = qv_word(q.y, hq.y, hq2.y, i);
+    let p2 = qv_word(q.z, hq.z, hq2.z, i);
+    let p3 = qv_word(q.w, hq.w, hq2.w, i);
+    w.a0 = p0.lo;
+    w.a1 = p1.lo;
+    w.a2 = p2.lo;
+    w.a3 = p3.lo;
+    w.b0 = p0.hi;
+    w.b1 = p1.hi;
+    w.b2 = p2.hi;
+    w.b3 = p3.hi;
 #endif
     w.xo = 8u * b + i;
     return w;
