@@ -14,10 +14,10 @@
 //   | 3 part_o [n_q, n_heads, splits, HD] (written: unnormalized sum p * v) | 4 part_ml [n_q, n_heads, splits, 2]
 //   (written: running max m and sum l). Grid (splits, n_kv, ceil(n_q * group / ROWS)), workgroups of 64.
 //   Workgroup (s, h, z) serves split s of kv head h for up to ROWS rows r = token * group + g (query head
-//   h * group + g), so every row of a GQA group shares each key and value read. Per tile of TK = 64 keys:
-//   (1) invocation t computes the scores of key t for every row (its K row streamed once, q rows in workgroup
-//   memory); (2) invocation r < rows updates row r's running max and sum and turns scores into weights;
-//   (3) invocation (rsub, c) accumulates p * V for column c (a vec4 of HD) of rows rsub, rsub + NSUB, ...:
+//   h * group + g), so every row of a GQA group shares each key and value read. Per tile of TK = 64 keys
+//   (lib/attn_tile.wgsl): (1) invocation t computes the scores of key t for every row (its K row streamed once,
+//   q rows in workgroup memory); (2) invocation r < rows updates row r's running max and sum and turns scores into
+//   weights; (3) invocation (rsub, c) accumulates p * V for column c (a vec4 of HD) of rows rsub, rsub + NSUB, ...:
 //   consecutive invocations read consecutive vec4s of one V row, each load serving several rows.
 // Dispatch 2 (COMBINE): bindings 0 part_o | 1 part_ml | 2 out [n_q, n_heads, HD] (written).
 //   Grid ceil(n_q * n_heads * HD / 4 / 64) workgroups of 64 (folded into y), one invocation per output vec4.
@@ -30,11 +30,6 @@ const MIN_CHUNK: u32 = 256u;  // = MIN_SPLIT_KEYS in attention_decode.rs
 #if COMBINE
 #include "lib/attn_combine.wgsl"
 #else
-const LOG2E: f32 = 1.4426950408889634;
-const TK: u32 = 64u;                    // keys per tile (one per invocation in step 1)
-const NSUB: u32 = WG / HD4;             // row subsets in step 3 (HD4 invocations each)
-const OWNR: u32 = (ROWS + NSUB - 1u) / NSUB;  // rows per invocation in step 3
-
 struct Params {
     n_q: u32,
     n_heads: u32,
@@ -54,9 +49,7 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> part_ml: array<vec2<f32>>; // [n_q, n_heads, splits, 2]
 @group(1) @binding(0) var<uniform> p: Params;
 
-var<workgroup> qs: array<vec4<f32>, ROWS * HD4>;  // [ROWS, HD] pre-scaled queries of the workgroup's rows
-var<workgroup> sc: array<f32, ROWS * TK>;         // [ROWS, TK] scores, then weights, of the current tile
-var<workgroup> alpha: array<f32, ROWS>;           // [ROWS] rescale of each row's accumulator for this tile
+#include "lib/attn_tile.wgsl"
 
 // Query token and query head of workgroup row r.
 fn row_token(r: u32) -> u32 {
@@ -103,69 +96,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
 
     for (var t0 = k_begin; t0 < k_end; t0 += TK) {
         let n = min(TK, k_end - t0);
-        workgroupBarrier();  // qs written (first tile); weights of the previous tile consumed
-        // (1) scores of key t0 + lid for every row.
-        if (lid < n) {
-            var kr: array<vec4<f32>, HD4>;
-            let kb = cbase + (t0 + lid) * HD4;
-            for (var d = 0u; d < HD4; d++) {
-                kr[d] = kc[kb + d];
-            }
-            for (var r = 0u; r < nr; r++) {
-                var dt = vec4<f32>(0.0);
-                for (var d = 0u; d < HD4; d++) {
-                    dt += qs[r * HD4 + d] * kr[d];
-                }
-                sc[r * TK + lid] = dt.x + dt.y + dt.z + dt.w;
-            }
-        }
-        workgroupBarrier();
-        // (2) online softmax of row lid over this tile; masked keys get weight 0.
-        if (lid < nr) {
-            let vis = select(0u, min(n, my_end - t0), my_end > t0);
-            let lo = min(select(0u, my_begin - t0, my_begin > t0), vis);
-            var tmax = NEG;
-            for (var j = lo; j < vis; j++) {
-                tmax = max(tmax, sc[lid * TK + j]);
-            }
-            let m_new = max(m, tmax);
-            let a = exp2(m - m_new);
-            var sum = 0.0;
-            // Weights of keys past the tile's end are 0 too: step 3 reads them in groups of 4.
-            for (var j = 0u; j < TK; j++) {
-                let pj = select(0.0, exp2(sc[lid * TK + j] - m_new), j >= lo && j < vis);
-                sc[lid * TK + j] = pj;
-                sum += pj;
-            }
-            l = l * a + sum;
-            m = m_new;
-            alpha[lid] = a;
-        }
-        workgroupBarrier();
-        // (3) acc(row, c) = acc * alpha + sum_j p_j * V[j][c] for this invocation's column c and rows rsub + k * NSUB:
-        // one load of V[j][c] serves all its rows; keys go 4 per iteration.
-        if (rsub < NSUB) {
-            for (var k = 0u; k < OWNR; k++) {
-                acc[k] *= alpha[min(rsub + k * NSUB, ROWS - 1u)];
-            }
-            let vb = cbase + t0 * HD4 + c;
-            for (var j = 0u; j < n; j += 4u) {
-                // Keys past the tile's end may be NaN (never written) or past the buffer: their weight is 0 and
-                // select drops whatever was loaded.
-                let z = vec4<f32>(0.0);
-                let v0 = vc[vb + j * HD4];
-                let v1 = select(z, vc[vb + (j + 1u) * HD4], j + 1u < n);
-                let v2 = select(z, vc[vb + (j + 2u) * HD4], j + 2u < n);
-                let v3 = select(z, vc[vb + (j + 3u) * HD4], j + 3u < n);
-                for (var k = 0u; k < OWNR; k++) {
-                    let r = rsub + k * NSUB;
-                    if (r < nr) {
-                        let pb = r * TK + j;
-                        acc[k] += sc[pb] * v0 + sc[pb + 1u] * v1 + sc[pb + 2u] * v2 + sc[pb + 3u] * v3;
-                    }
-                }
-            }
-        }
+        // Row lid's visible keys of the tile: [lo, vis).
+        let vis = select(0u, min(n, my_end - t0), my_end > t0);
+        let lo = min(select(0u, my_begin - t0, my_begin > t0), vis);
+        attn_tile(t0, n, nr, cbase, lid, lo, vis, &m, &l, &acc);
     }
     if (rsub < NSUB) {
         for (var k = 0u; k < OWNR; k++) {

@@ -18,10 +18,11 @@
 //   Grid (splits, n_kv, n_tokens * row_blocks), workgroups of 64 (DIRECT: splits = 1). Workgroup (s, h, z) serves
 //   selection slots [s * slots_per_split, (s + 1) * slots_per_split) of token z / row_blocks and kv head h, for up
 //   to ROWS query heads of its group (row r: head h * group + r), so every row shares each key and value read.
-//   Per block, per tile of up to TK = 64 of its keys: (1) invocation t computes the scores of key t for every row
-//   (its K row streamed once, q rows in workgroup memory); (2) invocation r < rows updates row r's running max
-//   and sum and turns scores into weights; (3) invocation (rsub, c) accumulates p * V for column c (a vec4 of HD)
-//   of rows rsub, rsub + NSUB, ...: consecutive invocations read consecutive vec4s of one V row.
+//   Per block, per tile of up to TK = 64 of its keys (lib/attn_tile.wgsl): (1) invocation t computes the scores
+//   of key t for every row (its K row streamed once, q rows in workgroup memory); (2) invocation r < rows updates
+//   row r's running max and sum and turns scores into weights; (3) invocation (rsub, c) accumulates p * V for
+//   column c (a vec4 of HD) of rows rsub, rsub + NSUB, ...: consecutive invocations read consecutive vec4s of one
+//   V row.
 // Dispatch 2 (COMBINE): bindings 0 part_o | 1 part_ml | 2 out [n_tokens, n_heads, HD] (written). Grid
 //   ceil(n_tokens * n_heads * HD / 4 / 64) workgroups of 64 (folded into y), one invocation per output vec4.
 // A row without any visible selected key (an empty selection) gets output 0.
@@ -33,10 +34,6 @@ const NEG: f32 = -1.0e30;
 #if COMBINE
 #include "lib/attn_combine.wgsl"
 #else
-const LOG2E: f32 = 1.4426950408889634;
-const TK: u32 = 64u;                          // keys per tile (one per invocation in step 1)
-const NSUB: u32 = WG / HD4;                   // row subsets in step 3 (HD4 invocations each)
-const OWNR: u32 = (ROWS + NSUB - 1u) / NSUB;  // rows per invocation in step 3
 const EMPTY: u32 = 0xffffffffu;
 
 struct Params {
@@ -66,9 +63,8 @@ struct Params {
 #endif
 @group(1) @binding(0) var<uniform> p: Params;
 
-var<workgroup> qs: array<vec4<f32>, ROWS * HD4>;  // [ROWS, HD] pre-scaled queries of the workgroup's rows
-var<workgroup> sc: array<f32, ROWS * TK>;         // [ROWS, TK] scores, then weights, of the current tile
-var<workgroup> alpha: array<f32, ROWS>;           // [ROWS] rescale of each row's accumulator for this tile
+#include "lib/attn_tile.wgsl"
+
 // [2] block id of the current slot, posted by invocation 0; alternating entries, so that posting the next slot's
 // id never meets a read of this one (workgroupUniformLoad has a barrier before its load).
 var<workgroup> blk: array<u32, 2>;
@@ -116,69 +112,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         let k_lo = b * p.block_size;
         let k_hi = min(k_lo + p.block_size, kv_end);
+        // Every key of the tile is visible (k_hi <= kv_end).
         for (var t0 = k_lo; t0 < k_hi; t0 += TK) {
             let n = min(TK, k_hi - t0);
-            workgroupBarrier();  // weights of the previous tile consumed
-            // (1) scores of key t0 + lid for every row.
-            if (lid < n) {
-                var kr: array<vec4<f32>, HD4>;
-                let kb = cbase + (t0 + lid) * HD4;
-                for (var d = 0u; d < HD4; d++) {
-                    kr[d] = kc[kb + d];
-                }
-                for (var r = 0u; r < nr; r++) {
-                    var dt = vec4<f32>(0.0);
-                    for (var d = 0u; d < HD4; d++) {
-                        dt += qs[r * HD4 + d] * kr[d];
-                    }
-                    sc[r * TK + lid] = dt.x + dt.y + dt.z + dt.w;
-                }
-            }
-            workgroupBarrier();
-            // (2) online softmax of row lid over this tile's n keys (all visible: k_hi <= kv_end).
-            if (lid < nr) {
-                var tmax = NEG;
-                for (var j = 0u; j < n; j++) {
-                    tmax = max(tmax, sc[lid * TK + j]);
-                }
-                let m_new = max(m, tmax);
-                let a = exp2(m - m_new);
-                var sum = 0.0;
-                // Weights past the tile's end are 0 too: step 3 reads them in groups of 4.
-                for (var j = 0u; j < TK; j++) {
-                    let pj = select(0.0, exp2(sc[lid * TK + j] - m_new), j < n);
-                    sc[lid * TK + j] = pj;
-                    sum += pj;
-                }
-                l = l * a + sum;
-                m = m_new;
-                alpha[lid] = a;
-            }
-            workgroupBarrier();
-            // (3) acc(row, c) = acc * alpha + sum_j p_j * V[j][c] for this invocation's column c and rows
-            // rsub + k * NSUB: one load of V[j][c] serves all its rows; keys go 4 per iteration.
-            if (rsub < NSUB) {
-                for (var k = 0u; k < OWNR; k++) {
-                    acc[k] *= alpha[min(rsub + k * NSUB, ROWS - 1u)];
-                }
-                let vb = cbase + t0 * HD4 + c;
-                for (var j = 0u; j < n; j += 4u) {
-                    // Keys past the tile's end may be NaN (never written) or past the buffer: their weight is 0
-                    // and select drops whatever was loaded.
-                    let z = vec4<f32>(0.0);
-                    let v0 = vc[vb + j * HD4];
-                    let v1 = select(z, vc[vb + (j + 1u) * HD4], j + 1u < n);
-                    let v2 = select(z, vc[vb + (j + 2u) * HD4], j + 2u < n);
-                    let v3 = select(z, vc[vb + (j + 3u) * HD4], j + 3u < n);
-                    for (var k = 0u; k < OWNR; k++) {
-                        let r = rsub + k * NSUB;
-                        if (r < nr) {
-                            let pb = r * TK + j;
-                            acc[k] += sc[pb] * v0 + sc[pb + 1u] * v1 + sc[pb + 2u] * v2 + sc[pb + 3u] * v3;
-                        }
-                    }
-                }
-            }
+            attn_tile(t0, n, nr, cbase, lid, 0u, n, &m, &l, &acc);
         }
     }
 #if DIRECT

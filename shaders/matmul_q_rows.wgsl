@@ -4,6 +4,7 @@
 // quant word at a time (consecutive lanes read consecutive words: coalesced), dequantize in registers with f32
 // accumulation, then reduce across the workgroup (subgroupAdd plus workgroup memory with SUBGROUPS, a
 // workgroup-memory tree otherwise). TM = 1 is the GEMV; TM > 1 reuses each weight word for TM tokens (prefill).
+// The word load and dot and the workgroup sum are lib/rows_word.wgsl's, shared with moe_up_q_rows / moe_down_q_rows.
 // Q4_0, Q5_0: d * (sum q x - QC sum x); MIN (Q4_1, Q5_1, Q4_K, Q5_K): d * sum q x + m * sum x; Q8_0 and NL
 // (IQ4_NL, IQ4_XS; q the codebook value): d * sum q x; S16 (Q6_K): the high nibbles (weights 16..32) take the
 // second scale, each half with its offset. HB1 / HB2: 5- / 6-bit quants from the nibble word and the block's
@@ -26,7 +27,6 @@
 
 #include "lib/quant_params.wgsl"
 
-const WG = 64u;
 const NR = 4u;  // rows of W per workgroup
 
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;  // [M, K/4]
@@ -64,9 +64,7 @@ const NR = 4u;  // rows of W per workgroup
 #endif
 @group(1) @binding(0) var<uniform> p: Params;
 
-#include "lib/quant_rows.wgsl"
-
-var<workgroup> red: array<vec4<f32>, WG>;  // [WG] partial sums of the 4 rows (one token at a time)
+#include "lib/rows_word.wgsl"
 
 @compute @workgroup_size(64)
 fn main(
@@ -158,171 +156,23 @@ fn main(
         }
     }
 #else
-    // One quant word per lane and step (the high-bit words are read with the nibble words they belong to).
+    // One quant word per lane and step (the high-bit words are read with the nibble words they belong to),
+    // dequantized once for the TM tokens (lib/rows_word.wgsl).
     for (var w = li; w < p.groups * WQ; w += WG) {
-        let b = w / WQ;
-        let i = w % WQ;
-        let pw = b * WB + i;  // the word's index in the row
-        let sw = b / 2u;
-        let high = (b & 1u) == 1u;
-        var q: vec4<u32>;
-        var hq = vec4<u32>(0u);
-        var hq2 = vec4<u32>(0u);
-        var d: vec4<f32>;
-#if PAIR
-        var mn: vec4<f32>;
-#endif
-        for (var j = 0u; j < NR; j++) {
-            q[j] = wq[rq[j] + pw];
-#if HB1
-            hq[j] = wq[rq[j] + b * WB + WQ];
-#endif
-#if HB2
-            hq2[j] = wq[rq[j] + b * WB + WQ + 1u];
-#endif
-#if K4
-            // rs[j] = row * G/2 (G a multiple of 8): the row's factor words (G/8 of them) start at rs[j] / 4.
-            let kc = k4_consts(ws[rs[j] + sw], high, wm[(rs[j] >> 2u) + (b >> 3u)]);
-            d[j] = kc.x;
-            mn[j] = kc.y;
-#else
-            d[j] = half_of(ws[rs[j] + sw], high);
-#if PAIR
-            mn[j] = half_of(wm[rs[j] + sw], high);
-#endif
-#endif
-        }
-#if F16
-        // The 4 rows' quants in f16, dequantized once for the TM tokens (lib/quant_rows.wgsl), centred: MIN blocks
-        // hold d q + m = QH_S d (q - QH_C) / QH_S + (m + QH_C d).
-#if Q8
-        let d8 = 8.0 * d;  // q8_bytes_h gives q / 8
-        let h0 = q8_bytes_h(q.x);
-        let h1 = q8_bytes_h(q.y);
-        let h2 = q8_bytes_h(q.z);
-        let h3 = q8_bytes_h(q.w);
-#else
-        let dh = QH_S * d;
-#if MIN
-        let mc = mn + QH_C * d;
-#endif
-#if S16
-        let mh = QH_S * mn;
-#endif
-        let a0 = q_lo_h(q.x, hq.x, hq2.x, i);
-        let a1 = q_lo_h(q.y, hq.y, hq2.y, i);
-        let a2 = q_lo_h(q.z, hq.z, hq2.z, i);
-        let a3 = q_lo_h(q.w, hq.w, hq2.w, i);
-        let b0 = q_hi_h(q.x, hq.x, hq2.x, i);
-        let b1 = q_hi_h(q.y, hq.y, hq2.y, i);
-        let b2 = q_hi_h(q.z, hq.z, hq2.z, i);
-        let b3 = q_hi_h(q.w, hq.w, hq2.w, i);
-#endif
-#else
-#if Q8
-#else
-        let a0 = q_lo(q.x, hq.x, hq2.x, i);
-        let a1 = q_lo(q.y, hq.y, hq2.y, i);
-        let a2 = q_lo(q.z, hq.z, hq2.z, i);
-        let a3 = q_lo(q.w, hq.w, hq2.w, i);
-        let b0 = q_hi(q.x, hq.x, hq2.x, i);
-        let b1 = q_hi(q.y, hq.y, hq2.y, i);
-        let b2 = q_hi(q.z, hq.z, hq2.z, i);
-        let b3 = q_hi(q.w, hq.w, hq2.w, i);
-#endif
-#endif
+        let word = load_word(rq, rs, w);
         for (var t = 0u; t < TM; t++) {
-#if Q8
-            let xa = x[xt[t] + 8u * b + i];
-#if F16
-            var s: vec4<f32>;
-            if (all(abs(xa) < vec4<f32>(X16_MAX))) {
-                let ha = vec4<f16>(xa);
-                s = vec4<f32>(vec4<f16>(dot(h0, ha), dot(h1, ha), dot(h2, ha), dot(h3, ha)));
-            } else {
-                s = vec4<f32>(dot(vec4<f32>(h0), xa), dot(vec4<f32>(h1), xa), dot(vec4<f32>(h2), xa),
-                    dot(vec4<f32>(h3), xa));
-            }
-            acc[t] += d8 * s;
-#else
-            let s = vec4<f32>(dot(q8_bytes(q.x), xa), dot(q8_bytes(q.y), xa), dot(q8_bytes(q.z), xa),
-                dot(q8_bytes(q.w), xa));
-            acc[t] += d * s;
-#endif
-#else
-            let xa = x[xt[t] + 8u * b + i];
-            let xb = x[xt[t] + 8u * b + 4u + i];
-#if F16
-            var sa: vec4<f32>;
-            var sb: vec4<f32>;
-            if (all(max(abs(xa), abs(xb)) < vec4<f32>(X16_MAX))) {
-                let ha = vec4<f16>(xa);
-                let hb = vec4<f16>(xb);
-#if S16
-                sa = vec4<f32>(vec4<f16>(dot(a0, ha), dot(a1, ha), dot(a2, ha), dot(a3, ha)));
-                sb = vec4<f32>(vec4<f16>(dot(b0, hb), dot(b1, hb), dot(b2, hb), dot(b3, hb)));
-#else
-                sa = vec4<f32>(vec4<f16>(dot(a0, ha) + dot(b0, hb), dot(a1, ha) + dot(b1, hb),
-                    dot(a2, ha) + dot(b2, hb), dot(a3, ha) + dot(b3, hb)));
-                sb = vec4<f32>(0.0);
-#endif
-            } else {
-                sa = vec4<f32>(dot(vec4<f32>(a0), xa), dot(vec4<f32>(a1), xa), dot(vec4<f32>(a2), xa),
-                    dot(vec4<f32>(a3), xa));
-                sb = vec4<f32>(dot(vec4<f32>(b0), xb), dot(vec4<f32>(b1), xb), dot(vec4<f32>(b2), xb),
-                    dot(vec4<f32>(b3), xb));
-            }
-#if S16
-            acc[t] += dh * sa + mh * sb;
-#else
-#if MIN
-            acc[t] += dh * (sa + sb) + mc * dot(xa + xb, vec4<f32>(1.0));
-#else
-            acc[t] += dh * (sa + sb);
-#endif
-#endif
-#else
-            let sa = vec4<f32>(dot(a0, xa), dot(a1, xa), dot(a2, xa), dot(a3, xa));
-            let sb = vec4<f32>(dot(b0, xb), dot(b1, xb), dot(b2, xb), dot(b3, xb));
-#if S16
-            acc[t] += d * (sa - QC * dot(xa, vec4<f32>(1.0))) + mn * (sb - QC * dot(xb, vec4<f32>(1.0)));
-#else
-#if MIN
-            acc[t] += d * (sa + sb) + mn * dot(xa + xb, vec4<f32>(1.0));
-#else
-            acc[t] += d * (sa + sb - QC * dot(xa + xb, vec4<f32>(1.0)));
-#endif
-#endif
-#endif
-#endif
+            acc[t] += word_dot(word, xt[t]);
         }
     }
 #endif
+#if SUBGROUPS
+    let lanes = Lanes(li, sl, sg_id, n_sg);
+#else
+    let lanes = Lanes(li, 0u, 0u, 1u);
+#endif
     for (var t = 0u; t < TM; t++) {
         // Workgroup sum of acc[t], one token at a time through `red`.
-#if SUBGROUPS
-        let s = subgroupAdd(acc[t]);
-        if (sl == 0u) {
-            red[sg_id] = s;
-        }
-        workgroupBarrier();
-        var total = vec4<f32>(0.0);
-        if (li == 0u) {
-            for (var k = 0u; k < n_sg; k++) {
-                total += red[k];
-            }
-        }
-#else
-        red[li] = acc[t];
-        workgroupBarrier();
-        for (var h = WG / 2u; h > 0u; h /= 2u) {
-            if (li < h) {
-                red[li] += red[li + h];
-            }
-            workgroupBarrier();
-        }
-        let total = red[0];
-#endif
+        let total = wg_sum(acc[t], lanes);
         let m = m0 + t;
         if (li == 0u && m < p.m) {
             let yb = m * p.n + p.row0;
@@ -337,6 +187,5 @@ fn main(
                 }
             }
         }
-        workgroupBarrier();
     }
 }

@@ -12,8 +12,9 @@
 // loads one vec4 of the block's x and the 8 vectors are broadcast, 8x fewer loads.
 // Bindings: 0 x [M, K] f32 (uniform array<vec4<f32>, XN> when XU, else storage) | 1 wq [tiles, G, WB, 8] vec4<u32>
 //   quant words (then high-bit words) | 2 ws [tiles, G, 8] vec2<u32> f16 scales (vec4<u32> d, d, m, m for PAIR; SUPER:
-//   16-bit sub-block codes) | 3 wd [tiles, G/8, 8] super-block factors (SUPER only: vec4<u32> Q2K, vec2<u32> Q3K) |
-//   then bias [N] f32 (BIAS only) | then y [M, N] f32 (written: columns row0..row0+rows).
+//   16-bit sub-block codes) | 3 wd [tiles, G/8, 8] super-block factors (FACT only: vec4<u32> Q2K, K4, vec2<u32>
+//   Q3K) (1..3: lib/quant_tiled_w.wgsl) | then bias [N] f32 (BIAS only) | then y [M, N] f32 (written: columns
+//   row0..row0+rows).
 // Defs: Q8 (8-bit quants, else 4-bit nibbles), HB1 / HB2 (one / two high-bit words per block: 5- / 6-bit quants),
 //   NL (codebook nibbles), MIN (a min per block), S16 (a second scale for weights 16..32), PAIR (MIN or S16: two
 //   constants per block), XSUM (block sums of x: an offset or a min; XSUM2 each half's), SUPER with Q2K or Q3K
@@ -28,22 +29,8 @@
 #else
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;   // [M, K/4]
 #endif
-@group(0) @binding(1) var<storage, read> wq: array<vec4<u32>>;  // [tiles, G, WB, 8] 4 rows' words
-#if K4
-@group(0) @binding(2) var<storage, read> ws: array<vec2<u32>>;  // [tiles, G, 8] 16-bit codes sc | m << 8
-#else
-#if PAIR
-@group(0) @binding(2) var<storage, read> ws: array<vec4<u32>>;  // [tiles, G, 8] (d01, d23, m01, m23) f16 pairs
-#else
-@group(0) @binding(2) var<storage, read> ws: array<vec2<u32>>;  // [tiles, G, 8] (d01, d23) f16 pairs
-#endif
-#endif
+#include "lib/quant_tiled_w.wgsl"
 #if FACT
-#if FACT2
-@group(0) @binding(3) var<storage, read> wd: array<vec4<u32>>;  // [tiles, G/8, 8] (d01, d23, dmin01, dmin23) f16 pairs
-#else
-@group(0) @binding(3) var<storage, read> wd: array<vec2<u32>>;  // [tiles, G/8, 8] (d01, d23) f16 pairs
-#endif
 #if BIAS
 @group(0) @binding(4) var<storage, read> bias: array<f32>;      // [N]
 @group(0) @binding(5) var<storage, read_write> y: array<f32>;   // [M, N]

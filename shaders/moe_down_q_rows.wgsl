@@ -4,7 +4,7 @@
 //   y[m, o] = sum over the experts ex in the active list of Wdown[o, ex*de .. +de] . h[m, ex*de .. +de]
 // W is [hidden, E*de] (PyTorch `block_linear` down_proj) packed as one matrix with K = E*de. As matmul_q_rows: a
 // workgroup of 64 owns 4 output rows and TM tokens; its lanes stride over the quant words of the listed experts'
-// blocks only (each expert's words are contiguous in a row), then reduce across the workgroup (lib/moe_rows.wgsl).
+// blocks only (each expert's words are contiguous in a row), then reduce across the workgroup (lib/rows_word.wgsl).
 // Bindings: 0 h [M, E*de] f32 | 1 wq [hidden, G*WB] u32 | 2 ws [hidden, ceil(G/2)] u32 f16 scale pairs | 3 wm f16
 //   pairs of second constants (mins, or S16 scales; PAIR only) | then alist [1 + E] u32 | then y [M, hidden] f32
 //   (written).
@@ -27,7 +27,7 @@
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;      // [M, hidden]
 #endif
 
-#include "lib/moe_rows.wgsl"
+#include "lib/rows_word.wgsl"
 
 @compute @workgroup_size(64)
 fn main(

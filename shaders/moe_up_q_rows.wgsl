@@ -4,7 +4,7 @@
 //   h[m, ex*de + j] = silu(x[m, :] . Wup[ex*de + j, :]) * r[m, ex]      for each active expert ex, j < de
 // W is [E*de, K] (PyTorch `block_linear` up_proj) packed as one matrix. As matmul_q_rows: a workgroup of 64 owns 4
 // rows of one expert and TM tokens; its lanes stride along K one quant word at a time (coalesced), dequantize in
-// registers, then reduce across the workgroup (lib/moe_rows.wgsl). Workgroups whose expert slot is past the
+// registers, then reduce across the workgroup (lib/rows_word.wgsl). Workgroups whose expert slot is past the
 // active count return at once (uniformly).
 // Bindings: 0 x [M, K] f32 | 1 wq [E*de, G*WB] u32 | 2 ws [E*de, ceil(G/2)] u32 f16 scale pairs | 3 wm f16 pairs
 //   of second constants (mins, or S16 scales; PAIR only) | then r [M, E] f32 | then alist [1 + E] u32 | then
@@ -30,7 +30,7 @@
 @group(0) @binding(5) var<storage, read_write> h: array<f32>;      // [M, E*de]
 #endif
 
-#include "lib/moe_rows.wgsl"
+#include "lib/rows_word.wgsl"
 
 @compute @workgroup_size(64)
 fn main(

@@ -108,7 +108,7 @@ fn tiled_key(format: Format, bias: bool, xu: Option<usize>, subgroups: bool, tm:
         .flag("SUBGROUPS", subgroups)
         .def("WG", format!("{WG_TILED}u"));
     if let Some(tm) = tm {
-        key = key.def("TM", format!("{tm}u")).flag("TM8", tm == 8);
+        key = key.def("TM", format!("{tm}u")).flag("T4", tm >= 4).flag("T8", tm >= 8);
     }
     if let Some(xn) = xu {
         key = key.flag("XU", true).def("XN", format!("{xn}u"));
