@@ -8,6 +8,7 @@ pub mod loader;
 pub mod model;
 pub mod ops;
 pub mod quant;
+pub mod quantize;
 pub mod sampling;
 pub mod tokenizer;
 

@@ -8,11 +8,11 @@ mod common;
 use common::gpu::{gpu, nmse};
 
 use common::tiny::{write_gguf_typed, Tiny};
+use shaderlm::graph::StepVars;
 use shaderlm::loader::gguf::{GgufFile, Value};
 use shaderlm::loader::gguf_write::{put_header, put_kv, put_tensor_info, GgufWriter};
 use shaderlm::model::weights::{HostData, HostTensor, WeightSource};
 use shaderlm::model::{reference, Llama, LlamaConfig, Names, StepOutputs};
-use shaderlm::ops::StepVars;
 use shaderlm::quant::pack::{self, blocks32, dequantize_packed, Layout};
 use shaderlm::quant::{self, f16_to_f32, iq4_xs, q4_k, q6_k, GgmlType};
 

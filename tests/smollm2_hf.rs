@@ -10,7 +10,7 @@ use common::golden;
 use shaderlm::gpu::{Gpu, GpuOptions};
 use shaderlm::model::load::LoadedModel;
 use shaderlm::model::{LoadOptions, Names};
-use shaderlm::quant::quantize_model::source::Source;
+use shaderlm::quantize::source::Source;
 use std::path::Path;
 
 /// As tests/golden.rs (the f32 weights here are the very values the GGUF's blocks decode to).

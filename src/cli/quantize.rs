@@ -9,7 +9,7 @@ use shaderlm::generate::Generator;
 use shaderlm::gpu::Gpu;
 use shaderlm::model::load::open;
 use shaderlm::model::StepOutputs;
-use shaderlm::quant::quantize_model::{self as qm, Format, Method, Report};
+use shaderlm::quantize::{self as qm, Format, Method, Report};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -135,7 +135,7 @@ pub fn evaluate(
     max: usize,
 ) -> anyhow::Result<Eval> {
     let gpu = Gpu::new(&device.options())?;
-    let tok = match shaderlm::quant::quantize_model::source::Source::open(original)?.tokenizer() {
+    let tok = match shaderlm::quantize::source::Source::open(original)?.tokenizer() {
         Ok(t) => t,
         Err(e) => anyhow::bail!("--eval needs the model's tokenizer: {e}"),
     };

@@ -1,7 +1,6 @@
 //! Ops: each is `shaders/<op>.wgsl` + `src/ops/<op>.rs` (params, kernel, graph-builder method, CPU reference).
 
 use crate::gpu::ShaderKey;
-pub use crate::graph::StepVars;
 
 /// The one registration of the ops (each a shader, an op file, test cases and a bench row): expands `$m!(add,
 /// attention_decode, ..)`. It declares the op modules here, and the op test table (tests/ops) and the bench table

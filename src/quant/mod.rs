@@ -21,7 +21,6 @@ pub mod q5_1;
 pub mod q5_k;
 pub mod q6_k;
 pub mod q8_0;
-pub mod quantize_model;
 
 use crate::error::{Error, Result};
 

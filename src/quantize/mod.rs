@@ -20,10 +20,10 @@ mod hf_out;
 pub mod solve;
 pub mod source;
 
-use super::gptq::{self, Scheme};
-use super::{f16_to_f32, f32_to_f16, GgmlType};
 use crate::error::{Error, Result};
 use crate::model::Names;
+use crate::quant::gptq::{self, Scheme};
+use crate::quant::{self, f16_to_f32, f32_to_f16, GgmlType};
 use solve::{GptqGrid, Grid, InverseHessian, Q4_0Grid, Q8_0Grid};
 use source::{ModelTensor, Role, Source};
 use std::path::Path;
@@ -306,9 +306,9 @@ impl Run<'_> {
             Plan::Ggml(ty) => {
                 let raw = match &solved {
                     Some(s) => solve::pack_ggml(ty, s)?,
-                    None => super::quantize(ty, &v)?,
+                    None => quant::quantize(ty, &v)?,
                 };
-                let back = super::dequantize(ty, &raw)?;
+                let back = quant::dequantize(ty, &raw)?;
                 (Stored::Ggml(ty, raw), ty.to_string(), back)
             }
             Plan::Gptq { group_size, sym } => {

@@ -8,9 +8,9 @@
 //! the format's round-to-nearest quantizer would fit them, so that with `H = I` the result is that quantizer's.
 //! The packers then write the codes in the format's own layout.
 
-use super::super::gptq::{GptqTensors, Scheme};
-use super::super::{f16_to_f32, f32_to_f16, q4_0, q8_0, GgmlType};
 use crate::error::{Error, Result};
+use crate::quant::gptq::{GptqTensors, Scheme};
+use crate::quant::{f16_to_f32, f32_to_f16, q4_0, q8_0, GgmlType};
 
 /// One group's fitted parameters: `value(code) = scale * (code - zero)`, `scale` as stored (f16, here in f32).
 #[derive(Clone, Copy, Debug, PartialEq)]
