@@ -181,6 +181,29 @@ pub fn quantize(x: &[f32]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// Dequantizes host blocks of [`to_blocks32`]'s form (`d * sc * q - dmin * m`, the factors formed in f32 as the
+/// kernels form them): the weights the GPU computes with, for the check mode's matmul reference.
+pub fn dequantize_blocks32(bytes: &[u8], out: &mut [f32]) -> Result<()> {
+    let nb = check_blocks("Q4_K host blocks", bytes.len(), BLOCK32_BYTES)?;
+    if out.len() != nb * 32 {
+        return Err(Error::Invalid(format!(
+            "{nb} Q4_K host blocks hold {} weights, not {}",
+            nb * 32,
+            out.len()
+        )));
+    }
+    for (blk, o) in bytes.chunks_exact(BLOCK32_BYTES).zip(out.chunks_exact_mut(32)) {
+        let scale = read_f16(blk, 2) * blk[0] as f32;
+        let min = read_f16(blk, 4) * blk[1] as f32;
+        for j in 0..16 {
+            let q = blk[BLOCK32_Q + j];
+            o[j] = scale * (q & 0x0f) as f32 - min;
+            o[j + 16] = scale * (q >> 4) as f32 - min;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,27 +259,4 @@ mod tests {
         // Range 2.5 over 15 steps: half a step is 0.083, plus the 6-bit rounding of scale and min.
         assert!(max < 0.12, "max error {max}");
     }
-}
-
-/// Dequantizes host blocks of [`to_blocks32`]'s form (`d * sc * q - dmin * m`, the factors formed in f32 as the
-/// kernels form them): the weights the GPU computes with, for the check mode's matmul reference.
-pub fn dequantize_blocks32(bytes: &[u8], out: &mut [f32]) -> Result<()> {
-    let nb = check_blocks("Q4_K host blocks", bytes.len(), BLOCK32_BYTES)?;
-    if out.len() != nb * 32 {
-        return Err(Error::Invalid(format!(
-            "{nb} Q4_K host blocks hold {} weights, not {}",
-            nb * 32,
-            out.len()
-        )));
-    }
-    for (blk, o) in bytes.chunks_exact(BLOCK32_BYTES).zip(out.chunks_exact_mut(32)) {
-        let scale = read_f16(blk, 2) * blk[0] as f32;
-        let min = read_f16(blk, 4) * blk[1] as f32;
-        for j in 0..16 {
-            let q = blk[BLOCK32_Q + j];
-            o[j] = scale * (q & 0x0f) as f32 - min;
-            o[j + 16] = scale * (q >> 4) as f32 - min;
-        }
-    }
-    Ok(())
 }
