@@ -5,11 +5,11 @@
 mod common;
 
 use common::gpu::gpu;
+use shaderlm::gpu::packed::PackedWeight;
 use shaderlm::gpu::{DType, GpuTensor};
 use shaderlm::graph::{CheckOptions, Graph, NodeCheck, Plan, StepVars, Tap};
 use shaderlm::ops::rope::{RopeConfig, RopeStyle};
 use shaderlm::ops::silu_mul::Glu;
-use shaderlm::quant::pack::PackedWeight;
 use shaderlm::quant::GgmlType;
 
 const VOCAB: usize = 40;

@@ -11,16 +11,16 @@
 mod common;
 
 use common::gpu::{gpu, nmse};
+use common::steps::{prefill_then_decode, run_steps, LOGITS_AND_ARGMAX};
 
 use common::tiny::{byte_vocab, weights, Tiny};
 use half::f16;
 use safetensors::Dtype;
 use serde_json::{json, Value};
 use shaderlm::gpu::{tensor::read_buffer, Gpu};
-use shaderlm::graph::StepVars;
 use shaderlm::loader::safetensors::SafetensorsModel;
 use shaderlm::model::weights::{HostData, HostTensor, Linear, WeightSource};
-use shaderlm::model::{reference, Llama, LlamaConfig, Names, StepOutputs};
+use shaderlm::model::{reference, Llama, LlamaConfig, Names};
 use shaderlm::quant::gptq::{quantize, Scheme};
 use shaderlm::quant::pack::{unpack, HostPart};
 use shaderlm::quant::GgmlType;
@@ -358,36 +358,11 @@ impl WeightSource for SpecWeights<'_> {
 /// Prefill `prompt` tokens, then decode the rest one at a time: the last logits of every step.
 fn gpu_logits(model: &Llama, tokens: &[u32], prompt: usize) -> Vec<(usize, Vec<f32>, u32)> {
     let gpu = gpu();
-    let cache = model.new_cache(gpu, 64).unwrap();
-    let out = StepOutputs {
-        logits: true,
-        argmax: true,
-        ..Default::default()
-    };
-    let mut got = Vec::new();
-    let mut pre = model.step(gpu, &cache, prompt, out).unwrap();
-    pre.plan
-        .write_input(gpu, pre.ids, bytemuck::cast_slice(&tokens[..prompt]))
-        .unwrap();
-    pre.plan.run(gpu, &StepVars { pos: 0 }).unwrap();
-    let read = |s: &shaderlm::model::Step| {
-        (
-            s.plan.read_f32(s.logits.unwrap()).unwrap(),
-            s.plan.read_u32(s.argmax.unwrap()).unwrap()[0],
-        )
-    };
-    let (l, a) = read(&pre);
-    got.push((prompt - 1, l, a));
-    let mut dec = model.step(gpu, &cache, 1, out).unwrap();
-    for p in prompt..tokens.len() {
-        dec.plan
-            .write_input(gpu, dec.ids, bytemuck::cast_slice(&tokens[p..p + 1]))
-            .unwrap();
-        dec.plan.run(gpu, &StepVars { pos: p as u32 }).unwrap();
-        let (l, a) = read(&dec);
-        got.push((p, l, a));
-    }
-    got
+    let steps = prefill_then_decode(tokens.len(), prompt, prompt);
+    run_steps(gpu, model, tokens, &steps, 64, LOGITS_AND_ARGMAX)
+        .into_iter()
+        .map(|(p, r)| (p, r.logits, r.argmax.unwrap()))
+        .collect()
 }
 
 /// Checks (a) and (b) of the module doc on the checkpoint of `s`.
@@ -572,7 +547,13 @@ fn gptq_model_loads_through_the_model_directory() {
         },
         |_, _| {},
     );
-    let m = shaderlm::model::load::open(gpu(), dir.path(), 32, |_, _| {}).unwrap();
+    let m = shaderlm::model::LoadedModel::open(
+        gpu(),
+        dir.path(),
+        &shaderlm::model::LoadOptions::with_ctx(32),
+        |_, _| {},
+    )
+    .unwrap();
     assert_eq!(m.model.cfg.hidden, 128);
 }
 

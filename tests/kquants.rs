@@ -6,13 +6,13 @@
 mod common;
 
 use common::gpu::{gpu, nmse};
+use common::steps::{prefill_then_decode, run_steps, LOGITS_AND_ARGMAX};
 
 use common::tiny::{write_gguf_typed, Tiny};
-use shaderlm::graph::StepVars;
 use shaderlm::loader::gguf::{GgufFile, Value};
 use shaderlm::loader::gguf_write::{put_header, put_kv, put_tensor_info, GgufWriter};
 use shaderlm::model::weights::{HostData, HostTensor, WeightSource};
-use shaderlm::model::{reference, Llama, LlamaConfig, Names, StepOutputs};
+use shaderlm::model::{reference, Llama, LlamaConfig, Names};
 use shaderlm::quant::pack::{self, blocks32, dequantize_packed, Layout};
 use shaderlm::quant::{self, f16_to_f32, iq4_xs, q4_k, q6_k, GgmlType};
 
@@ -387,36 +387,11 @@ impl WeightSource for PackedValues<'_> {
 fn gpu_logits(src: &dyn WeightSource, cfg: LlamaConfig, tokens: &[u32], prompt: usize) -> Vec<(usize, Vec<f32>, u32)> {
     let gpu = gpu();
     let model = Llama::load(gpu, src, cfg, Names::Gguf, |_, _| {}).unwrap();
-    let cache = model.new_cache(gpu, 64).unwrap();
-    let out = StepOutputs {
-        logits: true,
-        argmax: true,
-        ..Default::default()
-    };
-    let mut got = vec![];
-    let mut pre = model.step(gpu, &cache, prompt, out).unwrap();
-    pre.plan
-        .write_input(gpu, pre.ids, bytemuck::cast_slice(&tokens[..prompt]))
-        .unwrap();
-    pre.plan.run(gpu, &StepVars { pos: 0 }).unwrap();
-    let read = |s: &shaderlm::model::Step| {
-        (
-            s.plan.read_f32(s.logits.unwrap()).unwrap(),
-            s.plan.read_u32(s.argmax.unwrap()).unwrap()[0],
-        )
-    };
-    let (l, a) = read(&pre);
-    got.push((prompt - 1, l, a));
-    let mut dec = model.step(gpu, &cache, 1, out).unwrap();
-    for p in prompt..tokens.len() {
-        dec.plan
-            .write_input(gpu, dec.ids, bytemuck::cast_slice(&tokens[p..p + 1]))
-            .unwrap();
-        dec.plan.run(gpu, &StepVars { pos: p as u32 }).unwrap();
-        let (l, a) = read(&dec);
-        got.push((p, l, a));
-    }
-    got
+    let steps = prefill_then_decode(tokens.len(), prompt, prompt);
+    run_steps(gpu, &model, tokens, &steps, 64, LOGITS_AND_ARGMAX)
+        .into_iter()
+        .map(|(p, r)| (p, r.logits, r.argmax.unwrap()))
+        .collect()
 }
 
 /// A tiny Llama whose 2-D tensors have the types `ty_of` gives, through the GPU model against the CPU reference.

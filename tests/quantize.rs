@@ -16,9 +16,9 @@ use common::tiny::{to_interleaved, write_gguf, write_gguf_chat, write_hf_chat, T
 use shaderlm::generate::Generator;
 use shaderlm::loader::gguf::{GgufFile, Value};
 use shaderlm::loader::safetensors::{SafetensorsModel, StDtype};
-use shaderlm::model::load::open;
 use shaderlm::model::weights::WeightSource;
 use shaderlm::model::StepOutputs;
+use shaderlm::model::{LoadOptions, LoadedModel};
 use shaderlm::quant::GgmlType;
 use std::path::Path;
 use std::process::{Command, Output};
@@ -174,7 +174,8 @@ fn values(src: &dyn WeightSource, name: &str) -> (Vec<usize>, Vec<f32>) {
 
 /// Teacher-forced logits after each prefix of `ids` (all but the last token fed), on the GPU.
 fn logits(path: &Path, ids: &[u32]) -> Vec<Vec<f32>> {
-    let loaded = open(gpu(), path, 128, |_, _| {}).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let loaded = LoadedModel::open(gpu(), path, &LoadOptions::with_ctx(128), |_, _| {})
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let outputs = StepOutputs {
         logits: true,
         ..Default::default()
@@ -643,7 +644,8 @@ struct Fixture {
 /// Teacher-forced over the fixture's tokens: (steps whose argmax is the fixture's greedy token, steps), over all
 /// steps and over the steps whose reference top-2 gap is at least `CONFIDENT` logits.
 fn agreement(path: &Path, fixtures: &[Fixture]) -> [(usize, usize); 2] {
-    let loaded = open(gpu(), path, 512, |_, _| {}).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let loaded = LoadedModel::open(gpu(), path, &LoadOptions::with_ctx(512), |_, _| {})
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let outputs = StepOutputs {
         argmax: true,
         ..Default::default()

@@ -3,7 +3,8 @@
 
 use crate::common::{plan_of, Bench, MODELS};
 use shaderlm::gpu::DType;
-use shaderlm::quant::pack::{Layout, PackedWeight};
+use shaderlm::gpu::packed::PackedWeight;
+use shaderlm::quant::pack::Layout;
 use shaderlm::quant::GgmlType;
 
 /// Deterministic raw GGUF blocks of a [n, k] tensor (scales 2^-6, all quant patterns; k-quants: all sub-block

@@ -12,7 +12,8 @@ use crate::embedding_q::blocks;
 use shaderlm::gpu::{DType, GpuTensor};
 use shaderlm::ops::matmul::MatmulPath;
 use shaderlm::ops::matmul_q::{QMath, QPath};
-use shaderlm::quant::pack::{Layout, PackedWeight};
+use shaderlm::gpu::packed::PackedWeight;
+use shaderlm::quant::pack::Layout;
 use shaderlm::quant::GgmlType;
 
 /// (N, K) of the GEMV shapes.

@@ -18,13 +18,13 @@
 
 use crate::common::{weight, Bench};
 use crate::embedding_q::blocks;
+use shaderlm::gpu::packed::PackedWeight;
 use shaderlm::gpu::{DType, Gpu, GpuTensor};
 use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::moe_common::MoeWeight;
 use shaderlm::ops::moe_ffn::{MoeFfn, MoePath};
 use shaderlm::ops::moe_router::RouterNorm;
-use shaderlm::quant::pack::PackedWeight;
 use shaderlm::quant::GgmlType;
 
 /// (name, hidden, experts, de, dense dim_ff, layers stacked for decode).

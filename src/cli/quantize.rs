@@ -7,8 +7,8 @@ use anyhow::{ensure, Context};
 use clap::{Args, ValueEnum};
 use shaderlm::generate::Generator;
 use shaderlm::gpu::Gpu;
-use shaderlm::model::load::open;
 use shaderlm::model::StepOutputs;
+use shaderlm::model::{LoadOptions, LoadedModel};
 use shaderlm::quantize::{self as qm, Format, Method, Report};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -112,7 +112,8 @@ fn log_softmax(logits: &[f32]) -> Vec<f64> {
 
 /// Teacher-forced log-probabilities of the next token after each prefix of `ids` (all but the last token fed).
 fn log_probs(gpu: &Gpu, path: &Path, ids: &[u32]) -> anyhow::Result<Vec<Vec<f64>>> {
-    let loaded = open(gpu, path, ids.len() + 1, |_, _| {}).with_context(|| format!("loading {}", path.display()))?;
+    let loaded = LoadedModel::open(gpu, path, &LoadOptions::with_ctx(ids.len() + 1), |_, _| {})
+        .with_context(|| format!("loading {}", path.display()))?;
     let outputs = StepOutputs {
         logits: true,
         ..Default::default()

@@ -1,6 +1,7 @@
 //! The GPU context: adapter choice, device with the adapter's real limits, optional features, error capture.
 
 mod adapters;
+pub mod packed;
 pub mod pipelines;
 pub mod shaders;
 pub mod tensor;

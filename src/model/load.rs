@@ -81,12 +81,6 @@ fn is_gguf(path: &Path) -> bool {
     path.is_file()
 }
 
-/// Open the model at `path` with a context of `max_ctx` positions and the model's own attention: [`LoadedModel::open`]
-/// with [`LoadOptions::with_ctx`], kept for callers that choose nothing else.
-pub fn open(gpu: &Gpu, path: &Path, max_ctx: usize, progress: impl FnMut(usize, usize)) -> Result<LoadedModel> {
-    LoadedModel::open(gpu, path, &LoadOptions::with_ctx(max_ctx), progress)
-}
-
 impl LoadedModel {
     /// Open the model at `path` and upload it, configured by `opts` before anything is allocated.
     pub fn open(gpu: &Gpu, path: &Path, opts: &LoadOptions, progress: impl FnMut(usize, usize)) -> Result<LoadedModel> {

@@ -16,5 +16,6 @@ pub mod weights;
 
 pub use config::{Arch, LlamaConfig, SparseConfig};
 pub use llama::{KvCache, Llama, Names};
+pub use load::LoadedModel;
 pub use options::{AttentionMode, KvType, LoadOptions, SparseOverrides};
 pub use step::{Step, StepInputs, StepOutputs, StepResult};

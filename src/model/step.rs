@@ -43,14 +43,12 @@ pub struct StepResult {
 
 /// A planned forward step over `n_tokens` tokens.
 pub struct Step {
-    /// The plan and the tensors below are the raw layer under [`Step::run`], for tests that drive a plan
-    /// themselves; callers of the model use `run`.
-    pub plan: Plan,
-    pub n_tokens: usize,
+    pub(super) plan: Plan,
+    pub(super) n_tokens: usize,
     /// Token ids `[n_tokens]`.
-    pub ids: TensorId,
-    pub logits: Option<TensorId>,
-    pub argmax: Option<TensorId>,
+    pub(super) ids: TensorId,
+    pub(super) logits: Option<TensorId>,
+    pub(super) argmax: Option<TensorId>,
     pub(super) topk: Option<(TensorId, TensorId)>,
     /// Router weights `[n_tokens, E]` of each BlockFFN layer, when asked for.
     pub(super) router: Vec<TensorId>,

@@ -3,12 +3,12 @@
 //! safetensors checkpoint are served as `X.weight`, repacked into ggml blocks ([`crate::quant::gptq`]).
 
 use crate::error::{Error, Result};
+use crate::gpu::packed::PackedWeight;
 use crate::gpu::{DType, Gpu, GpuTensor};
 use crate::graph::{Graph, TensorId};
 use crate::loader::gguf::GgufFile;
 use crate::loader::safetensors::{to_f32, SafetensorsModel, StDtype};
 use crate::quant::gptq::{self, GptqTensors, Method, RawTensor};
-use crate::quant::pack::PackedWeight;
 use crate::quant::GgmlType;
 
 /// A tensor as a file stores it.

@@ -7,7 +7,8 @@ use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
-use crate::quant::pack::{kernel_formats, Format, Layout, PackedWeight, QK};
+use crate::gpu::packed::PackedWeight;
+use crate::quant::pack::{kernel_formats, Format, Layout, QK};
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]

@@ -9,7 +9,8 @@ use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
-use crate::quant::pack::{kernel_formats, unpack, Format, HostPart, Layout, PackedWeight, QK, TILE};
+use crate::gpu::packed::PackedWeight;
+use crate::quant::pack::{kernel_formats, unpack, Format, HostPart, Layout, QK, TILE};
 use crate::quant::GgmlType;
 
 /// GEMV or GEMM. `Auto` picks the GEMV for one row of x (in the tiled layout for up to [`TILED_GEMV_MAX_M`] rows)

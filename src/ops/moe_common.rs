@@ -13,10 +13,11 @@
 //! whole 32-weight blocks of every row (quantized down), and whole workgroups of rows.
 
 use crate::error::{Error, Result};
+use crate::gpu::packed::PackedWeight;
 use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::Params;
 use crate::graph::{Graph, TensorId};
-use crate::quant::pack::{kernel_formats, Format, Layout, PackedWeight, QK};
+use crate::quant::pack::{kernel_formats, Format, Layout, QK};
 
 /// An expert weight matrix as the sparse kernels take it.
 #[derive(Clone, Copy, Debug)]

@@ -21,7 +21,8 @@ use shaderlm::gpu::{DType, Gpu, GpuOptions};
 use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::{embedding_q, matmul_q};
-use shaderlm::quant::pack::{dequantize_packed, Format, Layout, PackedWeight, PACKABLE};
+use shaderlm::gpu::packed::PackedWeight;
+use shaderlm::quant::pack::{dequantize_packed, Format, Layout, PACKABLE};
 use shaderlm::quant::GgmlType;
 use std::sync::OnceLock;
 

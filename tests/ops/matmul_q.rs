@@ -36,7 +36,8 @@ use shaderlm::gpu::{DType, Gpu, GpuOptions, GpuTensor};
 use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::matmul_q::{self, QMath, QPath};
-use shaderlm::quant::pack::{dequantize_packed, Format, Layout, PackedWeight, PACKABLE};
+use shaderlm::gpu::packed::PackedWeight;
+use shaderlm::quant::pack::{dequantize_packed, Format, Layout, PACKABLE};
 use shaderlm::quant::GgmlType;
 use std::sync::OnceLock;
 

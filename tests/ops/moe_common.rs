@@ -4,10 +4,11 @@
 #![allow(dead_code)]
 
 use crate::common::Rng;
+use shaderlm::gpu::packed::PackedWeight;
 use shaderlm::gpu::{Gpu, GpuTensor};
 use shaderlm::graph::Graph;
 use shaderlm::ops::moe_common::MoeWeight;
-use shaderlm::quant::pack::{dequantize_packed, Layout, PackedWeight};
+use shaderlm::quant::pack::{dequantize_packed, Layout};
 use shaderlm::quant::GgmlType;
 
 /// The weight forms under test.
