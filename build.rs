@@ -17,7 +17,7 @@ fn collect(dir: &Path, root: &Path, out: &mut Vec<String>) {
 }
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
+    let root = Path::new(&env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR")).join("shaders");
     println!("cargo:rerun-if-changed=shaders");
     let mut files = Vec::new();
     collect(&root, &root, &mut files);

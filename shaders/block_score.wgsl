@@ -15,8 +15,8 @@
 // looping over the query rows (token, head of the group) of the workgroup's tokens [t0, t0 + tokens_per_wg);
 // every invocation needs the same query element at once. Defs: HD head_dim; LSE dispatch 1; SUBGROUPS (subgroups
 // of >= 8): each of 8 lanes loads one of 8 consecutive query vec4s and subgroupBroadcast shares them (on lavapipe
-// this halves decode time and quarters prefill time against 8 loads at one address); QU with QN: q in a uniform
-// buffer of QN vec4s (the whole q fits one binding, as in decode; without subgroups, uniform buffers load about
+// this halves decode time and quarters prefill time against 8 loads at one address); QU: q in a uniform
+// array of 4096 vec4s (the whole q fits one binding, as in decode; without subgroups, uniform buffers load about
 // 3x faster than storage at one address on lavapipe).
 // Dispatch 1 (LSE): bindings 0 q [n_tokens, n_heads, HD] | 1 c1 [n_kv, n1, HD] | 2 c2 [n_kv, n2, HD]
 //   | 3 part [n_tokens, n_heads, tiles, 2] (written: max and sum of exp2 over C2 windows [64 x, 64 x + 64)).
@@ -60,7 +60,7 @@ struct Params {
 }
 
 #if QU
-@group(0) @binding(0) var<uniform> q: array<vec4<f32>, QN>;                // [n_tokens, n_heads, HD]
+@group(0) @binding(0) var<uniform> q: array<vec4<f32>, 4096>;              // [n_tokens, n_heads, HD], padded to 64 KiB
 #else
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;              // [n_tokens, n_heads, HD]
 #endif

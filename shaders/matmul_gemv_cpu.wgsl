@@ -2,10 +2,10 @@
 // layout, W rows are outputs). The decode (M = 1) path for CPU adapters such as lavapipe (LAVAPIPE.md §4, §8):
 // each invocation owns 4 consecutive rows of W and streams them along K with 16-byte loads, 8 k per loop step;
 // x is read at uniform indices, from a uniform buffer when XU; no workgroup memory, no reduction.
-// Bindings: 0 x [M, K] f32 (uniform array<vec4<f32>, XN> when XU, else storage) | 1 w [rows, K] f32, or f16 pairs
+// Bindings: 0 x [M, K] f32 (a uniform array of 4096 vec4s when XU, else storage) | 1 w [rows, K] f32, or f16 pairs
 //   (see lib/matmul_w.wgsl) | 2 bias [N] f32 (BIAS only) | 2 or 3 y [M, N] f32 (written: columns row0..row0+rows).
 // Defs: WH f16 weights, VEC rows vector-aligned (K % 4 == 0 for f32, K % 8 == 0 for f16), XU x in a uniform buffer
-//   of XN vec4s (M*K/4), BIAS.
+//   (M*K/4 <= 4096 vec4s), BIAS.
 // Grid: ceil(rows / 64) workgroups of 16 (folded into y past the per-dimension limit) x 1 x M. Small workgroups
 // keep llvmpipe's threads evenly loaded at small N (576 rows are 9 workgroups, not 3).
 
@@ -20,7 +20,7 @@ struct Params {
 }
 
 #if XU
-@group(0) @binding(0) var<uniform> x: array<vec4<f32>, XN>;     // [M, K/4]
+@group(0) @binding(0) var<uniform> x: array<vec4<f32>, 4096>;   // [M, K/4], padded to 64 KiB
 #else
 #if VEC
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;   // [M, K/4]

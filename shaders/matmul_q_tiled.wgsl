@@ -10,7 +10,7 @@
 //   n sum x, Q3_K a (sum q x - 4 sum x), a and n formed from the sub-block codes and the super-block factors.
 // x is read at uniform indices (from a uniform buffer when XU); with SUBGROUPS (subgroup size >= 8) each lane
 // loads one vec4 of the block's x and the 8 vectors are broadcast, 8x fewer loads.
-// Bindings: 0 x [M, K] f32 (uniform array<vec4<f32>, XN> when XU, else storage) | 1 wq [tiles, G, WB, 8] vec4<u32>
+// Bindings: 0 x [M, K] f32 (a uniform array of 4096 vec4s when XU, else storage) | 1 wq [tiles, G, WB, 8] vec4<u32>
 //   quant words (then high-bit words) | 2 ws [tiles, G, 8] vec2<u32> f16 scales (vec4<u32> d, d, m, m for PAIR; SUPER:
 //   16-bit sub-block codes) | 3 wd [tiles, G/8, 8] super-block factors (FACT only: vec4<u32> Q2K, K4, vec2<u32>
 //   Q3K) (1..3: lib/quant_tiled_w.wgsl) | then bias [N] f32 (BIAS only) | then y [M, N] f32 (written: columns
@@ -18,14 +18,14 @@
 // Defs: Q8 (8-bit quants, else 4-bit nibbles), HB1 / HB2 (one / two high-bit words per block: 5- / 6-bit quants),
 //   NL (codebook nibbles), MIN (a min per block), S16 (a second scale for weights 16..32), PAIR (MIN or S16: two
 //   constants per block), XSUM (block sums of x: an offset or a min; XSUM2 each half's), SUPER with Q2K or Q3K
-//   (2-bit words, sub-block codes, super-block factors: lib/quant_tiled.wgsl), QC (the offset), XU + XN, SUBGROUPS,
+//   (2-bit words, sub-block codes, super-block factors: lib/quant_tiled.wgsl), QC (the offset), XU, SUBGROUPS,
 //   BIAS, WG (workgroup size, a multiple of 8).
 // Grid: ceil(tiles * 8 / WG) workgroups of WG (folded into y past the per-dimension limit) x 1 x M.
 
 #include "lib/quant_params.wgsl"
 
 #if XU
-@group(0) @binding(0) var<uniform> x: array<vec4<f32>, XN>;     // [M, K/4]
+@group(0) @binding(0) var<uniform> x: array<vec4<f32>, 4096>;   // [M, K/4], padded to 64 KiB
 #else
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;   // [M, K/4]
 #endif

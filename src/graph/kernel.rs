@@ -34,7 +34,14 @@ pub enum Bind {
     Tensor(usize),
     /// One row part of a split tensor.
     Part(usize, usize),
+    /// The whole tensor as a fixed-size uniform array of [`UNIFORM_ARRAY_BYTES`] (WGSL sizes uniform arrays at
+    /// compile time, so one shader serves every shape that fits); the plan pads the tensor's buffer to that size.
+    Uniform(usize),
 }
+
+/// Bytes of every fixed-size uniform array a shader declares for [`Bind::Uniform`]: 4096 vec4s, WebGPU's default
+/// `maxUniformBufferBindingSize`.
+pub const UNIFORM_ARRAY_BYTES: u64 = 65536;
 
 /// One compute dispatch of a node.
 #[derive(Clone, Debug)]

@@ -1,7 +1,7 @@
 //! Plan: buffer lifetimes and reuse, pipelines warmed, bind groups built once; then each run records one
 //! compute pass, writes the parameter block once, submits once and reads back only the requested tensors.
 
-use super::{root_in, Bind, Cost, Graph, Kernel, Source, StepVars, Tap, TensorDesc, TensorId};
+use super::{root_in, Bind, Cost, Dispatch, Graph, Kernel, Node, Source, StepVars, Tap, TensorDesc, TensorId, UNIFORM_ARRAY_BYTES};
 use crate::error::{Error, Result};
 use crate::gpu::pipelines::{Pipeline, PARAMS_BYTES};
 use crate::gpu::{tensor::USAGE, Gpu};
@@ -110,26 +110,28 @@ impl Plan {
         let last_use = last_uses(&tensors, &nodes, &readback);
         let mut pool = Pool::default();
         let mut buffers: Vec<Option<Arc<wgpu::Buffer>>> = vec![None; tensors.len()];
+        let dispatches: Vec<Vec<Dispatch>> = nodes.iter().map(|n| n.kernel.dispatches(&gpu.caps)).collect();
+        let alloc = alloc_bytes(&tensors, &nodes, &dispatches)?;
         let mut inputs = Vec::new();
         for (i, t) in tensors.iter().enumerate() {
             if matches!(t.source, Source::Input) {
                 check_binding(gpu, &t.name, t.bytes())?;
-                buffers[i] = Some(pool.take(gpu, t.bytes(), &t.name));
+                buffers[i] = Some(pool.take(gpu, alloc[i], &t.name));
                 inputs.push((TensorId(i), t.bytes()));
             }
         }
         let mut node_infos = Vec::new();
         let mut steps = Vec::new();
         let params_layout = gpu.pipelines.params_layout(&gpu.device);
-        for (n, node) in nodes.into_iter().enumerate() {
+        for (n, (node, dispatches)) in nodes.into_iter().zip(dispatches).enumerate() {
             for o in &node.outputs {
                 let t = &tensors[o.0];
                 check_binding(gpu, &t.name, t.bytes())?;
-                buffers[o.0] = Some(pool.take(gpu, t.bytes(), &t.name));
+                buffers[o.0] = Some(pool.take(gpu, alloc[o.0], &t.name));
             }
             let io: Vec<TensorId> = node.inputs.iter().chain(&node.outputs).copied().collect();
             let first = steps.len();
-            for (index, d) in node.kernel.dispatches(&gpu.caps).into_iter().enumerate() {
+            for (index, d) in dispatches.into_iter().enumerate() {
                 let pipeline = gpu.pipeline(&d.shader)?;
                 if pipeline.bindings.len() != d.bindings.len() {
                     return Err(Error::Graph(format!(
@@ -424,6 +426,36 @@ fn check_binding(gpu: &Gpu, name: &str, bytes: u64) -> Result<()> {
     Ok(())
 }
 
+/// Buffer bytes of each tensor: its own bytes, or [`UNIFORM_ARRAY_BYTES`] for a root tensor that some dispatch
+/// binds as [`Bind::Uniform`] (padded so the fixed-size array fits; the tensor must hold at most that many bytes).
+fn alloc_bytes(tensors: &[TensorDesc], nodes: &[Node], dispatches: &[Vec<Dispatch>]) -> Result<Vec<u64>> {
+    let mut alloc: Vec<u64> = tensors.iter().map(TensorDesc::bytes).collect();
+    for (node, ds) in nodes.iter().zip(dispatches) {
+        let io: Vec<TensorId> = node.inputs.iter().chain(&node.outputs).copied().collect();
+        let uniforms = ds.iter().flat_map(|d| &d.bindings).filter_map(|b| match *b {
+            Bind::Uniform(slot) => Some(slot),
+            _ => None,
+        });
+        for slot in uniforms {
+            let Some(&id) = io.get(slot) else {
+                return Err(Error::Graph(format!("{}: bad binding slot {slot}", node.label)));
+            };
+            let r = root_in(tensors, id);
+            let t = &tensors[r.0];
+            if tensors[id.0].bytes() > UNIFORM_ARRAY_BYTES || !matches!(t.source, Source::Input | Source::Node) {
+                return Err(Error::Graph(format!(
+                    "{}: {} ({} bytes) cannot be bound as a {UNIFORM_ARRAY_BYTES}-byte uniform array",
+                    node.label,
+                    t.name,
+                    t.bytes()
+                )));
+            }
+            alloc[r.0] = alloc[r.0].max(UNIFORM_ARRAY_BYTES);
+        }
+    }
+    Ok(alloc)
+}
+
 /// The bind group of one dispatch: binding i is the node tensor (or row part) `bindings[i]` names, sized to the
 /// tensor (a view binds its root's buffer at the view's size).
 fn bind_dispatch(
@@ -439,18 +471,21 @@ fn bind_dispatch(
     let mut entries = Vec::with_capacity(bindings.len());
     for (b, bind) in bindings.iter().enumerate() {
         let (slot, part) = match *bind {
-            Bind::Tensor(s) => (s, 0),
+            Bind::Tensor(s) | Bind::Uniform(s) => (s, 0),
             Bind::Part(s, p) => (s, p),
         };
         let id = *io
             .get(slot)
             .ok_or_else(|| Error::Graph(format!("{}: bad binding slot {slot}", label)))?;
-        let bytes = tensors[id.0].bytes();
+        let bytes = match bind {
+            Bind::Uniform(_) => UNIFORM_ARRAY_BYTES,
+            _ => tensors[id.0].bytes(),
+        };
         let id = root(id);
         let t = &tensors[id.0];
         let (buffer, size): (&wgpu::Buffer, u64) = match (&t.source, &buffers[id.0]) {
             (Source::External(g), _) => {
-                if matches!(bind, Bind::Tensor(_)) && g.parts.len() > 1 {
+                if !matches!(bind, Bind::Part(..)) && g.parts.len() > 1 {
                     return Err(Error::BindingTooLarge {
                         name: t.name.clone(),
                         bytes: t.bytes(),

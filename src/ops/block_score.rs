@@ -36,7 +36,7 @@ use super::kv_compress::Window;
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::check::{expect, Expected, HostIo};
-use crate::graph::{Bind, Cost, Dispatch, Kernel, Params, StepVars};
+use crate::graph::{Bind, Cost, Dispatch, Kernel, Params, StepVars, UNIFORM_ARRAY_BYTES};
 use crate::graph::{Graph, TensorId};
 
 /// Invocations per workgroup (both dispatches), one compressed key each: a tile of C2 windows in dispatch 1, the
@@ -47,8 +47,6 @@ const TOKENS_MAX: usize = 16;
 const ROWS_MAX: usize = 256;
 /// Largest GQA group (query heads per KV head).
 pub const MAX_GROUP: usize = ROWS_MAX;
-/// Largest query (bytes) read from a uniform buffer (WebGPU's default uniform binding limit).
-const Q_UNIFORM_MAX: u64 = 65536;
 
 /// Fixed per model: the two compression windows, the block size, and the cache length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,17 +142,13 @@ pub struct BlockScore {
     scale: f32,
 }
 
-/// `sg`: subgroup broadcasts of the query; `q_vec4s`: the query's length in vec4s when it is read from a uniform
-/// buffer.
-fn key(head_dim: usize, lse: bool, sg: bool, q_vec4s: Option<usize>) -> ShaderKey {
-    let key = ShaderKey::new("block_score")
+/// `sg`: subgroup broadcasts of the query; `qu`: the query is read from a uniform array.
+fn key(head_dim: usize, lse: bool, sg: bool, qu: bool) -> ShaderKey {
+    ShaderKey::new("block_score")
         .def("HD", head_dim)
         .flag("LSE", lse)
-        .flag("SUBGROUPS", sg);
-    match q_vec4s {
-        Some(n) => key.flag("QU", true).def("QN", format!("{n}u")),
-        None => key,
-    }
+        .flag("SUBGROUPS", sg)
+        .flag("QU", qu)
 }
 
 impl BlockScore {
@@ -168,11 +162,18 @@ impl BlockScore {
     fn subgroups(caps: &Caps) -> bool {
         caps.subgroups && caps.subgroup_size >= 8
     }
-    /// The query in a uniform buffer: when all of it fits one binding.
-    fn q_vec4s(&self, caps: &Caps) -> Option<usize> {
+    /// The query in a uniform array: when all of it fits.
+    fn q_uniform(&self, caps: &Caps) -> bool {
         let s = &self.shape;
         let bytes = (4 * s.n_tokens * s.n_heads * s.head_dim) as u64;
-        (bytes <= caps.max_uniform_binding.min(Q_UNIFORM_MAX)).then_some(s.n_tokens * s.n_heads * s.head_dim / 4)
+        bytes <= UNIFORM_ARRAY_BYTES && UNIFORM_ARRAY_BYTES <= caps.max_uniform_binding
+    }
+    /// Bindings of a dispatch over node tensors `slots`, the query (slot 0) as a uniform when it is one.
+    fn bindings(&self, caps: &Caps, slots: [usize; 4]) -> Vec<Bind> {
+        let q = self.q_uniform(caps);
+        slots
+            .map(|s| if s == 0 && q { Bind::Uniform(0) } else { Bind::Tensor(s) })
+            .to_vec()
     }
 }
 
@@ -186,13 +187,13 @@ impl Kernel for BlockScore {
         let token_groups = s.n_tokens.div_ceil(self.tokens_per_wg) as u32;
         vec![
             Dispatch {
-                shader: key(s.head_dim, true, Self::subgroups(caps), self.q_vec4s(caps)),
-                bindings: [0, 1, 2, 4].map(Bind::Tensor).to_vec(),
+                shader: key(s.head_dim, true, Self::subgroups(caps), self.q_uniform(caps)),
+                bindings: self.bindings(caps, [0, 1, 2, 4]),
                 workgroups: [self.tiles as u32, s.n_kv as u32, token_groups],
             },
             Dispatch {
-                shader: key(s.head_dim, false, Self::subgroups(caps), self.q_vec4s(caps)),
-                bindings: [0, 1, 4, 3].map(Bind::Tensor).to_vec(),
+                shader: key(s.head_dim, false, Self::subgroups(caps), self.q_uniform(caps)),
+                bindings: self.bindings(caps, [0, 1, 4, 3]),
                 workgroups: [
                     s.n_blocks().div_ceil(self.tile_blocks) as u32,
                     s.n_kv as u32,
@@ -391,17 +392,14 @@ pub fn reference(q: &[f32], c1: &[f32], c2: &[f32], s: ScoreShape, pos: usize, s
     out
 }
 
-/// Every variant: both dispatches per head dim, with and without subgroups, q in storage or in a uniform buffer.
-/// `QN` (the uniform's length in vec4s) only sizes an array; the list holds a single head, a MiniCPM4-8B decode
-/// step (32 x 128) and the largest (64 KiB).
+/// Every variant: both dispatches per head dim, with and without subgroups, q in storage or in a uniform array.
 pub fn variants() -> Vec<ShaderKey> {
     let mut v = Vec::new();
     for &d in &HEAD_DIMS {
         for lse in [true, false] {
             for sg in [false, true] {
-                v.push(key(d, lse, sg, None));
-                for qn in [d / 4, 1024, 4096] {
-                    v.push(key(d, lse, sg, Some(qn)));
+                for qu in [false, true] {
+                    v.push(key(d, lse, sg, qu));
                 }
             }
         }

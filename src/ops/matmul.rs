@@ -5,7 +5,7 @@
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::check::{expect, Expected, HostIo};
-use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
+use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars, UNIFORM_ARRAY_BYTES};
 use crate::graph::{Graph, TensorId};
 
 /// The kernel a matmul runs. `Auto` picks a GEMV for one row of x (the CPU-adapter flavour on software adapters
@@ -87,9 +87,11 @@ impl Matmul {
         }
     }
 
-    /// x goes in a uniform buffer (GEMV CPU only): all of it fits one uniform binding and rows are whole vec4s.
+    /// x goes in a uniform buffer (GEMV CPU only): all of it fits the fixed-size uniform array and rows are whole
+    /// vec4s.
     fn x_uniform(&self, caps: &Caps) -> bool {
-        self.path(caps) == MatmulPath::GemvCpu && self.vec() && (self.m * self.k * 4) as u64 <= caps.max_uniform_binding
+        let fits = (self.m * self.k * 4) as u64 <= UNIFORM_ARRAY_BYTES && UNIFORM_ARRAY_BYTES <= caps.max_uniform_binding;
+        self.path(caps) == MatmulPath::GemvCpu && self.vec() && fits
     }
 
     fn key(&self, caps: &Caps) -> ShaderKey {
@@ -102,11 +104,7 @@ impl Matmul {
         if name == "matmul_gemm" {
             key = key.def("WG", format!("{}u", gemm_workgroup(caps)));
         }
-        key = key.flag("SUBGROUPS", subgroups);
-        if self.x_uniform(caps) {
-            key = key.flag("XU", true).def("XN", format!("{}u", self.m * self.k / 4));
-        }
-        key
+        key.flag("SUBGROUPS", subgroups).flag("XU", self.x_uniform(caps))
     }
 
     /// Elements of the shader's `w` array per row, and of `x` per row.
@@ -133,7 +131,8 @@ impl Kernel for Matmul {
             .iter()
             .enumerate()
             .map(|(i, &(_, rows))| {
-                let mut bindings = vec![Bind::Tensor(0), Bind::Part(1, i)];
+                let x = if self.x_uniform(caps) { Bind::Uniform(0) } else { Bind::Tensor(0) };
+                let mut bindings = vec![x, Bind::Part(1, i)];
                 if self.bias {
                     bindings.push(Bind::Tensor(2));
                 }
@@ -275,8 +274,7 @@ pub fn reference(x: &[f32], w: &[f32], bias: Option<&[f32]>, m: usize, k: usize,
     y
 }
 
-/// Every variant: the three kernels by weight type, row alignment, bias and subgroups. `XN` (the x uniform's
-/// length in vec4s) only sizes an array; the list holds the smallest, the largest (64 KiB) and the model sizes.
+/// Every variant: the three kernels by weight type, row alignment, bias, subgroups and (GEMV CPU) x in a uniform.
 pub fn variants() -> Vec<ShaderKey> {
     let mut v = Vec::new();
     for wh in [false, true] {
@@ -289,10 +287,7 @@ pub fn variants() -> Vec<ShaderKey> {
                 v.push(variant("matmul_gemv_gpu", wh, vec, bias).flag("SUBGROUPS", true));
                 v.push(variant("matmul_gemv_cpu", wh, vec, bias));
                 if vec {
-                    for xn in [1, 144, 224, 384, 1024, 1216, 3584, 4096] {
-                        let key = variant("matmul_gemv_cpu", wh, vec, bias);
-                        v.push(key.flag("XU", true).def("XN", format!("{xn}u")));
-                    }
+                    v.push(variant("matmul_gemv_cpu", wh, vec, bias).flag("XU", true));
                 }
             }
         }

@@ -7,7 +7,7 @@
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::check::{expect, Expected, HostIo};
-use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
+use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars, UNIFORM_ARRAY_BYTES};
 use crate::graph::{Graph, TensorId};
 use crate::gpu::packed::PackedWeight;
 use crate::quant::pack::{kernel_formats, unpack, Format, HostPart, Layout, QK, TILE};
@@ -98,7 +98,7 @@ fn subgroups8(caps: &Caps) -> bool {
 }
 
 /// A tiled-layout kernel: the GEMV (`tm` None) or the GEMM with `tm` rows of x per invocation.
-fn tiled_key(format: Format, bias: bool, xu: Option<usize>, subgroups: bool, tm: Option<usize>) -> ShaderKey {
+fn tiled_key(format: Format, bias: bool, xu: bool, subgroups: bool, tm: Option<usize>) -> ShaderKey {
     let mut key = format
         .shader_flags(ShaderKey::new(if tm.is_some() {
             "matmul_q_tiled_mm"
@@ -111,10 +111,7 @@ fn tiled_key(format: Format, bias: bool, xu: Option<usize>, subgroups: bool, tm:
     if let Some(tm) = tm {
         key = key.def("TM", format!("{tm}u")).flag("T4", tm >= 4).flag("T8", tm >= 8);
     }
-    if let Some(xn) = xu {
-        key = key.flag("XU", true).def("XN", format!("{xn}u"));
-    }
-    key
+    key.flag("XU", xu)
 }
 
 /// A rows-layout kernel with `tm` rows of x per workgroup (1: the GEMV), with f16 products when `f16`.
@@ -146,10 +143,10 @@ impl MatmulQ {
         }
     }
 
-    /// Length in vec4s of the x uniform of the tiled GEMV, when all of x fits one uniform binding.
-    fn x_uniform(&self, caps: &Caps) -> Option<usize> {
-        let fits = (self.m * self.k * 4) as u64 <= caps.max_uniform_binding;
-        (fits && self.path() == QPath::Gemv).then_some(self.m * self.k / 4)
+    /// The tiled GEMV reads x from a uniform array when all of it fits.
+    fn x_uniform(&self, caps: &Caps) -> bool {
+        let fits = (self.m * self.k * 4) as u64 <= UNIFORM_ARRAY_BYTES && UNIFORM_ARRAY_BYTES <= caps.max_uniform_binding;
+        fits && self.layout == Layout::Tiled && self.path() == QPath::Gemv
     }
 
     /// Whether the kernel computes its products in f16.
@@ -188,7 +185,7 @@ impl Kernel for MatmulQ {
             .iter()
             .enumerate()
             .map(|(i, &(_, rows))| {
-                let mut bindings = vec![Bind::Tensor(0)];
+                let mut bindings = vec![if self.x_uniform(caps) { Bind::Uniform(0) } else { Bind::Tensor(0) }];
                 bindings.extend((1..nw).map(|s| Bind::Part(s, i)));
                 if self.bias {
                     bindings.push(Bind::Tensor(nw));
@@ -389,19 +386,16 @@ pub fn reference(x: &[f32], w: &[f32], bias: Option<&[f32]>, m: usize, k: usize,
 }
 
 /// Every variant: layout x path x format x bias x subgroups (x f16 in the rows layout); the tiled GEMV also with x
-/// in a uniform of the model sizes' lengths (`XN` only sizes an array: the smallest, the largest of 64 KiB, and K/4
-/// of the benched models).
+/// in a uniform.
 /// Formats with the same kernel blocks (Q4_K and Q4_1, Q5_K and Q5_1, IQ4_XS and IQ4_NL) share variants.
 pub fn variants() -> Vec<ShaderKey> {
     let mut v = Vec::new();
     for format in kernel_formats() {
         for bias in [false, true] {
             for sg in [false, true] {
-                v.push(tiled_key(format, bias, None, sg, None));
-                v.push(tiled_key(format, bias, None, sg, Some(TM_TILED)));
-                for xn in [8, 144, 224, 384, 1024, 1216, 2048, 3584, 4096] {
-                    v.push(tiled_key(format, bias, Some(xn), sg, None));
-                }
+                v.push(tiled_key(format, bias, false, sg, None));
+                v.push(tiled_key(format, bias, false, sg, Some(TM_TILED)));
+                v.push(tiled_key(format, bias, true, sg, None));
                 for tm in [1, TM_ROWS] {
                     for f16 in [false, format.f16_kernels()] {
                         v.push(rows_key(format, bias, sg, tm, f16));
