@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::gpu::gpu;
+use common::gpu::{assert_known_variants, gpu};
 use shaderlm::gpu::packed::PackedWeight;
 use shaderlm::gpu::{DType, GpuTensor};
 use shaderlm::graph::{CheckOptions, Graph, NodeCheck, Plan, StepVars, Tap};
@@ -212,6 +212,7 @@ fn clean_steps(model: &shaderlm::model::Llama, steps: &[&[u32]], max_ctx: usize,
     for op in ops {
         assert!(checked.contains(op), "{op} was not checked");
     }
+    assert_known_variants(gpu());
 }
 
 /// InfLLM-v2 (compressed keys, block scores, sparse attention) and BlockFFN (router, experts) steps are checked

@@ -154,6 +154,11 @@ impl PipelineCache {
         self.map.lock().map(|m| m.len()).unwrap_or(0)
     }
 
+    /// The keys compiled so far.
+    pub fn keys(&self) -> Vec<ShaderKey> {
+        self.map.lock().map(|m| m.keys().cloned().collect()).unwrap_or_default()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

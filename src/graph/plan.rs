@@ -1,7 +1,10 @@
 //! Plan: buffer lifetimes and reuse, pipelines warmed, bind groups built once; then each run records one
 //! compute pass, writes the parameter block once, submits once and reads back only the requested tensors.
 
-use super::{root_in, Bind, Cost, Dispatch, Graph, Kernel, Node, Source, StepVars, Tap, TensorDesc, TensorId, UNIFORM_ARRAY_BYTES};
+use super::{
+    root_in, Bind, Cost, Dispatch, Graph, Kernel, Node, Source, StepVars, Tap, TensorDesc, TensorId,
+    UNIFORM_ARRAY_BYTES,
+};
 use crate::error::{Error, Result};
 use crate::gpu::pipelines::{Pipeline, PARAMS_BYTES};
 use crate::gpu::{tensor::USAGE, Gpu};

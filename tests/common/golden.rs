@@ -115,5 +115,6 @@ pub fn check(gpu: &Gpu, loaded: &LoadedModel, dir: &str, name: &str, logit_tol: 
         fx.name,
         ids.len()
     );
+    super::gpu::assert_known_variants(gpu);
     worst
 }

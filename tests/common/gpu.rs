@@ -12,6 +12,24 @@ pub fn gpu() -> &'static Gpu {
     })
 }
 
+/// Every pipeline `gpu` compiled is a variant the ops list (`ops::all_variants`), so the naga portability test
+/// has validated and translated it.
+pub fn assert_known_variants(gpu: &Gpu) {
+    assert!(!gpu.pipelines.is_empty(), "no pipeline compiled yet");
+    let all = shaderlm::ops::all_variants();
+    let unknown: Vec<String> = gpu
+        .pipelines
+        .keys()
+        .into_iter()
+        .filter(|k| !all.contains(k))
+        .map(|k| k.to_string())
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "pipelines missing from the ops' variants(): {unknown:?}"
+    );
+}
+
 /// `sum (a - b)^2 / sum b^2` in f64: `b` is the reference.
 pub fn nmse(a: &[f32], b: &[f32]) -> f64 {
     let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();

@@ -55,5 +55,19 @@ fn ops_match_cpu_reference() {
         }
     }
     println!("{} cases, {} failed", cases.len(), failures.len());
+    for g in [gpu, common::gpu_fallback()] {
+        let all = shaderlm::ops::all_variants();
+        let unknown: Vec<String> = g
+            .pipelines
+            .keys()
+            .iter()
+            .filter(|k| !all.contains(k))
+            .map(|k| k.to_string())
+            .collect();
+        assert!(
+            unknown.is_empty(),
+            "pipelines missing from the ops' variants() (the naga test never sees them): {unknown:?}"
+        );
+    }
     assert!(failures.is_empty(), "failed cases:\n{}", failures.join("\n"));
 }
