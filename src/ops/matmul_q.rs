@@ -371,19 +371,9 @@ pub fn dequantize_io(
     }))
 }
 
-/// CPU reference with f64 accumulation: `x` [m, k], `w` [n, k] the CPU dequantization of the packed weights.
-pub fn reference(x: &[f32], w: &[f32], bias: Option<&[f32]>, m: usize, k: usize, n: usize) -> Vec<f32> {
-    let mut y = vec![0f32; m * n];
-    for i in 0..m {
-        let xr = &x[i * k..(i + 1) * k];
-        for j in 0..n {
-            let wr = &w[j * k..(j + 1) * k];
-            let s: f64 = xr.iter().zip(wr).map(|(a, b)| *a as f64 * *b as f64).sum();
-            y[i * n + j] = (s + bias.map_or(0.0, |b| b[j] as f64)) as f32;
-        }
-    }
-    y
-}
+/// CPU reference: [`super::matmul::reference`] (f64 accumulation) with `w` [n, k] the CPU dequantization of the
+/// packed weights.
+pub use super::matmul::reference;
 
 /// Every variant: layout x path x format x bias x subgroups (x f16 in the rows layout); the tiled GEMV also with x
 /// in a uniform.

@@ -141,6 +141,19 @@ pub(super) fn sub_block_ranges(x: &[f32], levels: f32) -> ([f32; 8], [f32; 8]) {
 }
 
 /// 6-bit codes of `v` relative to their maximum, and the f16 super-block factor (`max / 63`).
+/// Writes a super-block's `d`, `dmin` and 6-bit scale and min codes for round-to-nearest over `levels` steps per
+/// sub-block (Q4_K and Q5_K share the header layout); returns the codes and the stored `d`, `dmin` as f32.
+pub(super) fn write_constants(xb: &[f32], b: &mut [u8], levels: f32) -> ([u8; 8], [u8; 8], f32, f32) {
+    let (scales, mins) = sub_block_ranges(xb, levels);
+    let (ls, d) = six_bit(&scales);
+    let (lm, dmin) = six_bit(&mins);
+    b[D_OFFSET..D_OFFSET + 2].copy_from_slice(&d.to_le_bytes());
+    b[DMIN_OFFSET..DMIN_OFFSET + 2].copy_from_slice(&dmin.to_le_bytes());
+    b[SCALES_OFFSET..SCALES_OFFSET + 12].copy_from_slice(&pack_scales_mins(&ls, &lm));
+    let (d, dmin) = (read_f16(b, D_OFFSET), read_f16(b, DMIN_OFFSET));
+    (ls, lm, d, dmin)
+}
+
 pub(super) fn six_bit(v: &[f32; 8]) -> ([u8; 8], u16) {
     let max = v.iter().fold(0f32, |a, &b| a.max(b));
     let inv = if max > 0.0 { 63.0 / max } else { 0.0 };
@@ -155,13 +168,7 @@ pub fn quantize(x: &[f32]) -> Result<Vec<u8>> {
     let nb = check_blocks("Q4_K", x.len(), QK_K)?;
     let mut out = vec![0u8; nb * BLOCK_BYTES];
     for (xb, b) in x.chunks_exact(QK_K).zip(out.chunks_exact_mut(BLOCK_BYTES)) {
-        let (scales, mins) = sub_block_ranges(xb, 15.0);
-        let (ls, d) = six_bit(&scales);
-        let (lm, dmin) = six_bit(&mins);
-        b[D_OFFSET..D_OFFSET + 2].copy_from_slice(&d.to_le_bytes());
-        b[DMIN_OFFSET..DMIN_OFFSET + 2].copy_from_slice(&dmin.to_le_bytes());
-        b[SCALES_OFFSET..SCALES_OFFSET + 12].copy_from_slice(&pack_scales_mins(&ls, &lm));
-        let (d, dmin) = (read_f16(b, D_OFFSET), read_f16(b, DMIN_OFFSET));
+        let (ls, lm, d, dmin) = write_constants(xb, b, 15.0);
         let mut q = [0u8; QK_K];
         for (s, xs) in xb.chunks_exact(32).enumerate() {
             let (step, off) = (d * ls[s] as f32, dmin * lm[s] as f32);

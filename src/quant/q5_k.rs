@@ -14,7 +14,7 @@
 //! per 32 weights): `d = d * sc[s]`, `m = -dmin * m[s]`, the 5-bit quants unchanged. Both constants are exact in
 //! f32 and rounded once to f16 (relative error at most 2^-11).
 
-use super::q4_k::{f16_constant, pack_scales_mins, scale_min, six_bit, sub_block_ranges};
+use super::q4_k::{f16_constant, scale_min, write_constants};
 use super::{check_blocks, q5_0, q5_1, read_f16, QK_K};
 use crate::error::Result;
 
@@ -76,13 +76,7 @@ pub fn quantize(x: &[f32]) -> Result<Vec<u8>> {
     let nb = check_blocks("Q5_K", x.len(), QK_K)?;
     let mut out = vec![0u8; nb * BLOCK_BYTES];
     for (xb, b) in x.chunks_exact(QK_K).zip(out.chunks_exact_mut(BLOCK_BYTES)) {
-        let (scales, mins) = sub_block_ranges(xb, 31.0);
-        let (ls, d) = six_bit(&scales);
-        let (lm, dmin) = six_bit(&mins);
-        b[D_OFFSET..D_OFFSET + 2].copy_from_slice(&d.to_le_bytes());
-        b[DMIN_OFFSET..DMIN_OFFSET + 2].copy_from_slice(&dmin.to_le_bytes());
-        b[SCALES_OFFSET..SCALES_OFFSET + 12].copy_from_slice(&pack_scales_mins(&ls, &lm));
-        let (d, dmin) = (read_f16(b, D_OFFSET), read_f16(b, DMIN_OFFSET));
+        let (ls, lm, d, dmin) = write_constants(xb, b, 31.0);
         for (s, xs) in xb.chunks_exact(32).enumerate() {
             let (step, off) = (d * ls[s] as f32, dmin * lm[s] as f32);
             for (l, &v) in xs.iter().enumerate() {
