@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::tiny::{write_gguf, write_gguf_chat, write_hf, Tiny};
+use common::tiny::{write_gguf, write_gguf_chat, write_hf, write_hf_chat, Tiny};
 use shaderlm::loader::gguf::{GgufFile, Value};
 use shaderlm::loader::gguf_write::GgufWriter;
 use shaderlm::model::{reference, LlamaConfig, Names};
@@ -416,4 +416,82 @@ fn generate_check_passes_every_node_of_a_prefill_and_a_decode_step() {
         assert!(text.contains(needle), "stdout lacks {needle:?}: {text}");
     }
     assert_eq!(text.matches("checked nodes within their bounds").count(), 2, "{text}");
+}
+
+/// Runs the binary but kills it after `secs` (a hang fails the test instead of stalling the suite).
+fn shaderlm_within(args: &[&str], cwd: &Path, secs: u64) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shaderlm"))
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("SHADERLM_MODEL")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run shaderlm");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().ok();
+            panic!("shaderlm {args:?} still running after {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// A FIFO where a model file, config.json or tokenizer.json should be would block a reader forever: each is
+/// refused as "not a regular file", naming it, before anything opens it.
+#[cfg(unix)]
+#[test]
+fn fifos_in_place_of_model_files_are_refused_not_waited_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let mkfifo = |p: &Path| {
+        let _ = std::fs::remove_file(p);
+        let ok = Command::new("mkfifo").arg(p).status().expect("mkfifo").success();
+        assert!(ok, "mkfifo {}", p.display());
+    };
+    let gguf = dir.path().join("model.gguf");
+    mkfifo(&gguf);
+    let mut cases = vec![(gguf.clone(), gguf)];
+    for name in ["config.json", "tokenizer.json"] {
+        let hf = dir.path().join(format!("hf-{name}"));
+        std::fs::create_dir(&hf).unwrap();
+        write_hf_chat(&hf, 1, false);
+        mkfifo(&hf.join(name));
+        cases.push((hf.clone(), hf.join(name)));
+    }
+    for (model, fifo) in cases {
+        for args in [
+            vec!["info", model.to_str().unwrap()],
+            vec!["generate", "-m", model.to_str().unwrap(), "--prompt", "hi", "-n", "1"],
+        ] {
+            let out = shaderlm_within(&args, dir.path(), 60);
+            fails_with(&out, &[fifo.to_str().unwrap(), "not a regular file"]);
+        }
+    }
+}
+
+/// A chat template that renders nothing, or runs away, is a clear error from `generate --chat` and `chat`.
+#[test]
+fn empty_and_runaway_chat_templates_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let hf = dir.path().join("hf");
+    std::fs::create_dir(&hf).unwrap();
+    write_hf_chat(&hf, 2, true);
+    let m = hf.to_str().unwrap();
+    for (template, needle) in [
+        ("{# nothing #}", "empty prompt"),
+        (
+            "{% for a in range(100000) %}{% for b in range(100000) %}x{% endfor %}{% endfor %}",
+            "fuel",
+        ),
+    ] {
+        std::fs::write(hf.join("chat_template.jinja"), template).unwrap();
+        let out = shaderlm_within(
+            &["generate", "-m", m, "--chat", "--prompt", "hi", "-n", "1"],
+            dir.path(),
+            120,
+        );
+        fails_with(&out, &["chat template", needle]);
+    }
 }

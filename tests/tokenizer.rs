@@ -298,3 +298,25 @@ fn gemma3_builtin_template_renders_turns() {
     let bad = [Message::new("assistant", "x")];
     assert!(render(shaderlm::tokenizer::chat::GEMMA3_TEMPLATE, &bad, true, "<bos>", "<eos>").is_err());
 }
+
+/// Templates run on bounded fuel: a loop of 10^10 iterations and a string doubled until memory runs out both end
+/// in an error within moments, while a real template over a long conversation still renders.
+#[test]
+fn runaway_templates_run_out_of_fuel() {
+    let msgs = [Message::new("user", "hi")];
+    let start = std::time::Instant::now();
+    let loops = "{% for a in range(100000) %}{% for b in range(100000) %}x{% endfor %}{% endfor %}";
+    let doubling =
+        "{% set s = namespace(v='ab') %}{% for i in range(64) %}{% set s.v = s.v ~ s.v %}{% endfor %}{{ s.v }}";
+    for t in [loops, doubling] {
+        let e = render(t, &msgs, true, "", "").expect_err(t).to_string();
+        assert!(e.contains("fuel"), "{t}: {e}");
+    }
+    assert!(start.elapsed().as_secs() < 30, "took {:?}", start.elapsed());
+    let chatml = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}";
+    let long: Vec<Message> = (0..2000)
+        .map(|i| Message::new(if i % 2 == 0 { "user" } else { "assistant" }, &"word ".repeat(200)))
+        .collect();
+    let text = render(chatml, &long, false, "", "").unwrap();
+    assert_eq!(text.matches("<|im_start|>").count(), 2000);
+}

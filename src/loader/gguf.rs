@@ -117,11 +117,13 @@ impl GgufFile {
             path: path.to_path_buf(),
             source,
         };
-        let file = std::fs::File::open(path).map_err(io)?;
+        let mut file = super::open_regular(path)?;
         let len = file.metadata().map_err(io)?.len();
         let data = if len < HEADER_BYTES as u64 {
             // Too short to be valid; read it (mapping an empty file fails) so the parser names the fault.
-            Data::Owned(std::fs::read(path).map_err(io)?)
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut file, &mut bytes).map_err(io)?;
+            Data::Owned(bytes)
         } else {
             // SAFETY: the map is read-only and private to this value; like every mmap reader we rely on the file
             // not being truncated or rewritten while it is open (documented on `GgufFile`).

@@ -40,10 +40,7 @@ fn file_err(path: &Path, message: impl Into<String>) -> Error {
 }
 
 fn open_shard(path: &Path) -> Result<Shard> {
-    let file = std::fs::File::open(path).map_err(|source| Error::Io {
-        path: path.into(),
-        source,
-    })?;
+    let file = super::open_regular(path)?;
     // SAFETY: the file is opened read-only; like every mmap reader we assume nobody truncates it meanwhile.
     let map = unsafe { Mmap::map(&file) }.map_err(|source| Error::Io {
         path: path.into(),
@@ -83,10 +80,7 @@ impl SafetensorsModel {
         let single = dir.join("model.safetensors");
         let index_path = dir.join("model.safetensors.index.json");
         let files: Vec<PathBuf> = if index_path.exists() {
-            let text = std::fs::read_to_string(&index_path).map_err(|source| Error::Io {
-                path: index_path.clone(),
-                source,
-            })?;
+            let text = super::read_text(&index_path)?;
             let v: serde_json::Value =
                 serde_json::from_str(&text).map_err(|e| file_err(&index_path, format!("not valid JSON: {e}")))?;
             let map = v

@@ -77,8 +77,10 @@ pub fn tokenizer_from_gguf(f: &GgufFile) -> Result<Tokenizer> {
     Ok(tok)
 }
 
+/// A model path is a GGUF file unless it is a directory (anything else, a FIFO included, is refused when opened
+/// as a file: `open_regular`).
 fn is_gguf(path: &Path) -> bool {
-    path.is_file()
+    !path.is_dir()
 }
 
 impl LoadedModel {

@@ -22,6 +22,10 @@ impl Message {
     }
 }
 
+/// Fuel of one render before the per-message allowance: about 2M instructions or 128 MB of created data; real chat
+/// templates use a few thousand per message.
+pub const TEMPLATE_FUEL: u64 = 2_000_000;
+
 /// Render `template` over `messages`. `bos`/`eos` are the token texts templates may print.
 pub fn render(
     template: &str,
@@ -45,6 +49,10 @@ pub fn render(
         },
     );
     env.add_function("strftime_now", |fmt: String| strftime_now(&fmt));
+    // Bounded work and memory: fuel counts instructions and the data a render creates (minijinja: ~64 bytes a
+    // unit), so a template that loops 10^10 times or doubles a string until memory runs out stops with an error.
+    let content: usize = messages.iter().map(|m| m.content.len()).sum();
+    env.set_fuel(Some(TEMPLATE_FUEL + content as u64 / 8));
     let err = |e: minijinja::Error| Error::Invalid(format!("chat template: {e:#}"));
     env.add_template("chat", template).map_err(err)?;
     let messages_value: Vec<minijinja::Value> = messages
@@ -64,8 +72,15 @@ pub fn render(
 impl super::Tokenizer {
     /// Token ids of the prompt for `messages` in the model's chat template; `add_generation_prompt` opens the
     /// assistant's turn. The prompt every front end (chat, generate, a server) sends.
+    /// A template that renders no tokens is an error (there would be nothing to condition on).
     pub fn encode_chat(&self, messages: &[Message], add_generation_prompt: bool) -> Result<Vec<u32>> {
-        self.encode_prompt(&self.render_chat(messages, add_generation_prompt)?)
+        let ids = self.encode_prompt(&self.render_chat(messages, add_generation_prompt)?)?;
+        if ids.is_empty() {
+            return Err(Error::Invalid(
+                "chat template: it rendered an empty prompt for these messages".into(),
+            ));
+        }
+        Ok(ids)
     }
 
     /// The text of that prompt: the model's template over `messages`, with its BOS and EOS texts.
@@ -172,8 +187,7 @@ impl HfTokenizerConfig {
         }
         let jinja = dir.join("chat_template.jinja");
         if jinja.exists() {
-            cfg.chat_template =
-                Some(std::fs::read_to_string(&jinja).map_err(|source| Error::Io { path: jinja, source })?);
+            cfg.chat_template = Some(crate::loader::read_text(&jinja)?);
         }
         Ok(cfg)
     }

@@ -212,7 +212,8 @@ impl Tokenizer {
                 message: "missing: a Hugging Face model directory needs tokenizer.json".into(),
             });
         }
-        let inner = tokenizers::Tokenizer::from_file(&path).map_err(|e| Error::File {
+        let text = crate::loader::read_text(&path)?;
+        let inner = tokenizers::Tokenizer::from_bytes(text.as_bytes()).map_err(|e| Error::File {
             path: path.clone(),
             message: e.to_string(),
         })?;
