@@ -237,8 +237,29 @@ impl LlamaConfig {
                 format!("rope dim {} does not fit head dim {}", c.rope_dim, c.head_dim),
             ));
         }
-        if c.n_layers > 4096 || c.hidden > 1 << 17 || c.n_heads > 4096 || c.head_dim > 1024 {
-            return Err(bad(path, format!("implausible model sizes: {c:?}")));
+        // Bounds far past any published model that keep every size product (parameters, KV cache) in 64 bits.
+        let limits = [
+            ("n_layers", c.n_layers, 4096),
+            ("hidden", c.hidden, 1 << 17),
+            ("n_heads", c.n_heads, 4096),
+            ("head_dim", c.head_dim, 1024),
+            ("ffn", c.ffn, 1 << 20),
+            ("vocab", c.vocab, 1 << 24),
+            ("context", c.context, 1 << 24),
+        ];
+        for (name, v, max) in limits {
+            if v > max {
+                return Err(bad(
+                    path,
+                    format!("implausible model size: {name} = {v} (at most {max})"),
+                ));
+            }
+        }
+        if !(c.rms_eps.is_finite() && c.rms_eps > 0.0 && c.rms_eps < 1.0) {
+            return Err(bad(path, format!("norm epsilon {} is not in (0, 1)", c.rms_eps)));
+        }
+        if !(c.rope_theta.is_finite() && c.rope_theta > 0.0) {
+            return Err(bad(path, format!("rope theta {} is not positive", c.rope_theta)));
         }
         if let Some(s) = &c.sliding {
             if s.local.len() != c.n_layers || s.window == 0 || !(s.local_theta.is_finite() && s.local_theta > 1.0) {

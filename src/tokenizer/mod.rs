@@ -213,9 +213,15 @@ impl Tokenizer {
             });
         }
         let text = crate::loader::read_text(&path)?;
-        let inner = tokenizers::Tokenizer::from_bytes(text.as_bytes()).map_err(|e| Error::File {
+        // The tokenizers crate panics on some malformed files (decoder and merge entries); that is a bad file too.
+        let parsed = std::panic::catch_unwind(|| tokenizers::Tokenizer::from_bytes(text.as_bytes()));
+        let inner = match parsed {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err("malformed (the tokenizers crate could not read it)".to_string()),
+        }
+        .map_err(|message| Error::File {
             path: path.clone(),
-            message: e.to_string(),
+            message,
         })?;
         let config = chat::HfTokenizerConfig::read(dir)?;
         let id = |t: &Option<String>| t.as_ref().and_then(|t| inner.token_to_id(t));
