@@ -159,3 +159,15 @@ fn a_view_keeps_its_root_alive_and_reads_the_same_memory() {
     plan.run(gpu, &StepVars::default()).unwrap();
     assert_eq!(plan.read_f32(d).unwrap(), vec![22., 24., 26., 28., 30., 32.]);
 }
+
+/// A zero tensor is created on the device alone (no host copy), and a shape whose size overflows is an error,
+/// not a panic or an abort.
+#[test]
+fn zero_tensors_need_no_host_copy_and_check_their_size() {
+    let gpu = gpu();
+    let t = GpuTensor::zeros(gpu, "kv", &[3, 5], DType::F32).unwrap();
+    assert_eq!(t.download_f32(gpu).unwrap(), vec![0.0; 15]);
+    for shape in [[usize::MAX, 2], [2, usize::MAX], [1 << 40, 1 << 30]] {
+        assert!(GpuTensor::zeros(gpu, "kv", &shape, DType::F32).is_err(), "{shape:?}");
+    }
+}

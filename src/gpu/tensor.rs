@@ -15,11 +15,12 @@ pub enum DType {
 }
 
 impl DType {
-    /// Bytes of `n` elements (f16 rows are padded to whole words).
+    /// Bytes of `n` elements (f16 rows are padded to whole words); saturates, so an absurd count fails the size
+    /// checks that follow instead of wrapping.
     pub fn bytes(self, n: usize) -> u64 {
         match self {
-            DType::F32 | DType::U32 => 4 * n as u64,
-            DType::F16 => 4 * n.div_ceil(2) as u64,
+            DType::F32 | DType::U32 => (n as u64).saturating_mul(4),
+            DType::F16 => (n.div_ceil(2) as u64).saturating_mul(4),
         }
     }
 }
@@ -73,39 +74,54 @@ impl GpuTensor {
 
     /// Upload `data` (row-major bytes in `dtype`), split into parts of at most the device's binding limit.
     pub fn upload(gpu: &Gpu, name: &str, shape: &[usize], dtype: DType, data: &[u8]) -> Result<GpuTensor> {
+        Self::create(gpu, name, shape, dtype, Some(data))
+    }
+
+    /// Row parts of `shape` that each fit one binding, filled from `data` or, without it, zero (wgpu zeroes new
+    /// buffers: nothing is allocated on the host). Sizes are checked before anything is created.
+    fn create(gpu: &Gpu, name: &str, shape: &[usize], dtype: DType, data: Option<&[u8]>) -> Result<GpuTensor> {
+        let too_large = || Error::shape("upload", format!("{name}: shape {shape:?} {dtype:?} overflows a size"));
         let rows = shape.first().copied().unwrap_or(1);
-        let row_bytes = dtype.bytes(shape.iter().skip(1).product());
-        if data.len() as u64 != row_bytes * rows as u64 {
-            return Err(Error::shape(
-                "upload",
-                format!("{name}: {} bytes for shape {shape:?} {dtype:?}", data.len()),
-            ));
+        let cols = shape
+            .iter()
+            .skip(1)
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or_else(too_large)?;
+        let row_bytes = dtype.bytes(cols);
+        let total = row_bytes.checked_mul(rows as u64).ok_or_else(too_large)?;
+        if let Some(data) = data {
+            if data.len() as u64 != total {
+                return Err(Error::shape(
+                    "upload",
+                    format!("{name}: {} bytes for shape {shape:?} {dtype:?}", data.len()),
+                ));
+            }
         }
         let per = rows_per_part(name, row_bytes, rows, gpu.caps.max_binding)?;
         let mut parts = Vec::new();
         let mut row0 = 0;
         while row0 < rows.max(1) {
             let n = per.min(rows - row0).max(usize::from(rows == 0));
-            let bytes = &data[(row0 as u64 * row_bytes) as usize..((row0 + n) as u64 * row_bytes) as usize];
-            let buffer = if bytes.is_empty() {
-                gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            let (from, to) = (row0 as u64 * row_bytes, (row0 + n) as u64 * row_bytes);
+            let size = to - from;
+            let buffer = match data {
+                Some(d) if size > 0 => gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                     label: Some(name),
-                    size: 4,
+                    contents: &d[from as usize..to as usize],
+                    usage: USAGE,
+                }),
+                _ => gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some(name),
+                    size: size.next_multiple_of(4).max(4),
                     usage: USAGE,
                     mapped_at_creation: false,
-                })
-            } else {
-                gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                    label: Some(name),
-                    contents: bytes,
-                    usage: USAGE,
-                })
+                }),
             };
             parts.push(Part {
                 buffer: Arc::new(buffer),
                 row0,
                 rows: n,
-                bytes: bytes.len() as u64,
+                bytes: size,
             });
             row0 += n.max(1);
         }
@@ -135,9 +151,7 @@ impl GpuTensor {
 
     /// A zero-filled tensor (KV caches, state).
     pub fn zeros(gpu: &Gpu, name: &str, shape: &[usize], dtype: DType) -> Result<GpuTensor> {
-        let rows = shape.first().copied().unwrap_or(1);
-        let row_bytes = dtype.bytes(shape.iter().skip(1).product());
-        Self::upload(gpu, name, shape, dtype, &vec![0u8; (row_bytes * rows as u64) as usize])
+        Self::create(gpu, name, shape, dtype, None)
     }
 
     /// Copy the whole tensor back (all parts, in order) as raw bytes. Slow path for tests and tools.
