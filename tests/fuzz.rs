@@ -456,3 +456,102 @@ fn fuzz_regressions() {
         .to_string();
     assert!(e.contains("tokenizer.json"), "{e}");
 }
+
+/// The command line: `generate` on a tiny model with one flag's value replaced by an edge value or garbage, and
+/// `info` on mutated files. Each run must end (within a minute) without a panic or a signal.
+#[test]
+fn mutated_command_lines_never_panic_or_abort() {
+    let secs = env_u64("SHADERLM_FUZZ_CLI_SECS", 20);
+    let seed = env_u64("SHADERLM_FUZZ_SEED", 0x5eed);
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.gguf");
+    write_gguf_chat(&model, 3, GgmlType::Q8_0);
+    let m = model.to_str().unwrap().to_string();
+    let flags = [
+        "--ctx",
+        "--chunk",
+        "--sparse-block-size",
+        "--sparse-topk",
+        "--sparse-init-blocks",
+        "--sparse-window",
+        "--sparse-dense-len",
+        "--temp",
+        "--top-k",
+        "--top-p",
+        "--min-p",
+        "--repeat-penalty",
+        "--frequency-penalty",
+        "--presence-penalty",
+        "--repeat-last-n",
+        "--seed",
+        "-n",
+        "--prompt-ids",
+        "--lp-threads",
+    ];
+    let values = [
+        "0",
+        "-1",
+        "1",
+        "18446744073709551615",
+        "18446744073709551616",
+        "4294967297",
+        "nan",
+        "inf",
+        "-inf",
+        "1e308",
+        "0.5",
+        "",
+        "x",
+        "1,2,3",
+        "999999999",
+        "65",
+    ];
+    let start = Instant::now();
+    let mut rng = Rng(seed);
+    let (mut n, mut failures) = (0, Vec::new());
+    while start.elapsed() < Duration::from_secs(secs) || n < 8 {
+        let mut args: Vec<String> = ["generate", "-m", &m, "--prompt", "hi", "-n", "2"]
+            .map(String::from)
+            .to_vec();
+        for _ in 0..1 + rng.below(3) {
+            args.push(rng.pick(&flags).to_string());
+            args.push(rng.pick(&values).to_string());
+        }
+        if rng.below(4) == 0 {
+            args.push(
+                rng.pick(&["--sparse-attention", "--chat", "--json", "--ignore-eos", "--stats"])
+                    .into(),
+            );
+        }
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_shaderlm"))
+            .args(&args)
+            .current_dir(dir.path())
+            .env_remove("SHADERLM_MODEL")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run shaderlm");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("wait") {
+                break Some(s);
+            }
+            if Instant::now() > deadline {
+                child.kill().ok();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        std::io::Read::read_to_string(child.stderr.as_mut().expect("stderr"), &mut err).ok();
+        match status {
+            None => failures.push(format!("{args:?}: still running after 60 s")),
+            Some(s) if s.code().is_none() => failures.push(format!("{args:?}: killed by a signal: {err}")),
+            Some(_) if err.contains("panicked") => failures.push(format!("{args:?}: {err}")),
+            _ => {}
+        }
+        n += 1;
+    }
+    println!("{n} command lines in {:?}", start.elapsed());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
