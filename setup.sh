@@ -22,6 +22,17 @@ if [ "$(uname -s)" = Linux ] && ! have_vulkan; then
     fi
 fi
 
+# --test: the tests also run on OpenGL (Mesa's llvmpipe through EGL, headless).
+if [ "${1:-}" = "--test" ] && [ "$(uname -s)" = Linux ] && command -v apt-get >/dev/null 2>&1 \
+    && ! ldconfig -p 2>/dev/null | grep -q libEGL_mesa; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    echo "setup: installing Mesa's OpenGL (libegl-mesa0, libgl1-mesa-dri) for the GL tests"
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -qq
+    $sudo apt-get install -y -qq libegl1 libegl-mesa0 libgl1-mesa-dri >/dev/null
+fi
+
 bash models/fetch.sh
 # --test: also the real published files the tests check (Qwen2.5-Coder-0.5B and 1.5B, Gemma 3 270M; Q4_K_M GGUFs).
 if [ "${1:-}" = "--test" ]; then
