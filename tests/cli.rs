@@ -420,23 +420,7 @@ fn generate_check_passes_every_node_of_a_prefill_and_a_decode_step() {
 
 /// Runs the binary but kills it after `secs` (a hang fails the test instead of stalling the suite).
 fn shaderlm_within(args: &[&str], cwd: &Path, secs: u64) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_shaderlm"))
-        .args(args)
-        .current_dir(cwd)
-        .env_remove("SHADERLM_MODEL")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run shaderlm");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-    while child.try_wait().expect("wait").is_none() {
-        if std::time::Instant::now() > deadline {
-            child.kill().ok();
-            panic!("shaderlm {args:?} still running after {secs} s");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    child.wait_with_output().expect("output")
+    common::cli::run_within(args, cwd, secs).unwrap_or_else(|| panic!("shaderlm {args:?} still running after {secs} s"))
 }
 
 /// A FIFO where a model file, config.json or tokenizer.json should be would block a reader forever: each is

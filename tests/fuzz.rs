@@ -523,32 +523,17 @@ fn mutated_command_lines_never_panic_or_abort() {
                     .into(),
             );
         }
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_shaderlm"))
-            .args(&args)
-            .current_dir(dir.path())
-            .env_remove("SHADERLM_MODEL")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("run shaderlm");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let status = loop {
-            if let Some(s) = child.try_wait().expect("wait") {
-                break Some(s);
-            }
-            if Instant::now() > deadline {
-                child.kill().ok();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let mut err = String::new();
-        std::io::Read::read_to_string(child.stderr.as_mut().expect("stderr"), &mut err).ok();
-        match status {
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        match common::cli::run_within(&argv, dir.path(), 60) {
             None => failures.push(format!("{args:?}: still running after 60 s")),
-            Some(s) if s.code().is_none() => failures.push(format!("{args:?}: killed by a signal: {err}")),
-            Some(_) if err.contains("panicked") => failures.push(format!("{args:?}: {err}")),
-            _ => {}
+            Some(out) => {
+                let err = String::from_utf8_lossy(&out.stderr);
+                if out.status.code().is_none() {
+                    failures.push(format!("{args:?}: killed by a signal: {err}"));
+                } else if err.contains("panicked") {
+                    failures.push(format!("{args:?}: {err}"));
+                }
+            }
         }
         n += 1;
     }

@@ -56,6 +56,12 @@ macro_rules! declare_ops {
 
 for_each_op!(declare_ops);
 
+/// The pipelines `gpu` has compiled that are not in [`all_variants`], so the naga portability test never saw them.
+pub fn unlisted_pipelines(gpu: &crate::gpu::Gpu) -> Vec<ShaderKey> {
+    let all = all_variants();
+    gpu.pipelines.keys().into_iter().filter(|k| !all.contains(k)).collect()
+}
+
 /// Shared by the MoE kernels: weights, formats and the expert-list layout (no kernel of its own).
 pub mod moe_common;
 /// BlockFFN's FFN composed of moe_router, moe_up, moe_act and moe_down (no kernel of its own).

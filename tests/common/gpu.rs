@@ -16,12 +16,8 @@ pub fn gpu() -> &'static Gpu {
 /// has validated and translated it.
 pub fn assert_known_variants(gpu: &Gpu) {
     assert!(!gpu.pipelines.is_empty(), "no pipeline compiled yet");
-    let all = shaderlm::ops::all_variants();
-    let unknown: Vec<String> = gpu
-        .pipelines
-        .keys()
-        .into_iter()
-        .filter(|k| !all.contains(k))
+    let unknown: Vec<String> = shaderlm::ops::unlisted_pipelines(gpu)
+        .iter()
         .map(|k| k.to_string())
         .collect();
     assert!(

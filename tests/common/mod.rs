@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 
 pub mod blockffn;
+pub mod cli;
 pub mod golden;
 pub mod gpu;
 pub mod minicpm;
