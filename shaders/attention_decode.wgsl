@@ -5,10 +5,12 @@
 //
 // Cache layout: [n_kv, max_ctx, HD] f32, each head's positions contiguous (see kv_write). Query i sits at position
 // pos + i and sees keys 0 ..= pos + i, or with a sliding window (window > 0) keys pos + i + 1 - window ..= pos + i;
-// kv_len = pos + n_q, and the keys any row sees start at kv_begin (query 0's first). Split s covers keys
-// [kv_begin + s * c, min(kv_begin + (s + 1) * c, kv_len)) with c = max(ceil((kv_len - kv_begin) / splits), 256):
-// splits past kv_len are empty and write m = NEG, l = 0, o = 0, which the combine
-// weighs by exp2(NEG - M) = 0. Scores are in the log2 domain (q pre-scaled by scale * log2(e)).
+// kv_len = pos + n_q. Split s covers the absolute keys [s * chunk, min((s + 1) * chunk, kv_len)) (chunk: a multiple
+// of the key tile, fixed per plan), and only splits first .. first + grid x are launched (those holding keys some
+// query sees). A row's masked keys and splits add exact zeros (weight 0; a split a row sees nothing of writes m = NEG,
+// l = 0, o = 0, which the combine weighs by exp2(NEG - M) = 0), and every boundary depends on key positions alone:
+// row r of a many-query step equals the one-query step at its position bit for bit. Scores are in the log2 domain
+// (q pre-scaled by scale * log2(e)).
 //
 // Dispatch 1 (default): bindings 0 q [n_q, n_heads, HD] | 1 k_cache [n_kv, max_ctx, HD] | 2 v_cache [n_kv, max_ctx, HD]
 //   | 3 part_o [n_q, n_heads, splits, HD] (written: unnormalized sum p * v) | 4 part_ml [n_q, n_heads, splits, 2]
@@ -25,7 +27,6 @@
 const HD4: u32 = HD / 4;
 const WG: u32 = 64u;
 const NEG: f32 = -1.0e30;
-const MIN_CHUNK: u32 = 256u;  // = MIN_SPLIT_KEYS in attention_decode.rs
 
 #if COMBINE
 #include "lib/attn_combine.wgsl"
@@ -40,6 +41,8 @@ struct Params {
     splits: u32,
     scale: f32,
     window: u32,
+    chunk: u32,   // keys per split
+    first: u32,   // the split of workgroup x = 0
 }
 
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;             // [n_q, n_heads, HD]
@@ -61,17 +64,13 @@ fn row_head(kvh: u32, r: u32) -> u32 {
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let split = wg.x;
+    let split = p.first + wg.x;
     let kvh = wg.y;
     let r0 = wg.z * ROWS;
     let nr = min(ROWS, p.n_q * p.group - r0);
     let kv_len = min(p.pos + p.n_q, p.max_ctx);
-    let kv_begin = select(0u, p.pos + 1u - p.window, p.window > 0u && p.pos + 1u > p.window);
-    // At least MIN_CHUNK keys per split: short contexts use few splits and the rest exit at once, which
-    // matters where each workgroup's barriers are expensive (CPU adapters) and costs nothing elsewhere.
-    let chunk = max((kv_len - kv_begin + p.splits - 1u) / p.splits, MIN_CHUNK);
-    let k_begin = min(kv_begin + split * chunk, kv_len);
-    let k_end = min(k_begin + chunk, kv_len);
+    let k_begin = min(split * p.chunk, kv_len);
+    let k_end = min(k_begin + p.chunk, kv_len);
     let cbase = kvh * p.max_ctx * HD4;
 
     let qscale = p.scale * LOG2E;

@@ -67,12 +67,6 @@ fn main(
     var si = tile * p.groups * 8u + lane;
     var xi = wg.z * p.xv;
     var acc = vec4<f32>(0.0);
-#if K4
-    let K4_SC_SCALE = vec4<f32>(1.0, 1.52587890625e-05, 1.0, 1.52587890625e-05);  // 1, 2^-16
-    let K4_M_SCALE = vec4<f32>(0.00390625, 5.9604644775390625e-08, 0.00390625, 5.9604644775390625e-08);  // 2^-8, 2^-24
-    var ksc = vec4<f32>(0.0);  // sum of sc * (sum q x) over the super-block's blocks so far
-    var kmn = vec4<f32>(0.0);  // sum of m * (sum x)
-#endif
     for (var g = 0u; g < p.groups; g++) {
         // The block's 8 x vectors, pre-scaled for the quant helpers (lib/quant_tiled.wgsl), and their sum(s).
         // (Written out here rather than through x_block / w_block / block_dot, which measured 5% slower for Q4.)
@@ -143,23 +137,12 @@ fn main(
         let xb = XBlock(x0, x1, x2, x3, x4, x5, x6, x7, 0.0, 0.0);
         acc += block_dot(w_block(wi, si), xb);
 #else
+#if K4
+        // Q4_K: through the block helpers, as the GEMM (rows of a batch equal the one-row result bit for bit).
+        acc += block_dot(w_block(wi, si), XBlock(x0, x1, x2, x3, x4, x5, x6, x7, xs, 0.0));
+#else
         let s = q4_word(wq[wi], x0, x4) + q4_word(wq[wi + 8u], x1, x5) + q4_word(wq[wi + 16u], x2, x6)
             + q4_word(wq[wi + 24u], x3, x7);
-#if K4
-        // Q4_K: the codes times the block's sums, accumulated over a super-block, then times its factors d and dmin
-        // (the same exact products d * sc, dmin * m, summed in another order); one factor load per 8 blocks.
-        // The codes are masked in place (rows 1 and 3 in the high halves), their powers of two folded into the
-        // factors (K4_SC_SCALE, K4_M_SCALE: exact).
-        let c = ws[si].xxyy;
-        ksc += vec4<f32>(bitcast<vec4<i32>>(c & vec4<u32>(0xffu, 0xff0000u, 0xffu, 0xff0000u))) * s;
-        kmn += vec4<f32>(bitcast<vec4<i32>>(c & vec4<u32>(0xff00u, 0xff000000u, 0xff00u, 0xff000000u))) * xs;
-        if ((g & 7u) == 7u) {
-            let f = wd[((si >> 6u) << 3u) | (si & 7u)];
-            acc += (halves4(f.xy) * K4_SC_SCALE) * ksc - (halves4(f.zw) * K4_M_SCALE) * kmn;
-            ksc = vec4<f32>(0.0);
-            kmn = vec4<f32>(0.0);
-        }
-#else
 #if MIN
         let sc = ws[si];
         acc += halves4(sc.xy) * s + halves4(sc.zw) * xs;

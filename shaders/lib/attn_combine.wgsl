@@ -7,7 +7,8 @@
 struct Params {
     n_rows: u32,   // query tokens x query heads
     splits: u32,   // stride of the partials
-    n_active: u32, // splits launched this step (the host launches only those that can hold keys)
+    first: u32,    // splits first .. end were launched this step (the host launches only those that can hold keys)
+    end: u32,
 }
 
 @group(0) @binding(0) var<storage, read> part_o: array<vec4<f32>>;    // [n_rows, splits, HD]
@@ -24,12 +25,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let base = (i / HD4) * p.splits;
     let c = i % HD4;
     var mx = NEG;
-    for (var s = 0u; s < p.n_active; s++) {
+    for (var s = p.first; s < p.end; s++) {
         mx = max(mx, part_ml[base + s].x);
     }
     var num = vec4<f32>(0.0);
     var den = 0.0;
-    for (var s = 0u; s < p.n_active; s++) {
+    for (var s = p.first; s < p.end; s++) {
         let ml = part_ml[base + s];
         let w = exp2(ml.x - mx);
         den += w * ml.y;

@@ -4,10 +4,12 @@
 //! KV cache layout (see `kv_write`): K and V caches are f32 `[n_kv_heads, max_ctx, head_dim]`, each head's
 //! positions contiguous. Query `i` sits at position `vars.pos + i` and attends to keys `0 ..= pos + i`; the keys
 //! present are `kv_len = pos + n_q`, re-read from the params each run, so one plan serves every decode step.
-//! The number of splits is fixed when the graph is built (from `max_ctx`): each split covers `ceil(kv_len /
-//! splits)` keys, and the splits past `kv_len` are empty and harmless. Dispatch 1 writes each split's unnormalized
-//! output with its running max and sum (the node's extra outputs `attn_partial_o` and `attn_partial_ml`);
-//! dispatch 2 combines them.
+//! The splits are fixed when the graph is built (from `max_ctx`): split `s` covers the absolute keys `[s * chunk,
+//! (s + 1) * chunk)`, and only the splits that hold keys some query sees are launched. Because the split and tile
+//! boundaries depend on key positions alone, never on the number of queries, row `r` of a step of many queries
+//! equals the one-query step at the same position bit for bit (keys a row does not see add exact zeros): speculative
+//! verification computes what plain decoding would. Dispatch 1 writes each split's unnormalized output with its
+//! running max and sum (the node's extra outputs `attn_partial_o` and `attn_partial_ml`); dispatch 2 combines them.
 
 use super::attention_prefill::{check_window, AttnShape, DENSE_HEAD_DIMS};
 use crate::error::{Error, Result};
@@ -36,6 +38,12 @@ pub fn splits_for(max_ctx: usize) -> usize {
     (max_ctx / MIN_SPLIT_KEYS).clamp(1, MAX_SPLITS)
 }
 
+/// Keys per split for a cache of `max_ctx` positions in `splits` splits: at least `MIN_SPLIT_KEYS`, whole key tiles
+/// (64, `TK` in lib/attn_tile.wgsl), and `splits * chunk >= max_ctx`.
+fn chunk_for(max_ctx: usize, splits: usize) -> usize {
+    max_ctx.div_ceil(splits).max(MIN_SPLIT_KEYS).next_multiple_of(64)
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct SplitParams {
@@ -48,15 +56,20 @@ struct SplitParams {
     splits: u32,
     scale: f32,
     window: u32,
+    chunk: u32,
+    first: u32,
 }
 
+/// The combine dispatch's parameters (lib/attn_combine.wgsl), shared with `attention_sparse`.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct CombineParams {
-    n_rows: u32,
-    splits: u32,
-    /// Splits written this step (the first `active`); the rest hold stale partials and are skipped.
-    active: u32,
+pub(super) struct CombineParams {
+    pub n_rows: u32,
+    /// Stride of the partials.
+    pub splits: u32,
+    /// Splits `first .. end` were written this step; the rest hold stale partials and are skipped.
+    pub first: u32,
+    pub end: u32,
 }
 
 #[derive(Debug)]
@@ -81,18 +94,22 @@ fn combine_key(head_dim: usize) -> ShaderKey {
 }
 
 impl AttentionDecode {
-    /// Splits that hold keys this step: each covers `max(ceil(span / splits), MIN_SPLIT_KEYS)` of the `span` keys
-    /// from the first any query sees (0, or the window's start for query 0) to `kv_len`.
-    fn active_splits(&self, vars: &StepVars) -> usize {
+    fn chunk(&self) -> usize {
+        chunk_for(self.shape.max_ctx, self.splits)
+    }
+
+    /// The splits `first .. end` that hold keys some query sees this step: from the first key query 0 sees (0, or
+    /// its window's start) to `kv_len`.
+    fn active_splits(&self, vars: &StepVars) -> (usize, usize) {
         let s = &self.shape;
         let kv_len = (vars.pos as usize + s.n_tokens).min(s.max_ctx).max(1);
         let begin = match self.window {
             0 => 0,
             w => (vars.pos as usize + 1).saturating_sub(w).min(kv_len - 1),
         };
-        let span = kv_len - begin;
-        let chunk = span.div_ceil(self.splits).max(MIN_SPLIT_KEYS);
-        span.div_ceil(chunk).clamp(1, self.splits)
+        let chunk = self.chunk();
+        let end = kv_len.div_ceil(chunk).clamp(1, self.splits);
+        ((begin / chunk).min(end - 1), end)
     }
     fn rows(&self) -> usize {
         rows_for(self.shape.head_dim)
@@ -133,12 +150,16 @@ impl Kernel for AttentionDecode {
                 splits: self.splits as u32,
                 scale: self.scale,
                 window: self.window as u32,
+                chunk: self.chunk() as u32,
+                first: self.active_splits(vars).0 as u32,
             })
         } else {
+            let (first, end) = self.active_splits(vars);
             Params::of(&CombineParams {
                 n_rows: (s.n_tokens * s.n_heads) as u32,
                 splits: self.splits as u32,
-                active: self.active_splits(vars) as u32,
+                first: first as u32,
+                end: end as u32,
             })
         }
     }
@@ -147,7 +168,8 @@ impl Kernel for AttentionDecode {
         let s = &self.shape;
         (i == 0).then(|| {
             let row_blocks = (s.n_tokens * s.group()).div_ceil(self.rows());
-            [self.active_splits(vars) as u32, s.n_kv as u32, row_blocks as u32]
+            let (first, end) = self.active_splits(vars);
+            [(end - first) as u32, s.n_kv as u32, row_blocks as u32]
         })
     }
     /// Assumes a full cache (`kv_len = max_ctx`; cost has no step variables). Flops: QK^T and PV over the pairs

@@ -14,6 +14,7 @@
 //! the splits that can hold a selected block at this step (indirect dispatch, like `attention_decode`); prefill
 //! (longer chunks) runs one workgroup per (token, KV head, group of up to 16 query heads) over the whole selection.
 
+use super::attention_decode::CombineParams;
 use super::attention_prefill::{AttnShape, HEAD_DIMS};
 use super::block_topk::query_block;
 use crate::error::{Error, Result};
@@ -45,15 +46,6 @@ struct SparseParams {
     slots_per_split: u32,
     row_blocks: u32,
     scale: f32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct CombineParams {
-    n_rows: u32,
-    splits: u32,
-    /// Splits launched this step (the first `active`); the rest hold stale partials and are skipped.
-    active: u32,
 }
 
 /// How the selection slots are cut: `splits` workgroups of `slots` slots each (one of all slots for prefill).
@@ -167,7 +159,8 @@ impl Kernel for AttentionSparse {
             Params::of(&CombineParams {
                 n_rows: (s.n_tokens * s.n_heads) as u32,
                 splits: split.splits as u32,
-                active: self.active_splits(vars) as u32,
+                first: 0,
+                end: self.active_splits(vars) as u32,
             })
         }
     }

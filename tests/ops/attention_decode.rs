@@ -6,7 +6,7 @@
 //! past the current length fails the case.
 
 use crate::attention_prefill::{caches, AMP, NMSE_MAX};
-use crate::common::{nmse, Case, Check, Rng};
+use crate::common::{exact, nmse, Case, Check, Rng};
 use shaderlm::gpu::{DType, Gpu, GpuTensor};
 use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
@@ -180,6 +180,29 @@ pub fn cases() -> Vec<Case> {
             run_window(gpu, s, kv_len, amp, seed, window)
         }));
     }
+    // Batch invariance: row r of an n-query step equals the one-query step at position pos + r bit for bit
+    // (speculative verification): across split boundaries, with windows, GQA groups over several row blocks.
+    let batch: [(&str, usize, usize, usize, usize, usize, Option<usize>); 6] = [
+        ("batch_rows_equal_one_row_short", 4, 9, 3, 64, 40, None),
+        ("batch_rows_equal_one_row_crosses_split", 8, 9, 3, 64, 1029, None),
+        ("batch_rows_equal_one_row_gqa8", 8, 8, 1, 128, 700, None),
+        ("batch_rows_equal_one_row_window", 8, 4, 1, 64, 1030, Some(260)),
+        ("batch_rows_equal_one_row_window_in_first_split", 5, 4, 2, 64, 300, Some(4)),
+        ("batch_rows_equal_one_row_d256_window", 3, 4, 1, 256, 1411, Some(512)),
+    ];
+    for (name, n_tokens, n_heads, n_kv, head_dim, kv_len, window) in batch {
+        seed += 1;
+        let s = AttnShape {
+            n_tokens,
+            n_heads,
+            n_kv,
+            head_dim,
+            max_ctx: 4096,
+        };
+        v.push(Case::new("attention_decode", name, move |gpu| {
+            batch_rows(gpu, s, kv_len, seed, window)
+        }));
+    }
     // One plan, successive decode steps (positions 0..20, then a jump past a split boundary).
     let positions: Vec<usize> = (0..20).chain([300, 301, 511]).collect();
     seed += 1;
@@ -225,4 +248,35 @@ pub fn cases() -> Vec<Case> {
         move |gpu| steps(gpu, s, &[3000, 10, 700, 5, 4095, 0], seed),
     ));
     v
+}
+
+/// Bitwise: the rows of one `s.n_tokens`-query step ending at `kv_len` against one-query steps at each position.
+fn batch_rows(gpu: &Gpu, s: AttnShape, kv_len: usize, seed: u64, window: Option<usize>) -> shaderlm::Result<Check> {
+    let mut rng = Rng::new(seed);
+    let scale = 1.0 / (s.head_dim as f32).sqrt();
+    let (n, hd) = (s.n_tokens, s.head_dim);
+    let pos = kv_len - n;
+    let q = rng.vec(n * s.n_heads * hd, AMP);
+    let (kc, vc) = caches(&mut rng, s, kv_len, AMP);
+    let cache_shape = [s.n_kv, s.max_ctx, hd];
+    let kt = GpuTensor::upload_f32(gpu, "k_cache", &cache_shape, &kc)?;
+    let vt = GpuTensor::upload_f32(gpu, "v_cache", &cache_shape, &vc)?;
+    let run = |rows: usize, q: &[f32], pos: usize| -> shaderlm::Result<Vec<u32>> {
+        let mut g = Graph::new();
+        let tq = g.input("q", &[rows, s.n_heads, hd], DType::F32);
+        let (tk, tv) = (g.external(&kt), g.external(&vt));
+        let o = g.attention_decode_window(tq, tk, tv, scale, window)?;
+        g.output(o);
+        let mut plan = Plan::new(gpu, g)?;
+        plan.write_input(gpu, tq, bytemuck::cast_slice(q))?;
+        plan.run(gpu, &StepVars { pos: pos as u32 })?;
+        Ok(plan.read_f32(o)?.iter().map(|v| v.to_bits()).collect())
+    };
+    let got = run(n, &q, pos)?;
+    let row = s.n_heads * hd;
+    let mut want = Vec::with_capacity(got.len());
+    for r in 0..n {
+        want.extend(run(1, &q[r * row..(r + 1) * row], pos + r)?);
+    }
+    Ok(exact(&got, &want))
 }

@@ -489,6 +489,7 @@ pub fn cases() -> Vec<Case> {
             ));
         }
     }
+    batch_rows(&mut v);
     // Forcing f16 takes effect where the adapter has f16: Q4_0 at K = 4096 then has an NMSE of about 2e-7 (f16
     // rounding), far above what f32 arithmetic gives (about 1e-11). Without f16 the same run must match f32's bound.
     v.push(Case::new("matmul_q", "f16_forced_rounds_in_f16", |gpu| {
@@ -544,4 +545,68 @@ pub fn cases() -> Vec<Case> {
         Ok(exact(&errors, &[true; 9]))
     }));
     v
+}
+
+/// Rows of x per batch in the batch-invariance cases (speculative verification takes up to 8, a prefill chunk more).
+const BATCH_ROWS: [usize; 8] = [2, 3, 4, 5, 8, 16, 33, 64];
+
+/// Batch invariance: row r of an M-row matmul (whatever kernel Auto picks for M) equals the one-row result bit for
+/// bit, for every format, layout and arithmetic. Speculative verification depends on it: a verified token must see
+/// exactly the logits plain decoding would have computed.
+fn batch_rows(v: &mut Vec<Case>) {
+    for ty in FORMATS {
+        for (layout, math) in [(Layout::Tiled, QMath::Auto), (Layout::Rows, QMath::Auto), (Layout::Rows, QMath::F16)] {
+            if math == QMath::F16 && !Format::new(ty).expect("packable").f16_kernels() {
+                continue;
+            }
+            let s = Shape {
+                math,
+                ..shape(ty, layout, (1, 512, 200), true, QPath::Auto)
+            };
+            v.push(Case::new("matmul_q", format!("batch_rows_equal_one_row_{}", s.name()), move |gpu| {
+                batch_rows_check(gpu, s)
+            }));
+            // The fallback device (no subgroups: x at uniform indices, from a uniform buffer in the GEMV).
+            if math == QMath::Auto && matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_K | GgmlType::Q6_K | GgmlType::Q3_K) {
+                let name = format!("fallback_batch_rows_equal_one_row_{}", s.name());
+                v.push(Case::new("matmul_q", name, move |_| batch_rows_check(gpu_fallback(), s)));
+            }
+        }
+    }
+}
+
+fn batch_rows_check(gpu: &Gpu, s: Shape) -> shaderlm::Result<Check> {
+    let (k, n) = (s.k, s.n);
+    let most = BATCH_ROWS[BATCH_ROWS.len() - 1];
+    let raw = random_blocks(s.ty, n, k, 11);
+    let w = PackedWeight::upload_with(gpu, "w", s.ty, s.layout, n, k, &raw)?;
+    let bias = GpuTensor::upload_f32(gpu, "bias", &[n], &Rng::new(12).vec(n, 1.0))?;
+    let x = Rng::new(13).vec(most * k, 1.0);
+    let plan_of = |m: usize| -> shaderlm::Result<(Plan, shaderlm::graph::TensorId, shaderlm::graph::TensorId)> {
+        let mut g = Graph::new();
+        let tx = g.input("x", &[m, k], DType::F32);
+        let tb = g.external(&bias);
+        let y = g.matmul_q_math(tx, &w, Some(tb), QPath::Auto, s.math)?;
+        g.output(y);
+        Ok((Plan::new(gpu, g)?, tx, y))
+    };
+    let (mut one, tx, y) = plan_of(1)?;
+    let mut want = Vec::with_capacity(most * n);
+    for r in 0..most {
+        one.write_input(gpu, tx, bytemuck::cast_slice(&x[r * k..(r + 1) * k]))?;
+        one.run(gpu, &StepVars::default())?;
+        want.extend(one.read_f32(y)?.iter().map(|v| v.to_bits()));
+    }
+    for m in BATCH_ROWS {
+        let (mut plan, tx, y) = plan_of(m)?;
+        plan.write_input(gpu, tx, bytemuck::cast_slice(&x[..m * k]))?;
+        plan.run(gpu, &StepVars::default())?;
+        let got: Vec<u32> = plan.read_f32(y)?.iter().map(|v| v.to_bits()).collect();
+        let check = exact(&got, &want[..m * n]);
+        if !check.passed() {
+            println!("batch of {m} rows differs from one row at a time");
+            return Ok(check);
+        }
+    }
+    Ok(exact(&want[..0], &want[..0]))
 }
