@@ -1,9 +1,11 @@
 //! `shaderlm generate`: one completion from a prompt, messages, or raw token ids; streaming text or one JSON object.
 
 use super::common::{ModelArgs, SamplingArgs};
+use super::spec::SpecArgs;
 use super::DeviceArgs;
 use anyhow::{bail, Context};
 use clap::Args;
+use shaderlm::generate::spec::{generate_spec, Speculator};
 use shaderlm::generate::{generate, GenOptions, Generator};
 use shaderlm::model::StepOutputs;
 use shaderlm::sampling::Sampler;
@@ -17,6 +19,8 @@ pub struct GenerateArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub spec: SpecArgs,
     /// The prompt (read from stdin when no prompt, messages or ids are given).
     #[arg(long, short = 'p')]
     pub prompt: Option<String>,
@@ -35,7 +39,8 @@ pub struct GenerateArgs {
     /// Most tokens to generate.
     #[arg(long, short = 'n', default_value_t = 128)]
     pub max_tokens: usize,
-    /// Print BlockFFN expert sparsity per layer (token-level, and chunk-level over 8 tokens) at the end.
+    /// Print BlockFFN expert sparsity per layer (token-level, and chunk-level over 8 tokens) and what speculation
+    /// did (tokens per step, acceptance by depth, draft and verify time) at the end.
     #[arg(long)]
     pub stats: bool,
     /// Stop when the text contains this (repeatable).
@@ -55,7 +60,9 @@ pub struct GenerateArgs {
 
 pub fn run(args: &GenerateArgs, device: &DeviceArgs) -> anyhow::Result<()> {
     let params = args.sampling.params()?;
+    args.spec.kind()?;
     let (gpu, loaded) = args.model.load(device)?;
+    let draft = args.spec.load_draft(&gpu, &args.model, &loaded)?;
     let tok = &loaded.tokenizer;
     let prompt_ids = if let Some(ids) = &args.prompt_ids {
         ids.clone()
@@ -110,14 +117,28 @@ pub fn run(args: &GenerateArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         stop_at_eos: !args.ignore_eos,
     };
     let stdout = std::io::stdout();
-    let out = generate(&mut gen, tok, &mut sampler, &prompt_ids, &opts, |piece| {
+    let print = |piece: &str| {
         if !args.json {
             let mut o = stdout.lock();
             let _ = o.write_all(piece.as_bytes());
             let _ = o.flush();
         }
         true
-    })?;
+    };
+    let mut spec_report = None;
+    let out = match args.spec.drafter(&gpu, draft.as_ref(), args.model.chunk)? {
+        Some(mut drafter) => {
+            let name = drafter.name();
+            let mut spec = Speculator {
+                drafter: &mut *drafter,
+                opts: args.spec.options(),
+            };
+            let (out, stats) = generate_spec(&mut gen, tok, &mut sampler, &prompt_ids, &opts, &mut spec, print)?;
+            spec_report = Some(stats.report(name));
+            out
+        }
+        None => generate(&mut gen, tok, &mut sampler, &prompt_ids, &opts, print)?,
+    };
     if args.json {
         let topk: Vec<_> = out
             .topk
@@ -143,9 +164,13 @@ pub fn run(args: &GenerateArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         out.stopped_by
     );
     if args.stats {
-        match &gen.moe_stats {
-            Some(st) => eprintln!("BlockFFN expert sparsity:\n{}", st.report()),
-            None => eprintln!("--stats: this model has no BlockFFN experts"),
+        match (&gen.moe_stats, &spec_report) {
+            (Some(st), _) => eprintln!("BlockFFN expert sparsity:\n{}", st.report()),
+            (None, None) => eprintln!("--stats: this model has no BlockFFN experts"),
+            (None, Some(_)) => {}
+        }
+        if let Some(r) = &spec_report {
+            eprintln!("{r}");
         }
     }
     Ok(())

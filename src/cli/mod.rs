@@ -7,6 +7,7 @@ mod devices;
 mod generate;
 mod info;
 mod quantize;
+mod spec;
 
 use clap::{Args, Parser, Subcommand};
 use shaderlm::gpu::GpuOptions;

@@ -1,25 +1,32 @@
 //! Generation: prefill in chunks, decode one token per submission, sampling, stop rules, streaming, timings.
 //! The decode plan is built once and reused; the per-token loop allocates nothing on the host.
 
+pub mod draft;
+mod emit;
+pub mod spec;
 pub mod stats;
+
+use emit::Emitter;
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::model::{KvCache, Llama, Step, StepInputs, StepOutputs};
 use crate::sampling::Sampler;
-use crate::tokenizer::{StreamDecoder, Tokenizer};
+use crate::tokenizer::Tokenizer;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// What the last fed token produced (the outputs the generator was asked for).
 pub use crate::model::StepResult;
 
-/// The step plans of one session, built on first use: decode (dense, and sparse past the model's `dense_len`) and
-/// prefill by (tokens, sparse).
+/// The step plans of one session, built on first use: decode (dense, and sparse past the model's `dense_len`),
+/// prefill by (tokens, sparse), and verification (outputs for every token) by (tokens, sparse).
 #[derive(Default)]
 struct Plans {
     decode: [Option<Step>; 2],
     prefill: HashMap<(usize, bool), Step>,
+    verify: HashMap<(usize, bool), Step>,
 }
 
 impl Plans {
@@ -48,6 +55,22 @@ impl Plans {
             self.prefill.insert((n, sparse), step);
         }
         Ok(self.prefill.get_mut(&(n, sparse)).expect("just inserted"))
+    }
+
+    /// The plan of a verification step of `n` tokens.
+    fn verify(
+        &mut self,
+        gpu: &Gpu,
+        model: &Llama,
+        cache: &KvCache,
+        outputs: StepOutputs,
+        n: usize,
+        sparse: bool,
+    ) -> Result<&mut Step> {
+        Ok(match self.verify.entry((n, sparse)) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(model.verify_step(gpu, cache, n, outputs, sparse)?),
+        })
     }
 }
 
@@ -113,8 +136,8 @@ impl<'a> Generator<'a> {
             .get(self.gpu, self.model, &self.cache, self.outputs, n, sparse)
     }
 
-    /// Run the model over `ids` (appended after the cached tokens); `self.result` then holds the last token's outputs.
-    pub fn feed(&mut self, ids: &[u32]) -> Result<()> {
+    /// An error unless `ids` are non-empty, in the vocabulary and fit the context after the cached tokens.
+    fn check_fits(&self, ids: &[u32]) -> Result<()> {
         if ids.is_empty() {
             return Err(Error::Invalid("nothing to feed: the prompt is empty".into()));
         }
@@ -132,6 +155,39 @@ impl<'a> Generator<'a> {
                 self.tokens.len()
             )));
         }
+        Ok(())
+    }
+
+    /// Run the model over `ids` (appended after the cached tokens) in one verification step: `self.result` then
+    /// holds every token's outputs (`row_argmax`, logits `[n, vocab]`, top-k `[n, k]`), each bit for bit what
+    /// feeding the tokens one at a time would give. At most `attention_decode::MAX_TOKENS` tokens. The cache holds
+    /// them all afterwards; [`Generator::truncate`] drops the rejected ones.
+    pub fn verify(&mut self, ids: &[u32]) -> Result<()> {
+        self.check_fits(ids)?;
+        let pos = self.tokens.len();
+        let sparse = self.sparse_at(pos + ids.len());
+        let gpu = self.gpu;
+        let step = self
+            .plans
+            .verify(gpu, self.model, &self.cache, self.outputs, ids.len(), sparse)?;
+        step.run(gpu, StepInputs { tokens: ids, pos }, &mut self.result)?;
+        self.tokens.extend_from_slice(ids);
+        Ok(())
+    }
+
+    /// The model's vocabulary size.
+    pub fn vocab(&self) -> usize {
+        self.model.cfg.vocab
+    }
+
+    /// Whether the steps read back logits (else only argmax and top-k).
+    pub fn reads_logits(&self) -> bool {
+        self.outputs.logits
+    }
+
+    /// Run the model over `ids` (appended after the cached tokens); `self.result` then holds the last token's outputs.
+    pub fn feed(&mut self, ids: &[u32]) -> Result<()> {
+        self.check_fits(ids)?;
         let gpu = self.gpu;
         for chunk in ids.chunks(self.chunk.max(1)) {
             let pos = self.tokens.len();
@@ -184,75 +240,67 @@ impl GenOutput {
 }
 
 /// Prefill `prompt` (after whatever the cache holds) and generate; `on_text` gets each complete piece of text and
-/// may return false to stop (Ctrl-C).
+/// may return false to stop (Ctrl-C). The cache then holds the prompt and every generated token but the last.
 pub fn generate(
     gen: &mut Generator<'_>,
     tok: &Tokenizer,
     sampler: &mut Sampler,
     prompt: &[u32],
     opts: &GenOptions,
-    mut on_text: impl FnMut(&str) -> bool,
+    on_text: impl FnMut(&str) -> bool,
 ) -> Result<GenOutput> {
-    let mut out = GenOutput {
-        prompt_ids: prompt.to_vec(),
-        ..Default::default()
-    };
+    let mut emit = Emitter::new(tok, opts, prompt, on_text);
     let t0 = Instant::now();
     gen.feed(prompt)?;
-    out.prefill_time = t0.elapsed();
+    emit.out.prefill_time = t0.elapsed();
     let t1 = Instant::now();
-    let mut stream = StreamDecoder::new();
     let mut history: Vec<u32> = gen.tokens.clone();
-    out.stopped_by = "max tokens".into();
-    for i in 0..opts.max_tokens {
-        if !gen.result.topk_ids.is_empty() {
-            out.topk
-                .push((gen.result.topk_ids.clone(), gen.result.topk_logits.clone()));
-        }
-        let next = match gen.result.argmax {
-            Some(a) if !sampler.params.needs_logits() => a,
-            _ if gen.result.logits.is_empty() => {
-                return Err(Error::Invalid(
-                    "sampling needs logits but the step does not read them".into(),
-                ))
-            }
-            _ => sampler.sample(&mut gen.result.logits, &history),
-        };
-        out.generated.push(next);
+    while !emit.done() {
+        let next = choose(gen, sampler, 0, &history, &mut emit.out)?;
         history.push(next);
-        if opts.stop_at_eos && tok.is_stop(next) {
-            out.stopped_by = "end of turn".into();
-            break;
-        }
-        if let Some(piece) = stream.step(tok, next)? {
-            out.text.push_str(&piece);
-            if let Some(s) = opts.stop_strings.iter().find(|s| out.text.contains(s.as_str())) {
-                let cut = out.text.find(s.as_str()).unwrap_or(out.text.len());
-                out.text.truncate(cut);
-                out.stopped_by = format!("stop string {s:?}");
-                break;
-            }
-            if !on_text(&piece) {
-                out.stopped_by = "interrupted".into();
-                break;
-            }
-        }
-        if i + 1 == opts.max_tokens {
+        if !emit.push(next)? {
             break;
         }
         if gen.tokens.len() >= gen.max_ctx() {
-            out.stopped_by = "context full".into();
+            emit.context_full();
             break;
         }
         gen.feed(&[next])?;
     }
-    if out.stopped_by == "max tokens" || out.stopped_by == "context full" {
-        let rest = stream.flush(tok)?;
-        on_text(&rest);
-        out.text.push_str(&rest);
+    emit.out.decode_time = t1.elapsed();
+    emit.finish()
+}
+
+/// The token the target chooses from row `row` of the last step's outputs (0 for a one-token step), after the tokens
+/// `history` (the sampler's penalties and its position-keyed draw), recording the row's top-k in `out`.
+fn choose(
+    gen: &mut Generator<'_>,
+    sampler: &mut Sampler,
+    row: usize,
+    history: &[u32],
+    out: &mut GenOutput,
+) -> Result<u32> {
+    let k = gen.outputs.topk;
+    let r = &mut gen.result;
+    if k > 0 {
+        let (ids, logits) = (
+            &r.topk_ids[row * k..(row + 1) * k],
+            &r.topk_logits[row * k..(row + 1) * k],
+        );
+        out.topk.push((ids.to_vec(), logits.to_vec()));
     }
-    out.decode_time = t1.elapsed();
-    Ok(out)
+    if !sampler.params.needs_logits() {
+        if let Some(&a) = r.row_argmax.get(row) {
+            return Ok(a);
+        }
+    }
+    let vocab = gen.model.cfg.vocab;
+    match r.logits.get_mut(row * vocab..(row + 1) * vocab) {
+        Some(logits) => Ok(sampler.sample(logits, history)),
+        None => Err(Error::Invalid(
+            "sampling needs logits but the step does not read them".into(),
+        )),
+    }
 }
 
 impl Generator<'_> {

@@ -319,6 +319,39 @@ impl Llama {
         out: StepOutputs,
         sparse: bool,
     ) -> Result<Step> {
+        self.build_step(gpu, cache, n_tokens, out, sparse, false)
+    }
+
+    /// A verification step: [`Llama::step_with`] whose outputs cover every one of its `n_tokens` rows (logits
+    /// `[n, vocab]`, argmax `[n]`, top-k `[n, k]`), each equal bit for bit to what a one-token step at that
+    /// position computes (the kernels are batch invariant for up to `attention_decode::MAX_TOKENS` rows).
+    pub fn verify_step(
+        &self,
+        gpu: &Gpu,
+        cache: &KvCache,
+        n_tokens: usize,
+        out: StepOutputs,
+        sparse: bool,
+    ) -> Result<Step> {
+        if n_tokens > crate::ops::attention_decode::MAX_TOKENS {
+            return Err(Error::Invalid(format!(
+                "a verification step of {n_tokens} tokens (at most {})",
+                crate::ops::attention_decode::MAX_TOKENS
+            )));
+        }
+        self.build_step(gpu, cache, n_tokens, out, sparse, true)
+    }
+
+    /// The step graph: outputs of the last token, or of every token when `all_rows`.
+    fn build_step(
+        &self,
+        gpu: &Gpu,
+        cache: &KvCache,
+        n_tokens: usize,
+        out: StepOutputs,
+        sparse: bool,
+        all_rows: bool,
+    ) -> Result<Step> {
         let sparse_keys = self.sparse_keys(cache, sparse)?;
         if n_tokens == 0 || n_tokens > cache.max_ctx {
             return Err(Error::Invalid(format!(
@@ -358,12 +391,14 @@ impl Llama {
             pending = Some(d);
         }
         g.set_prefix("");
-        let logits = self.last_logits(&mut g, h, pending, n_tokens)?; // [1, vocab]
+        let rows = if all_rows { n_tokens } else { 1 };
+        let logits = self.logits(&mut g, h, pending, n_tokens, rows)?; // [rows, vocab]
         g.tap(logits, Tap::Logits);
         let (logits, argmax, topk) = read_backs(&mut g, logits, out)?;
         Ok(Step {
             plan: Plan::new(gpu, g)?,
             n_tokens,
+            rows,
             ids,
             logits,
             argmax,
@@ -513,13 +548,22 @@ impl Llama {
         }
     }
 
-    /// The last token's logits `[1, vocab]`: the pending FFN output added, the final norm, the head.
-    fn last_logits(&self, g: &mut Graph, h: TensorId, pending: Option<TensorId>, n_tokens: usize) -> Result<TensorId> {
+    /// The logits `[rows, vocab]` of the last `rows` tokens (1, or all `n_tokens`): the pending FFN output added,
+    /// the final norm, the head. Every row goes through the same kernels as a one-token step's.
+    fn logits(
+        &self,
+        g: &mut Graph,
+        h: TensorId,
+        pending: Option<TensorId>,
+        n_tokens: usize,
+        rows: usize,
+    ) -> Result<TensorId> {
         let c = &self.cfg;
         let alpha = c.mup.residual;
         let w = g.external(&self.norm);
-        let x = match (pending, n_tokens) {
-            (Some(d), 1) => g.add_scaled_rms_norm(h, d, alpha, w, c.rms_eps)?.1,
+        let x = match (pending, n_tokens == rows) {
+            (Some(d), true) => g.add_scaled_rms_norm(h, d, alpha, w, c.rms_eps)?.1,
+            (None, true) => g.rms_norm(h, w, c.rms_eps)?,
             (pending, _) => {
                 let h = match pending {
                     Some(d) => g.add_scaled(h, d, alpha)?,

@@ -10,11 +10,12 @@ use crate::graph::{CheckOptions, NodeCheck, NodeProfile, Plan, TensorId};
 /// What a step reads back.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StepOutputs {
-    /// Read back the last token's logits `[vocab]`.
+    /// Read back the last token's logits `[vocab]` (a verification step: every token's, `[n, vocab]`).
     pub logits: bool,
-    /// Read back the argmax of the last token's logits (greedy decoding without a logits read-back).
+    /// Read back the argmax of the last token's logits (greedy decoding without a logits read-back; a verification
+    /// step: every token's).
     pub argmax: bool,
-    /// Read back the top-k ids and logits of the last token (0 = none).
+    /// Read back the top-k ids and logits of the last token (0 = none; a verification step: every token's).
     pub topk: usize,
     /// Read back each BlockFFN layer's router weights `[n_tokens, E]` (sparsity statistics).
     pub router: bool,
@@ -30,11 +31,13 @@ pub struct StepInputs<'a> {
 /// What the last step read back; the outputs not asked for stay empty. Reused from step to step.
 #[derive(Clone, Debug, Default)]
 pub struct StepResult {
-    /// Raw logits `[vocab]` of the last token.
+    /// Raw logits `[vocab]` of the last token (a verification step: `[n, vocab]`, every token's).
     pub logits: Vec<f32>,
-    /// Argmax of those logits.
+    /// Argmax of the last token's logits.
     pub argmax: Option<u32>,
-    /// Top-k ids and logits, best first.
+    /// Argmax of each token's logits `[n]` (a verification step; else the last token's alone).
+    pub row_argmax: Vec<u32>,
+    /// Top-k ids and logits, best first (a verification step: `[n, k]`, every token's).
     pub topk_ids: Vec<u32>,
     pub topk_logits: Vec<f32>,
     /// Router weights `[n_tokens, E]` of each BlockFFN layer, for every token of the step.
@@ -45,6 +48,8 @@ pub struct StepResult {
 pub struct Step {
     pub(super) plan: Plan,
     pub(super) n_tokens: usize,
+    /// Tokens whose outputs are read back: the last one (1), or all `n_tokens` of a verification step.
+    pub(super) rows: usize,
     /// Token ids `[n_tokens]`.
     pub(super) ids: TensorId,
     pub(super) logits: Option<TensorId>,
@@ -74,6 +79,16 @@ impl Step {
         self.plan.check(gpu, &vars(inputs.pos), opts)
     }
 
+    /// Tokens of one run.
+    pub fn n_tokens(&self) -> usize {
+        self.n_tokens
+    }
+
+    /// Tokens whose outputs are read back (1, or every token of a verification step).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
     /// Dispatches of one run.
     pub fn dispatch_count(&self) -> usize {
         self.plan.dispatch_count()
@@ -94,10 +109,16 @@ impl Step {
         if let Some(id) = self.logits {
             self.plan.read_into(id, &mut out.logits)?;
         }
-        out.argmax = match self.argmax {
-            Some(id) => Some(self.plan.read(id)?.get(..4).map_or(0, bytemuck::pod_read_unaligned)),
-            None => None,
-        };
+        match self.argmax {
+            Some(id) => {
+                self.plan.read_into(id, &mut out.row_argmax)?;
+                out.argmax = out.row_argmax.last().copied();
+            }
+            None => {
+                out.row_argmax.clear();
+                out.argmax = None;
+            }
+        }
         if let Some((ids, vals)) = self.topk {
             self.plan.read_into(ids, &mut out.topk_ids)?;
             self.plan.read_into(vals, &mut out.topk_logits)?;

@@ -8,8 +8,11 @@ use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars, UNIFORM_ARRAY_BYTES};
 use crate::graph::{Graph, TensorId};
 
-/// The kernel a matmul runs. `Auto` picks a GEMV for one row of x (the CPU-adapter flavour on software adapters
-/// such as lavapipe, the GPU flavour elsewhere) and the GEMM for more; the others force one, on any adapter.
+/// The kernel a matmul runs. `Auto` picks a GEMV per row of x for up to [`GEMV_MAX_M`] rows (the CPU-adapter
+/// flavour on software adapters such as lavapipe, the GPU flavour elsewhere) and the GEMM for more; the others
+/// force one, on any adapter. The GEMV and the GEMM sum in different orders, so a verification step (at most
+/// `attention_decode::MAX_TOKENS` rows) runs the GEMV on every row: each row then equals the one-row result bit for
+/// bit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MatmulPath {
     #[default]
@@ -21,6 +24,9 @@ pub enum MatmulPath {
     /// Register-blocked 8 x 4 tiles, no workgroup memory (`matmul_gemm`).
     Gemm,
 }
+
+/// Most rows of x that `Auto` sends to the GEMV (one row per grid z): a speculative verification step.
+pub const GEMV_MAX_M: usize = crate::ops::attention_decode::MAX_TOKENS;
 
 /// Rows of W per invocation (GEMV CPU, GEMM) or per workgroup (GEMV GPU); the shaders hard-code these.
 const ROWS_PER_THREAD: usize = 4;
@@ -80,7 +86,7 @@ impl Matmul {
 
     fn path(&self, caps: &Caps) -> MatmulPath {
         match self.path {
-            MatmulPath::Auto if self.m > 1 => MatmulPath::Gemm,
+            MatmulPath::Auto if self.m > GEMV_MAX_M => MatmulPath::Gemm,
             MatmulPath::Auto if caps.cpu_adapter => MatmulPath::GemvCpu,
             MatmulPath::Auto => MatmulPath::GemvGpu,
             p => p,

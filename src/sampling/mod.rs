@@ -1,5 +1,7 @@
 //! Token sampling on the host: penalties, then greedy or temperature with top-k, top-p and min-p, from a seeded
-//! generator so that a seed makes a run reproducible. The order follows llama.cpp's default chain.
+//! generator so that a seed makes a run reproducible. The order follows llama.cpp's default chain. The random draw
+//! of the token at position p comes from the seed's stream p, so it depends on the seed and the position alone:
+//! speculative decoding, which samples verified positions out of order, reproduces the plain run token for token.
 
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -64,6 +66,7 @@ impl SamplingParams {
 /// A sampler with its own generator and reusable scratch (no allocation per token after the first).
 pub struct Sampler {
     pub params: SamplingParams,
+    /// The seed's generator; the draw for position p uses its stream p.
     rng: ChaCha8Rng,
     candidates: Vec<(u32, f32)>,
     counts: Vec<(u32, u32)>,
@@ -107,7 +110,8 @@ impl Sampler {
         }
     }
 
-    /// Pick the next token from raw logits given the tokens so far. Ties in greedy go to the lower id.
+    /// Pick the next token from raw logits given the tokens so far (the token's position is `history.len()`, which
+    /// keys the random draw). Ties in greedy go to the lower id.
     pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {
         self.apply_penalties(logits, history);
         if self.params.is_greedy() {
@@ -159,7 +163,9 @@ impl Sampler {
             c.truncate(keep.max(1));
         }
         let total: f32 = c.iter().map(|x| x.1).sum();
-        let r = (self.rng.next_u64() >> 11) as f32 / (1u64 << 53) as f32 * total;
+        let mut rng = self.rng.clone();
+        rng.set_stream(history.len() as u64);
+        let r = (rng.next_u64() >> 11) as f32 / (1u64 << 53) as f32 * total;
         let mut acc = 0f32;
         for x in c.iter() {
             acc += x.1;
@@ -205,12 +211,22 @@ mod tests {
             seed,
             ..Default::default()
         };
+        let history: Vec<u32> = (0..64).collect();
         let run = |seed| {
             let mut s = Sampler::new(params(seed));
-            (0..64).map(|_| s.sample(&mut logits.clone(), &[])).collect::<Vec<_>>()
+            (0..64)
+                .map(|i| s.sample(&mut logits.clone(), &history[..i]))
+                .collect::<Vec<_>>()
         };
         assert_eq!(run(7), run(7));
         assert_ne!(run(7), run(8));
+        // The draw depends on the position alone: positions sampled out of order give the same tokens.
+        let mut s = Sampler::new(params(7));
+        let backwards: Vec<u32> = (0..64)
+            .rev()
+            .map(|i| s.sample(&mut logits.clone(), &history[..i]))
+            .collect();
+        assert_eq!(backwards.into_iter().rev().collect::<Vec<_>>(), run(7));
     }
 
     #[test]
@@ -233,8 +249,9 @@ mod tests {
             ..Default::default()
         });
         let mut seen = [0; 4];
-        for _ in 0..400 {
-            seen[s.sample(&mut logits.clone(), &[]) as usize] += 1;
+        let positions = vec![0u32; 400];
+        for i in 0..400 {
+            seen[s.sample(&mut logits.clone(), &positions[..i]) as usize] += 1;
         }
         assert_eq!((seen[0], seen[3]), (0, 0), "{seen:?}");
         assert!(seen[1] > 100 && seen[2] > 100, "{seen:?}");
@@ -246,8 +263,9 @@ mod tests {
             min_p: 0.5,
             ..Default::default()
         });
-        for _ in 0..100 {
-            assert!(matches!(s.sample(&mut logits.clone(), &[]), 1 | 2));
+        let positions = vec![0u32; 100];
+        for i in 0..100 {
+            assert!(matches!(s.sample(&mut logits.clone(), &positions[..i]), 1 | 2));
         }
     }
 

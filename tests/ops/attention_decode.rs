@@ -182,7 +182,9 @@ pub fn cases() -> Vec<Case> {
     }
     // Batch invariance: row r of an n-query step equals the one-query step at position pos + r bit for bit
     // (speculative verification): across split boundaries, with windows, GQA groups over several row blocks.
-    let batch: [(&str, usize, usize, usize, usize, usize, Option<usize>); 6] = [
+    // (name, n_q, n_heads, n_kv, head_dim, kv_len, sliding window)
+    type Batch = (&'static str, usize, usize, usize, usize, usize, Option<usize>);
+    let batch: [Batch; 6] = [
         ("batch_rows_equal_one_row_short", 4, 9, 3, 64, 40, None),
         ("batch_rows_equal_one_row_crosses_split", 8, 9, 3, 64, 1029, None),
         ("batch_rows_equal_one_row_gqa8", 8, 8, 1, 128, 700, None),

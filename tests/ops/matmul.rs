@@ -195,6 +195,13 @@ pub fn cases() -> Vec<Case> {
         };
         v.push(case("", s, default_gpu));
     }
+    // Batch invariance: up to GEMV_MAX_M rows (a verification step), row r equals the one-row result bit for bit.
+    for dtype in dtypes {
+        for (k, n) in [(576, 129), (64, 1000), (12, 7)] {
+            let name = format!("batch_rows_equal_one_row_{dtype:?}_k{k}_n{n}");
+            v.push(Case::new("matmul", name, move |gpu| batch_rows(gpu, dtype, k, n)));
+        }
+    }
     // The fallback device: the shared-memory reduction of the GPU GEMV, f16 weights without the f16 feature.
     for (k, dtype, path, m) in [
         (576, DType::F32, GemvGpu, 1),
@@ -308,4 +315,39 @@ pub fn cases() -> Vec<Case> {
         Ok(exact(&errs, &[true; 5]))
     }));
     v
+}
+
+/// Bitwise: M-row matmuls (Auto, M = 2..=GEMV_MAX_M) against one-row matmuls of each row.
+fn batch_rows(gpu: &Gpu, dtype: DType, k: usize, n: usize) -> shaderlm::Result<Check> {
+    let most = matmul::GEMV_MAX_M;
+    let mut rng = Rng::new(77);
+    let x = rng.vec(most * k, 1.0);
+    let w = rng.vec(n * k, 1.0);
+    let wt = match dtype {
+        DType::F16 => GpuTensor::upload_f16(gpu, "w", &[n, k], &w)?,
+        _ => GpuTensor::upload_f32(gpu, "w", &[n, k], &w)?,
+    };
+    let run = |m: usize, x: &[f32]| -> shaderlm::Result<Vec<u32>> {
+        let mut g = Graph::new();
+        let tx = g.input("x", &[m, k], DType::F32);
+        let tw = g.external(&wt);
+        let y = g.matmul(tx, tw, None)?;
+        g.output(y);
+        let mut plan = Plan::new(gpu, g)?;
+        plan.write_input(gpu, tx, bytemuck::cast_slice(x))?;
+        plan.run(gpu, &StepVars::default())?;
+        Ok(plan.read_f32(y)?.iter().map(|v| v.to_bits()).collect())
+    };
+    let mut want = Vec::new();
+    for r in 0..most {
+        want.extend(run(1, &x[r * k..(r + 1) * k])?);
+    }
+    for m in 2..=most {
+        let check = exact(&run(m, &x[..m * k])?, &want[..m * n]);
+        if !check.passed() {
+            println!("{m} rows differ from one row at a time");
+            return Ok(check);
+        }
+    }
+    Ok(exact(&want, &want))
 }

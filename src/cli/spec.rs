@@ -1,0 +1,136 @@
+//! Speculative-decoding options shared by `generate`, `chat` and `bench`: which draft source, how many drafts per
+//! step, and loading a draft model onto the target's device.
+
+use super::common::ModelArgs;
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use shaderlm::generate::draft::{check_same_vocab, DraftModel, Drafter, Lookup};
+use shaderlm::generate::spec::{SpecOptions, MAX_DRAFT};
+use shaderlm::generate::Generator;
+use shaderlm::gpu::Gpu;
+use shaderlm::model::load::LoadedModel;
+use shaderlm::model::{LoadOptions, StepOutputs};
+use std::path::PathBuf;
+
+/// Where drafts come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SpecKind {
+    /// Prompt lookup: the tokens that followed the latest earlier occurrence of the last n-gram.
+    Lookup,
+    /// A smaller model with the same vocabulary (--draft-model).
+    Draft,
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct SpecArgs {
+    /// Speculative decoding with drafts from prompt lookup or a draft model; the output stays token for token what
+    /// plain decoding gives (greedy, or sampled with the same --seed).
+    #[arg(long, value_enum)]
+    pub spec: Option<SpecKind>,
+    /// A draft model with the target's vocabulary (implies --spec draft).
+    #[arg(long, value_name = "PATH")]
+    pub draft_model: Option<PathBuf>,
+    /// Draft tokens per verification step (1..=7).
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub draft_max: usize,
+    /// The draft model stops a draft where its top token's probability falls below P.
+    #[arg(long, default_value_t = 0.0, value_name = "P")]
+    pub draft_p_min: f32,
+    /// Speculation turns itself off when fewer drafts than this are accepted per step over 16 steps (0: never).
+    #[arg(long, default_value_t = 0.5, value_name = "N")]
+    pub spec_min_accepted: f32,
+}
+
+impl SpecArgs {
+    /// The draft source asked for, if any.
+    pub fn kind(&self) -> anyhow::Result<Option<SpecKind>> {
+        anyhow::ensure!(
+            (1..=MAX_DRAFT).contains(&self.draft_max),
+            "--draft-max must be in 1..={MAX_DRAFT}"
+        );
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&self.draft_p_min),
+            "--draft-p-min must be in [0, 1]"
+        );
+        anyhow::ensure!(
+            self.spec_min_accepted.is_finite() && self.spec_min_accepted >= 0.0,
+            "--spec-min-accepted must be >= 0"
+        );
+        match (self.spec, &self.draft_model) {
+            (Some(SpecKind::Draft), None) => anyhow::bail!("--spec draft needs --draft-model PATH"),
+            (Some(SpecKind::Lookup), Some(_)) => {
+                anyhow::bail!("--draft-model drafts with a model: use --spec draft (or leave --spec out)")
+            }
+            (None, Some(_)) => Ok(Some(SpecKind::Draft)),
+            (kind, _) => Ok(kind),
+        }
+    }
+
+    pub fn options(&self) -> SpecOptions {
+        SpecOptions {
+            max_draft: self.draft_max,
+            min_accepted: self.spec_min_accepted,
+            ..Default::default()
+        }
+    }
+
+    /// Load the draft model (when one is asked for) onto `gpu`, with the target's context and attention options,
+    /// and check that its vocabulary is the target's.
+    pub fn load_draft(
+        &self,
+        gpu: &Gpu,
+        model: &ModelArgs,
+        target: &LoadedModel,
+    ) -> anyhow::Result<Option<LoadedModel>> {
+        if self.kind()? != Some(SpecKind::Draft) {
+            return Ok(None);
+        }
+        let path = self
+            .draft_model
+            .as_ref()
+            .context("--spec draft needs --draft-model PATH")?;
+        let opts = LoadOptions {
+            ctx: target.ctx,
+            attention: model.attention.mode(),
+            ..Default::default()
+        };
+        let draft = LoadedModel::open(gpu, path, &opts, |_, _| {})
+            .with_context(|| format!("loading the draft model {}", path.display()))?;
+        check_same_vocab(
+            (
+                &target.tokenizer,
+                target.model.cfg.vocab,
+                &target.path.display().to_string(),
+            ),
+            (&draft.tokenizer, draft.model.cfg.vocab, &path.display().to_string()),
+        )?;
+        Ok(Some(draft))
+    }
+
+    /// The draft source: prompt lookup, or the loaded draft model with its own session.
+    pub fn drafter<'a>(
+        &self,
+        gpu: &'a Gpu,
+        draft: Option<&'a LoadedModel>,
+        chunk: usize,
+    ) -> anyhow::Result<Option<Box<dyn Drafter + 'a>>> {
+        Ok(match (self.kind()?, draft) {
+            (None, _) => None,
+            (Some(SpecKind::Lookup), _) => Some(Box::new(Lookup::default())),
+            (Some(SpecKind::Draft), Some(d)) => {
+                let outputs = StepOutputs {
+                    logits: self.draft_p_min > 0.0,
+                    argmax: true,
+                    ..Default::default()
+                };
+                let mut gen = Generator::new(gpu, &d.model, d.ctx, outputs)?;
+                gen.chunk = chunk;
+                Some(Box::new(DraftModel {
+                    gen,
+                    p_min: self.draft_p_min,
+                }))
+            }
+            (Some(SpecKind::Draft), None) => anyhow::bail!("--spec draft: the draft model is not loaded"),
+        })
+    }
+}

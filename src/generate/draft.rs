@@ -1,0 +1,163 @@
+//! Draft sources for speculative decoding: prompt lookup (the tokens that followed the latest earlier occurrence of
+//! the last n-gram, in the prompt or the output so far) and a draft model that shares the target's vocabulary.
+//! A draft only proposes; the target's verification decides, so a bad draft costs time, never correctness.
+
+use super::Generator;
+use crate::error::{Error, Result};
+use crate::tokenizer::Tokenizer;
+
+/// A source of draft tokens.
+pub trait Drafter {
+    /// Up to `max` tokens likely to follow `history` (the prompt and every token chosen so far) into `out`
+    /// (cleared first); none when it has no guess.
+    fn propose(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()>;
+    /// The source's name in reports.
+    fn name(&self) -> &'static str;
+}
+
+/// Prompt lookup decoding: for n from `ngram_max` down to `ngram_min`, the latest earlier occurrence of the last n
+/// tokens, and the tokens that followed it (as llama.cpp's `lookup` and Saxena's prompt lookup decoding do).
+#[derive(Clone, Debug)]
+pub struct Lookup {
+    pub ngram_min: usize,
+    pub ngram_max: usize,
+}
+
+impl Default for Lookup {
+    fn default() -> Self {
+        Lookup {
+            ngram_min: 2,
+            ngram_max: 4,
+        }
+    }
+}
+
+impl Drafter for Lookup {
+    fn propose(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()> {
+        out.clear();
+        let len = history.len();
+        for n in (self.ngram_min.max(1)..=self.ngram_max).rev() {
+            if n >= len {
+                continue;
+            }
+            let tail = &history[len - n..];
+            // Latest start j < len - n whose n tokens equal the tail: the tokens from j + n on follow it.
+            if let Some(j) = (0..len - n).rev().find(|&j| &history[j..j + n] == tail) {
+                let from = j + n;
+                out.extend_from_slice(&history[from..(from + max).min(len)]);
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+    fn name(&self) -> &'static str {
+        "lookup"
+    }
+}
+
+/// A smaller model with the target's vocabulary drafting greedily, with its own KV cache kept in step with the
+/// tokens chosen so far; it stops a draft early where its top token's probability falls below `p_min` (when its
+/// steps read logits).
+pub struct DraftModel<'a> {
+    pub gen: Generator<'a>,
+    pub p_min: f32,
+}
+
+impl<'a> DraftModel<'a> {
+    /// The draft's greedy token after its last step, and its probability (1 when the step reads no logits).
+    fn best(&self) -> (u32, f32) {
+        let r = &self.gen.result;
+        if r.logits.is_empty() {
+            return (r.argmax.unwrap_or(0), 1.0);
+        }
+        let id = crate::sampling::argmax(&r.logits);
+        let top = r.logits[id as usize];
+        let sum: f64 = r.logits.iter().map(|&l| ((l - top) as f64).exp()).sum();
+        (id, (1.0 / sum) as f32)
+    }
+}
+
+impl Drafter for DraftModel<'_> {
+    fn propose(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()> {
+        out.clear();
+        if history.is_empty() || max == 0 {
+            return Ok(());
+        }
+        // Keep the cached prefix the history still agrees with (at least the last token is fed again, so the
+        // outputs are those after the whole history).
+        let same = self.gen.tokens.iter().zip(history).take_while(|(a, b)| a == b).count();
+        let keep = same.min(history.len() - 1);
+        if history.len() > self.gen.max_ctx() {
+            return Ok(());
+        }
+        self.gen.truncate(keep);
+        self.gen.feed(&history[keep..])?;
+        for i in 0..max {
+            let (id, p) = self.best();
+            if p < self.p_min {
+                break;
+            }
+            out.push(id);
+            if i + 1 == max || self.gen.tokens.len() >= self.gen.max_ctx() {
+                break;
+            }
+            self.gen.feed(&[id])?;
+        }
+        Ok(())
+    }
+    fn name(&self) -> &'static str {
+        "draft model"
+    }
+}
+
+/// An error unless the draft's vocabulary is the target's: the same size, the same text for every token, the same
+/// stop tokens. `target_file` and `draft_file` name the models in the message.
+pub fn check_same_vocab(target: (&Tokenizer, usize, &str), draft: (&Tokenizer, usize, &str)) -> Result<()> {
+    let ((t, t_vocab, t_file), (d, d_vocab, d_file)) = (target, draft);
+    let bad = |why: String| {
+        Err(Error::Invalid(format!(
+            "draft model {d_file} cannot draft for {t_file}: {why}"
+        )))
+    };
+    if t_vocab != d_vocab {
+        return bad(format!("its vocabulary has {d_vocab} tokens, the target's {t_vocab}"));
+    }
+    for id in 0..t_vocab as u32 {
+        let (a, b) = (t.token_text(id), d.token_text(id));
+        if a != b {
+            return bad(format!("token {id} is {b:?} in the draft and {a:?} in the target"));
+        }
+        if t.is_stop(id) != d.is_stop(id) {
+            return bad(format!(
+                "token {id} ({a:?}) ends a turn in one model and not in the other"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lookup(history: &[u32], max: usize) -> Vec<u32> {
+        let mut out = vec![99];
+        Lookup::default().propose(history, max, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn lookup_proposes_what_followed_the_latest_match_of_the_longest_ngram() {
+        // The tail [2, 3] occurred at 1 (followed by 4, 5) and at 6 (followed by 9); the latest wins.
+        assert_eq!(lookup(&[1, 2, 3, 4, 5, 1, 2, 3, 9, 7, 2, 3], 3), [9, 7, 2]);
+        // The 3-gram [1, 2, 3] beats the later 2-gram match.
+        assert_eq!(lookup(&[1, 2, 3, 4, 5, 8, 2, 3, 6, 1, 2, 3], 2), [4, 5]);
+        // The proposal stops at the end of the history.
+        assert_eq!(lookup(&[5, 6, 7, 5, 6], 4), [7, 5, 6]);
+        // No match: nothing, and the old contents are cleared.
+        assert_eq!(lookup(&[1, 2, 3, 4], 4), Vec::<u32>::new());
+        assert_eq!(lookup(&[], 4), Vec::<u32>::new());
+        // A repeated token continues itself.
+        assert_eq!(lookup(&[7, 7, 7, 7], 3), [7]);
+    }
+}

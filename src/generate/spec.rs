@@ -1,0 +1,220 @@
+//! Speculative decoding, lossless: a draft source proposes the next tokens, the target checks all of them in one
+//! verification step (outputs for every row), and the generation keeps the drafts up to the first one the target
+//! would not have chosen, plus the target's own choice there. The target's choice at each row is made exactly as
+//! plain decoding makes it (the kernels are batch invariant, the sampler's draw is keyed by position), so the output
+//! is token for token the plain run's, greedy or seeded (sample-and-match). Rejected drafts leave the cache by
+//! truncation: their positions are overwritten by the next step.
+//! Sources: Leviathan, Kalman, Matias, "Fast Inference from Transformers via Speculative Decoding" (2023); Saxena,
+//! "Prompt Lookup Decoding" (2023).
+
+use super::draft::Drafter;
+use super::emit::Emitter;
+use super::{choose, GenOptions, GenOutput, Generator};
+use crate::error::Result;
+use crate::ops::attention_decode::MAX_TOKENS;
+use crate::sampling::Sampler;
+use crate::tokenizer::Tokenizer;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// Most draft tokens per verification step (the step holds them and the token before them).
+pub const MAX_DRAFT: usize = MAX_TOKENS - 1;
+
+/// How speculation runs.
+#[derive(Clone, Debug)]
+pub struct SpecOptions {
+    /// Draft tokens per step, 1..=[`MAX_DRAFT`].
+    pub max_draft: usize,
+    /// Speculation turns itself off when, over the last `window` verification steps, fewer than this many drafts
+    /// were accepted per step (0 keeps it on).
+    pub min_accepted: f32,
+    pub window: usize,
+}
+
+impl Default for SpecOptions {
+    fn default() -> Self {
+        SpecOptions {
+            max_draft: MAX_DRAFT,
+            min_accepted: 0.5,
+            window: 16,
+        }
+    }
+}
+
+/// What speculation did in one generation.
+#[derive(Clone, Debug, Default)]
+pub struct SpecStats {
+    /// Verification steps, and one-token steps taken when there was no draft (or speculation was off).
+    pub verify_steps: usize,
+    pub plain_steps: usize,
+    pub drafted: usize,
+    pub accepted: usize,
+    /// Per draft depth d (0-based): drafts proposed at depth d, and accepted.
+    pub drafted_at: Vec<usize>,
+    pub accepted_at: Vec<usize>,
+    pub draft_time: Duration,
+    pub verify_time: Duration,
+    pub plain_time: Duration,
+    /// Why speculation turned itself off, if it did.
+    pub turned_off: Option<String>,
+}
+
+impl SpecStats {
+    /// Tokens per verification step (accepted drafts plus the target's own token).
+    pub fn mean_accepted_len(&self) -> f64 {
+        (self.accepted + self.verify_steps) as f64 / self.verify_steps.max(1) as f64
+    }
+
+    /// A few lines for `--stats`.
+    pub fn report(&self, source: &str) -> String {
+        let per_depth: Vec<String> = self
+            .drafted_at
+            .iter()
+            .zip(&self.accepted_at)
+            .map(|(&d, &a)| format!("{:.2}", a as f64 / d.max(1) as f64))
+            .collect();
+        let ms = |d: Duration, n: usize| d.as_secs_f64() * 1e3 / n.max(1) as f64;
+        let mut s = format!(
+            "speculation ({source}): {} verification steps, {} tokens per step, {}/{} drafts accepted; \
+             acceptance by depth [{}]\n  draft {:.2} ms/step, verify {:.2} ms/step, plain {:.2} ms/step ({} plain steps)",
+            self.verify_steps,
+            format_args!("{:.2}", self.mean_accepted_len()),
+            self.accepted,
+            self.drafted,
+            per_depth.join(", "),
+            ms(self.draft_time, self.verify_steps),
+            ms(self.verify_time, self.verify_steps),
+            ms(self.plain_time, self.plain_steps),
+            self.plain_steps,
+        );
+        if let Some(why) = &self.turned_off {
+            s.push_str(&format!("\n  turned off: {why}"));
+        }
+        s
+    }
+
+    fn record(&mut self, drafted: usize, accepted: usize) {
+        self.verify_steps += 1;
+        self.drafted += drafted;
+        self.accepted += accepted;
+        if self.drafted_at.len() < drafted {
+            self.drafted_at.resize(drafted, 0);
+            self.accepted_at.resize(drafted, 0);
+        }
+        for d in 0..drafted {
+            self.drafted_at[d] += 1;
+            self.accepted_at[d] += usize::from(d < accepted);
+        }
+    }
+}
+
+/// A draft source and how to use it.
+pub struct Speculator<'d> {
+    pub drafter: &'d mut dyn Drafter,
+    pub opts: SpecOptions,
+}
+
+/// [`super::generate`] with speculation: the same output, token for token, and what speculation did.
+pub fn generate_spec(
+    gen: &mut Generator<'_>,
+    tok: &Tokenizer,
+    sampler: &mut Sampler,
+    prompt: &[u32],
+    opts: &GenOptions,
+    speculator: &mut Speculator<'_>,
+    on_text: impl FnMut(&str) -> bool,
+) -> Result<(GenOutput, SpecStats)> {
+    let (drafter, spec) = (&mut *speculator.drafter, &speculator.opts);
+    let mut emit = Emitter::new(tok, opts, prompt, on_text);
+    let mut stats = SpecStats::default();
+    let t0 = Instant::now();
+    gen.feed(prompt)?;
+    emit.out.prefill_time = t0.elapsed();
+    let t1 = Instant::now();
+    let mut history: Vec<u32> = gen.tokens.clone();
+    let mut drafts = Vec::with_capacity(MAX_DRAFT);
+    let mut step_ids = Vec::with_capacity(MAX_TOKENS);
+    let mut recent: VecDeque<usize> = VecDeque::with_capacity(spec.window);
+    let mut on = spec.max_draft > 0;
+    if !emit.done() {
+        let mut next = choose(gen, sampler, 0, &history, &mut emit.out)?;
+        loop {
+            history.push(next);
+            if !emit.push(next)? {
+                break;
+            }
+            let base = gen.tokens.len();
+            if base >= gen.max_ctx() {
+                emit.context_full();
+                break;
+            }
+            // Drafts after `next`: within the step, the context, and the tokens still allowed (the target's own
+            // token after them takes one more).
+            let room = (gen.max_ctx() - base).min(MAX_TOKENS) - 1;
+            let k = spec
+                .max_draft
+                .min(MAX_DRAFT)
+                .min(room)
+                .min(emit.budget().saturating_sub(1));
+            drafts.clear();
+            if on && k > 0 {
+                let t = Instant::now();
+                drafter.propose(&history, k, &mut drafts)?;
+                drafts.truncate(k);
+                stats.draft_time += t.elapsed();
+            }
+            if drafts.is_empty() {
+                let t = Instant::now();
+                gen.feed(&[next])?;
+                stats.plain_steps += 1;
+                next = choose(gen, sampler, 0, &history, &mut emit.out)?;
+                stats.plain_time += t.elapsed();
+                continue;
+            }
+            let t = Instant::now();
+            step_ids.clear();
+            step_ids.push(next);
+            step_ids.extend_from_slice(&drafts);
+            gen.verify(&step_ids)?;
+            // Row i holds the target's outputs after `next` and drafts[..i]: keep drafts while they are its choice.
+            let mut accepted = 0;
+            let mut stopped = false;
+            loop {
+                let choice = choose(gen, sampler, accepted, &history, &mut emit.out)?;
+                if drafts.get(accepted) != Some(&choice) {
+                    next = choice;
+                    break;
+                }
+                history.push(choice);
+                accepted += 1;
+                if !emit.push(choice)? {
+                    stopped = true;
+                    break;
+                }
+            }
+            stats.verify_time += t.elapsed();
+            stats.record(drafts.len(), accepted);
+            // The cache keeps what plain decoding would hold: every chosen token but the last one emitted.
+            gen.truncate(base + 1 + accepted - usize::from(stopped));
+            if stopped {
+                break;
+            }
+            if recent.len() == spec.window {
+                recent.pop_front();
+            }
+            recent.push_back(accepted);
+            if recent.len() == spec.window && spec.min_accepted > 0.0 {
+                let mean = recent.iter().sum::<usize>() as f32 / spec.window as f32;
+                if mean < spec.min_accepted {
+                    on = false;
+                    stats.turned_off = Some(format!(
+                        "{mean:.2} drafts accepted per step over the last {} steps (below {})",
+                        spec.window, spec.min_accepted
+                    ));
+                }
+            }
+        }
+    }
+    emit.out.decode_time = t1.elapsed();
+    Ok((emit.finish()?, stats))
+}

@@ -1,0 +1,319 @@
+//! Speculative decoding is lossless. (1) A verification step computes, row for row and bit for bit, what one-token
+//! decode steps compute, for every architecture, weight format and attention kind, also after rejected drafts were
+//! rolled back. (2) Generation with drafts (prompt lookup, a draft model) gives plain decoding's tokens, greedy and
+//! seeded, on the SmolLM2 golden prompts, and leaves the cache as plain decoding does, so a follow-up turn continues
+//! identically. (3) A draft with another vocabulary is refused by name.
+
+mod common;
+
+use common::blockffn::write_blockffn;
+use common::gpu::gpu;
+use common::minicpm::write_minicpm;
+use common::tiny::{phi3, write_gguf, write_gguf_chat, write_hf, Tiny};
+use shaderlm::generate::draft::{check_same_vocab, DraftModel, Drafter, Lookup};
+use shaderlm::generate::spec::{generate_spec, SpecOptions, SpecStats, Speculator};
+use shaderlm::generate::{generate, GenOptions, GenOutput, Generator};
+use shaderlm::gpu::Gpu;
+use shaderlm::loader::gguf::GgufFile;
+use shaderlm::loader::safetensors::SafetensorsModel;
+use shaderlm::model::load::LoadedModel;
+use shaderlm::model::{Llama, LlamaConfig, LoadOptions, Names, StepOutputs};
+use shaderlm::quant::GgmlType;
+use shaderlm::sampling::{Sampler, SamplingParams};
+use std::path::Path;
+
+const LOGITS_AND_ARGMAX: StepOutputs = StepOutputs {
+    logits: true,
+    argmax: true,
+    topk: 0,
+    router: false,
+};
+
+fn open(gpu: &Gpu, path: &Path, ctx: usize) -> LoadedModel {
+    LoadedModel::open(gpu, path, &LoadOptions::with_ctx(ctx), |_, _| {})
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The weights of a tiny checkpoint (a GGUF file or a Hugging Face directory), without a tokenizer.
+fn weights(path: &Path) -> Llama {
+    if path.is_dir() {
+        let cfg = LlamaConfig::from_hf(&path.join("config.json")).unwrap();
+        let st = SafetensorsModel::open(path).unwrap();
+        Llama::load(gpu(), &st, cfg, Names::Hf, |_, _| {}).unwrap()
+    } else {
+        let f = GgufFile::open(path).unwrap();
+        let cfg = LlamaConfig::from_gguf(&f).unwrap();
+        Llama::load(gpu(), &f, cfg, Names::Gguf, |_, _| {}).unwrap()
+    }
+}
+
+fn tokens(n: usize, vocab: usize, seed: u32) -> Vec<u32> {
+    (0..n as u32)
+        .map(|i| (i * 37 + 11 + seed * 13) % vocab as u32)
+        .collect()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Feeds `prompt` then `cont` one token at a time (plain decoding), and again with verification steps of the
+/// sizes in `verify` (each keeping `keep` of its rows, the rest rolled back as rejected drafts); every verified
+/// row's logits and argmax must equal the one-token step's bit for bit.
+fn verify_rows_equal_decode_steps(label: &str, model: &Llama, prompt: &[u32], cont: &[u32]) {
+    let gpu = gpu();
+    let ctx = 128;
+    let mut plain = Generator::new(gpu, model, ctx, LOGITS_AND_ARGMAX).unwrap();
+    plain.feed(prompt).unwrap();
+    let mut want = Vec::new(); // the outputs after prompt + cont[..=i]
+    for &t in cont {
+        plain.feed(&[t]).unwrap();
+        want.push((bits(&plain.result.logits), plain.result.argmax.unwrap()));
+    }
+    let mut spec = Generator::new(gpu, model, ctx, LOGITS_AND_ARGMAX).unwrap();
+    spec.feed(prompt).unwrap();
+    let vocab = model.cfg.vocab;
+    // (rows verified, rows kept): 5 rows with 3 rejected, 8 rows (the most) with all kept, 2 rows with one kept...
+    let schedule = [(5, 2), (8, 8), (2, 1), (6, 4), (3, 3)];
+    let mut done = 0;
+    for (rows, keep) in schedule {
+        let rows = rows.min(cont.len() - done);
+        if rows == 0 {
+            break;
+        }
+        spec.verify(&cont[done..done + rows]).unwrap();
+        for r in 0..rows {
+            let got = bits(&spec.result.logits[r * vocab..(r + 1) * vocab]);
+            let (logits, argmax) = &want[done + r];
+            assert!(
+                got == *logits,
+                "{label}: verified row {r} of {rows} (position {}) differs from the one-token step",
+                prompt.len() + done + r
+            );
+            assert_eq!(spec.result.row_argmax[r], *argmax, "{label}: argmax of row {r}");
+        }
+        let keep = keep.min(rows);
+        spec.truncate(prompt.len() + done + keep);
+        done += keep;
+    }
+    assert!(done >= 12, "{label}: the schedule verified only {done} tokens");
+}
+
+#[test]
+fn verify_rows_equal_decode_steps_llama_gguf_formats() {
+    for ty in [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q5_0,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.gguf");
+        write_gguf(&path, &Tiny::llama(), 31, ty);
+        let model = weights(&path);
+        verify_rows_equal_decode_steps(&format!("llama {ty}"), &model, &tokens(9, 101, 1), &tokens(30, 101, 2));
+    }
+    // k-quants need rows of 256: a wider model.
+    for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.gguf");
+        let t = Tiny {
+            hidden: 256,
+            ffn: 256,
+            heads: 4,
+            head_dim: 64,
+            ..Tiny::llama()
+        };
+        write_gguf(&path, &t, 32, ty);
+        let model = weights(&path);
+        verify_rows_equal_decode_steps(&format!("llama {ty}"), &model, &tokens(9, 101, 3), &tokens(30, 101, 4));
+    }
+}
+
+#[test]
+fn verify_rows_equal_decode_steps_hf_architectures() {
+    let mut cases: Vec<(&str, Tiny)> = Vec::new();
+    for arch in ["qwen2", "qwen3"] {
+        let mut t = Tiny::llama();
+        t.arch = arch;
+        t.kv_heads = 1;
+        cases.push((arch, t));
+    }
+    // Gemma 3: windows of 5 keys on 5 of 6 layers, crossed inside every verification step.
+    cases.push(("gemma3", Tiny::gemma3()));
+    cases.push(("phi3", phi3()));
+    for (label, t) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        write_hf(dir.path(), &t, 33, false);
+        let model = weights(dir.path());
+        verify_rows_equal_decode_steps(label, &model, &tokens(11, 101, 5), &tokens(30, 101, 6));
+    }
+}
+
+#[test]
+fn verify_rows_equal_decode_steps_minicpm_dense_sparse_and_blockffn() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = write_minicpm(dir.path(), 34, None);
+    let model = weights(dir.path());
+    verify_rows_equal_decode_steps("minicpm", &model, &tokens(9, t.vocab, 7), &tokens(30, t.vocab, 8));
+    // InfLLM-v2 past dense_len 48: the verification steps attend sparsely and write compressed keys; rolled-back
+    // drafts must leave no trace in them.
+    let dir = tempfile::tempdir().unwrap();
+    let sparse = serde_json::json!({"kernel_size": 8, "kernel_stride": 4, "block_size": 16, "init_blocks": 1,
+        "window_size": 32, "topk": 4, "use_nope": false, "dense_len": 48});
+    let t = write_minicpm(dir.path(), 35, Some(sparse));
+    let model = weights(dir.path());
+    assert!(model.cfg.sparse.is_some());
+    verify_rows_equal_decode_steps(
+        "minicpm sparse",
+        &model,
+        &tokens(60, t.vocab, 9),
+        &tokens(30, t.vocab, 10),
+    );
+    for norm in ["sum", "rms"] {
+        let dir = tempfile::tempdir().unwrap();
+        let t = write_blockffn(dir.path(), 36, "block", norm);
+        let model = weights(dir.path());
+        let label = format!("blockffn {norm}");
+        verify_rows_equal_decode_steps(&label, &model, &tokens(9, t.vocab, 11), &tokens(30, t.vocab, 12));
+    }
+}
+
+/// One generation of `n` tokens after `prompt`, plain or with `drafter`, then a follow-up turn (`follow` fed on
+/// top of what the cache holds, `n` more tokens): both outputs, and the speculation stats.
+fn run(
+    gen: &mut Generator<'_>,
+    loaded: &LoadedModel,
+    params: &SamplingParams,
+    prompt: &[u32],
+    follow: &[u32],
+    n: usize,
+    drafter: Option<(&mut dyn Drafter, usize)>,
+) -> (GenOutput, GenOutput, SpecStats) {
+    let opts = GenOptions {
+        max_tokens: n,
+        stop_strings: Vec::new(),
+        stop_at_eos: false,
+    };
+    assert!(gen.tokens.is_empty(), "each run starts from an empty cache");
+    let tok = &loaded.tokenizer;
+    let mut sampler = Sampler::new(params.clone());
+    let (first, stats) = match drafter {
+        Some((d, k)) => {
+            let mut spec = Speculator {
+                drafter: d,
+                opts: SpecOptions {
+                    max_draft: k,
+                    min_accepted: 0.0,
+                    ..Default::default()
+                },
+            };
+            generate_spec(gen, tok, &mut sampler, prompt, &opts, &mut spec, |_| true).unwrap()
+        }
+        None => (
+            generate(gen, tok, &mut sampler, prompt, &opts, |_| true).unwrap(),
+            SpecStats::default(),
+        ),
+    };
+    // The follow-up turn: the last generated token and the new message, after what the cache keeps.
+    let mut next = vec![*first.generated.last().unwrap()];
+    next.extend_from_slice(follow);
+    let second = generate(gen, tok, &mut sampler, &next, &opts, |_| true).unwrap();
+    (first, second, stats)
+}
+
+/// SmolLM2 on two golden prompts, one session each for the target and the draft (reset between runs, so plans are
+/// built once): prompt lookup and SmolLM2 drafting for itself (which must then be accepted whole) with 1, 3 and 7
+/// drafts per step, greedy and seeded sampling: the same tokens as plain decoding, and the same continuation in a
+/// follow-up turn (the cache holds what plain decoding leaves).
+#[test]
+fn speculative_generation_equals_plain_on_smollm2() {
+    let (gpu, loaded) = common::golden::load("SmolLM2-135M-Instruct.Q4_1.gguf", "");
+    let outputs = StepOutputs {
+        logits: true,
+        argmax: true,
+        ..Default::default()
+    };
+    let follow = loaded.tokenizer.encode("\nNow say it again, shorter.", false).unwrap();
+    let seeded = SamplingParams {
+        temperature: 0.8,
+        seed: 7,
+        ..Default::default()
+    };
+    let mut target = Generator::new(&gpu, &loaded.model, loaded.ctx, outputs).unwrap();
+    let argmax_only = StepOutputs {
+        argmax: true,
+        ..Default::default()
+    };
+    let mut draft = DraftModel {
+        gen: Generator::new(&gpu, &loaded.model, loaded.ctx, argmax_only).unwrap(),
+        p_min: 0.0,
+    };
+    let mut lookup = Lookup::default();
+    // (prompt, sampling, drafts per step)
+    let runs = [
+        ("chat_capital", SamplingParams::greedy(), vec![1, 3, 7]),
+        ("code_python", SamplingParams::greedy(), vec![3]),
+        ("chat_capital", seeded, vec![3]),
+    ];
+    for (name, params, ks) in runs {
+        let fx = common::golden::fixture("smollm2", name);
+        let prompt = &fx.prompt_tokens;
+        let label = format!("{name} at temperature {}", params.temperature);
+        target.truncate(0);
+        let (p1, p2, _) = run(&mut target, &loaded, &params, prompt, &follow, 16, None);
+        for k in ks {
+            let sources: [(&str, &mut dyn Drafter); 2] = [("lookup", &mut lookup), ("self-draft", &mut draft)];
+            for (source, drafter) in sources {
+                target.truncate(0);
+                let (s1, s2, st) = run(&mut target, &loaded, &params, prompt, &follow, 16, Some((drafter, k)));
+                assert_eq!(s1.generated, p1.generated, "{label}, {source} k={k}: first turn");
+                assert_eq!(s2.generated, p2.generated, "{label}, {source} k={k}: follow-up turn");
+                println!(
+                    "{label}, {source} k={k}: {} verification steps, {}/{} drafts accepted",
+                    st.verify_steps, st.accepted, st.drafted
+                );
+                if source == "self-draft" {
+                    assert!(st.drafted > 0, "{label}: the draft proposed nothing");
+                    if params.temperature == 0.0 {
+                        assert_eq!(
+                            st.accepted, st.drafted,
+                            "{label}: a greedy self-draft must be accepted whole"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_draft_with_another_vocabulary_is_refused() {
+    let gpu = gpu();
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.gguf");
+    write_gguf_chat(&a, 1, GgmlType::F32);
+    let a = open(gpu, &a, 64);
+    let (_, smol) = common::golden::load("SmolLM2-135M-Instruct.Q4_1.gguf", "");
+    let e = check_same_vocab(
+        (&smol.tokenizer, smol.model.cfg.vocab, "target.gguf"),
+        (&a.tokenizer, a.model.cfg.vocab, "draft.gguf"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("draft.gguf") && e.contains("target.gguf") && e.contains("vocabulary"),
+        "{e}"
+    );
+    // Another model with the same vocabulary (other weights) may draft.
+    let b = dir.path().join("b.gguf");
+    write_gguf_chat(&b, 2, GgmlType::Q8_0);
+    let b = open(gpu, &b, 64);
+    check_same_vocab(
+        (&a.tokenizer, a.model.cfg.vocab, "a"),
+        (&b.tokenizer, b.model.cfg.vocab, "b"),
+    )
+    .unwrap();
+}
