@@ -1,7 +1,9 @@
 //! `shaderlm bench`: prompt processing (ppN) and generation (tgN) throughput like llama-bench, mean ± stdev over
 //! repetitions, as Markdown, JSON or CSV, naming the adapter, backend and model; `--profile` adds a per-op table.
 
+use super::bench_spec::SpecPrompts;
 use super::common::ModelArgs;
+use super::spec::SpecArgs;
 use super::DeviceArgs;
 use clap::{Args, ValueEnum};
 use shaderlm::generate::Generator;
@@ -45,6 +47,13 @@ pub struct BenchArgs {
     /// Weight type of the synthetic model's matrices (F16, Q4_0, Q4_1, Q8_0, ...).
     #[arg(long, value_name = "TYPE", default_value = "Q4_0", requires = "synthetic")]
     pub synthetic_type: String,
+    /// With --spec: plain against speculative greedy decoding of built-in prompts (up to the first -n tokens each)
+    /// in one run, instead of pp/tg.
+    #[command(flatten)]
+    pub spec: SpecArgs,
+    /// The prompts of --spec [default: grounded for lookup, code for a draft model].
+    #[arg(long, value_enum)]
+    pub spec_prompts: Option<SpecPrompts>,
 }
 
 /// A synthetic model file in the temporary directory, removed when dropped.
@@ -92,7 +101,9 @@ pub fn run(args: &BenchArgs, device: &DeviceArgs) -> anyhow::Result<()> {
     if let Some(file) = &synthetic {
         model_args.model = Some(file.0.clone());
     }
+    args.spec.kind()?;
     let (gpu, loaded) = model_args.load(device)?;
+    let draft = args.spec.load_draft(&gpu, &model_args, &loaded)?;
     let outputs = StepOutputs {
         argmax: true,
         ..Default::default()
@@ -104,6 +115,11 @@ pub fn run(args: &BenchArgs, device: &DeviceArgs) -> anyhow::Result<()> {
     if args.check {
         let p = args.prompt.iter().copied().find(|&p| p > 0).unwrap_or(1);
         return super::common::check_steps(&mut gen, &ids(p));
+    }
+    if args.spec.kind()?.is_some() {
+        let n = args.gen.iter().copied().find(|&n| n > 0).unwrap_or(128);
+        let (reps, set) = (args.repetitions, args.spec_prompts);
+        return super::bench_spec::run(&mut gen, &loaded, &args.spec, draft.as_ref(), set, n, reps);
     }
     let mut rows = Vec::new();
     for &p in args.prompt.iter().filter(|&&p| p > 0) {

@@ -175,6 +175,11 @@ impl<'a> Generator<'a> {
         Ok(())
     }
 
+    /// The device the session runs on.
+    pub fn gpu(&self) -> &'a Gpu {
+        self.gpu
+    }
+
     /// The model's vocabulary size.
     pub fn vocab(&self) -> usize {
         self.model.cfg.vocab

@@ -57,6 +57,8 @@ const WG_TILED: usize = 8;
 pub const TILED_GEMV_MAX_M: usize = 3;
 /// Rows of x per invocation of the tiled GEMM, and per workgroup of the rows-layout GEMM.
 const TM_TILED: usize = 8;
+/// Rows of x per invocation of the tiled GEMM for at most this many rows (a speculative verification step of 4).
+const TM_TILED_SMALL: usize = 4;
 const TM_ROWS: usize = 4;
 /// Rows of W per workgroup of the rows-layout kernel (`NR` in the shader).
 const ROWS_PER_GROUP: usize = 4;
@@ -137,6 +139,7 @@ impl MatmulQ {
     /// Rows of x per invocation (tiled) or workgroup (rows).
     fn tm(&self) -> usize {
         match (self.path(), self.layout) {
+            (QPath::Gemm, Layout::Tiled) if self.m <= TM_TILED_SMALL => TM_TILED_SMALL,
             (QPath::Gemm, Layout::Tiled) => TM_TILED,
             (QPath::Gemm, Layout::Rows) => TM_ROWS,
             _ => 1,
@@ -167,7 +170,7 @@ impl MatmulQ {
                 self.bias,
                 self.x_uniform(caps),
                 subgroups8(caps),
-                gemm.then_some(TM_TILED),
+                gemm.then_some(self.tm()),
             ),
             Layout::Rows => rows_key(self.format, self.bias, caps.subgroups, self.tm(), self.f16(caps)),
         }
@@ -384,7 +387,9 @@ pub fn variants() -> Vec<ShaderKey> {
         for bias in [false, true] {
             for sg in [false, true] {
                 v.push(tiled_key(format, bias, false, sg, None));
-                v.push(tiled_key(format, bias, false, sg, Some(TM_TILED)));
+                for tm in [TM_TILED_SMALL, TM_TILED] {
+                    v.push(tiled_key(format, bias, false, sg, Some(tm)));
+                }
                 v.push(tiled_key(format, bias, true, sg, None));
                 for tm in [1, TM_ROWS] {
                     for f16 in [false, format.f16_kernels()] {

@@ -1,0 +1,194 @@
+//! `shaderlm bench --spec`: plain and speculative greedy decoding of the same prompts in one run, interleaved per
+//! repetition: tok/s of each and the speedup, tokens per verification step, acceptance by draft depth, and draft /
+//! verify time. The two outputs must be identical; a difference is an error (speculation is lossless).
+
+use super::spec::{SpecArgs, SpecKind};
+use clap::ValueEnum;
+use shaderlm::generate::spec::{generate_spec, SpecStats, Speculator};
+use shaderlm::generate::{generate, GenOptions, Generator};
+use shaderlm::model::load::LoadedModel;
+use shaderlm::sampling::{Sampler, SamplingParams};
+use shaderlm::tokenizer::chat::Message;
+use std::time::Duration;
+
+/// Built-in prompt sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SpecPrompts {
+    /// Answers grounded in a text the prompt gives (repeat, edit, quote): prompt lookup's case.
+    Grounded,
+    /// Writing code from a description: a draft model's case.
+    Code,
+}
+
+const PARAGRAPH: &str = "Speculative decoding speeds up inference by letting a cheap drafter propose several tokens \
+that the large model then verifies in a single forward pass. Because the verification keeps only the tokens the \
+large model would have produced anyway, the output is identical to ordinary decoding. Prompt lookup is the simplest \
+drafter: it copies spans of the prompt whenever the recent output matches them.";
+
+const CODE: &str = "def mean(values):\n    total = 0\n    for v in values:\n        total += v\n    return total / \
+len(values)\n\n\ndef variance(values):\n    m = mean(values)\n    total = 0\n    for v in values:\n        total += \
+(v - m) ** 2\n    return total / len(values)\n";
+
+fn prompts(set: SpecPrompts) -> Vec<(&'static str, String)> {
+    match set {
+        SpecPrompts::Grounded => vec![
+            (
+                "repeat",
+                format!("Repeat the following paragraph exactly, word for word:\n\n{PARAGRAPH}"),
+            ),
+            (
+                "edit",
+                format!(
+                    "Rewrite this paragraph with \"speculative decoding\" replaced by \"drafting\":\n\n{PARAGRAPH}"
+                ),
+            ),
+            (
+                "code_edit",
+                format!("Rename the variable `total` to `acc` in this code and print the whole code:\n\n{CODE}"),
+            ),
+        ],
+        SpecPrompts::Code => vec![
+            (
+                "fizzbuzz",
+                "Write a Python function fizzbuzz(n) that returns the FizzBuzz list up to n.".into(),
+            ),
+            (
+                "sort",
+                "Write a Python function that sorts a list of dictionaries by the key 'age'.".into(),
+            ),
+            (
+                "primes",
+                "Write a Python function that returns all prime numbers below n with a sieve.".into(),
+            ),
+        ],
+    }
+}
+
+/// The measurements of one prompt: plain and speculative decode times and tokens, and what speculation did.
+struct Measured {
+    name: &'static str,
+    tokens: usize,
+    plain: Duration,
+    spec: Duration,
+    stats: SpecStats,
+}
+
+/// Plain and speculative generation of up to `n` tokens per prompt, `reps` times each (after one warm-up of
+/// each), on one session; prints the table.
+pub fn run(
+    gen: &mut Generator<'_>,
+    loaded: &LoadedModel,
+    spec_args: &SpecArgs,
+    draft: Option<&LoadedModel>,
+    set: Option<SpecPrompts>,
+    n: usize,
+    reps: usize,
+) -> anyhow::Result<()> {
+    let kind = spec_args.kind()?.unwrap_or(SpecKind::Lookup);
+    let set = set.unwrap_or(match kind {
+        SpecKind::Lookup => SpecPrompts::Grounded,
+        SpecKind::Draft => SpecPrompts::Code,
+    });
+    let gpu = gen.gpu();
+    let mut drafter = match spec_args.drafter(gpu, draft, gen.chunk)? {
+        Some(d) => d,
+        None => Box::new(shaderlm::generate::draft::Lookup::default()),
+    };
+    let name = drafter.name();
+    let mut speculator = Speculator {
+        drafter: &mut *drafter,
+        opts: spec_args.options(),
+    };
+    let tok = &loaded.tokenizer;
+    let opts = GenOptions {
+        max_tokens: n,
+        stop_strings: Vec::new(),
+        stop_at_eos: true,
+    };
+    let mut rows = Vec::new();
+    for (pname, text) in prompts(set) {
+        let ids = tok.encode_chat(&[Message::new("user", &text)], true)?;
+        let mut m = Measured {
+            name: pname,
+            tokens: 0,
+            plain: Duration::ZERO,
+            spec: Duration::ZERO,
+            stats: SpecStats::default(),
+        };
+        for rep in 0..=reps {
+            let mut sampler = Sampler::new(SamplingParams::greedy());
+            gen.truncate(0);
+            let plain = generate(gen, tok, &mut sampler, &ids, &opts, |_| true)?;
+            gen.truncate(0);
+            let (spec, stats) = generate_spec(gen, tok, &mut sampler, &ids, &opts, &mut speculator, |_| true)?;
+            anyhow::ensure!(
+                spec.generated == plain.generated,
+                "bench --spec: speculative output differs from plain decoding on prompt {pname:?} (a bug; please report it)"
+            );
+            if rep > 0 {
+                m.tokens += plain.generated.len();
+                m.plain += plain.decode_time;
+                m.spec += spec.decode_time;
+                merge(&mut m.stats, &stats);
+            }
+        }
+        rows.push(m);
+    }
+    print_table(&rows, name, kind, reps);
+    Ok(())
+}
+
+fn merge(a: &mut SpecStats, b: &SpecStats) {
+    a.verify_steps += b.verify_steps;
+    a.plain_steps += b.plain_steps;
+    a.drafted += b.drafted;
+    a.accepted += b.accepted;
+    if a.drafted_at.len() < b.drafted_at.len() {
+        a.drafted_at.resize(b.drafted_at.len(), 0);
+        a.accepted_at.resize(b.drafted_at.len(), 0);
+    }
+    for (i, (&d, &c)) in b.drafted_at.iter().zip(&b.accepted_at).enumerate() {
+        a.drafted_at[i] += d;
+        a.accepted_at[i] += c;
+    }
+    a.draft_time += b.draft_time;
+    a.verify_time += b.verify_time;
+    a.plain_time += b.plain_time;
+    if a.turned_off.is_none() {
+        a.turned_off.clone_from(&b.turned_off);
+    }
+}
+
+fn print_table(rows: &[Measured], source: &str, kind: SpecKind, reps: usize) {
+    println!();
+    println!("speculative decoding ({source}, {kind:?}), greedy, {reps} repetitions, same run:");
+    println!("| prompt | tokens | plain t/s | spec t/s | speedup | tokens/step | drafts accepted |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    let tps = |n: usize, d: Duration| n as f64 / d.as_secs_f64().max(1e-9);
+    let mut total = Measured {
+        name: "all",
+        tokens: 0,
+        plain: Duration::ZERO,
+        spec: Duration::ZERO,
+        stats: SpecStats::default(),
+    };
+    for m in rows {
+        total.tokens += m.tokens;
+        total.plain += m.plain;
+        total.spec += m.spec;
+        merge(&mut total.stats, &m.stats);
+    }
+    for m in rows.iter().chain([&total]) {
+        let (p, s) = (tps(m.tokens, m.plain), tps(m.tokens, m.spec));
+        println!(
+            "| {} | {} | {p:.2} | {s:.2} | {:.2}x | {:.2} | {}/{} |",
+            m.name,
+            m.tokens,
+            s / p.max(1e-9),
+            m.stats.mean_accepted_len(),
+            m.stats.accepted,
+            m.stats.drafted
+        );
+    }
+    println!("{}", total.stats.report(source));
+}
