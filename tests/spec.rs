@@ -17,7 +17,7 @@ use shaderlm::gpu::Gpu;
 use shaderlm::loader::gguf::GgufFile;
 use shaderlm::loader::safetensors::SafetensorsModel;
 use shaderlm::model::load::LoadedModel;
-use shaderlm::model::{Llama, LlamaConfig, LoadOptions, Names, StepOutputs};
+use shaderlm::model::{frspec, Llama, LlamaConfig, LoadOptions, Names, StepOutputs};
 use shaderlm::quant::GgmlType;
 use shaderlm::sampling::{Sampler, SamplingParams};
 use std::path::Path;
@@ -316,4 +316,93 @@ fn a_draft_with_another_vocabulary_is_refused() {
         (&b.tokenizer, b.model.cfg.vocab, "b"),
     )
     .unwrap();
+}
+
+/// FR-Spec: SmolLM2 drafting for itself with its head restricted to 2048 and 8192 tokens: the restricted logits
+/// are the full head's at those ids bit for bit, a draft token is always in the subset, and the output is plain
+/// greedy decoding's.
+#[test]
+fn frspec_restricted_draft_head_is_lossless() {
+    let (gpu, loaded) = common::golden::load("SmolLM2-135M-Instruct.Q4_1.gguf", "");
+    let fx = common::golden::fixture("smollm2", "chat_capital");
+    let prompt = &fx.prompt_tokens;
+    let mut target = Generator::new(&gpu, &loaded.model, loaded.ctx, LOGITS_AND_ARGMAX).unwrap();
+    let follow = loaded.tokenizer.encode("\nAnd of Spain?", false).unwrap();
+    let (p1, p2, _) = run(
+        &mut target,
+        &loaded,
+        &SamplingParams::greedy(),
+        prompt,
+        &follow,
+        16,
+        None,
+    );
+    target.truncate(0);
+    target.feed(prompt).unwrap();
+    let full = target.result.logits.clone();
+    for n in [2048, 8192] {
+        let (_, draft) = common::golden::load("SmolLM2-135M-Instruct.Q4_1.gguf", "");
+        let ids = frspec::subset_ids(None, n, draft.model.cfg.vocab, &draft.tokenizer).unwrap();
+        assert!(ids.len() >= n && ids.iter().any(|&i| draft.tokenizer.is_stop(i)));
+        let draft = frspec::restrict(&gpu, draft, ids.clone()).unwrap();
+        let mut dgen = Generator::new(&gpu, &draft.model, draft.ctx, LOGITS_AND_ARGMAX).unwrap();
+        dgen.feed(prompt).unwrap();
+        assert_eq!(dgen.result.logits.len(), ids.len());
+        for (j, &id) in ids.iter().enumerate() {
+            assert_eq!(
+                dgen.result.logits[j].to_bits(),
+                full[id as usize].to_bits(),
+                "restricted logit {j} (token {id}) differs from the full head's"
+            );
+        }
+        assert!(ids.contains(&dgen.result.argmax.unwrap()));
+        dgen.truncate(0);
+        let mut drafter = DraftModel { gen: dgen, p_min: 0.0 };
+        target.truncate(0);
+        let params = SamplingParams::greedy();
+        let (s1, s2, st) = run(
+            &mut target,
+            &loaded,
+            &params,
+            prompt,
+            &follow,
+            16,
+            Some((&mut drafter, 3)),
+        );
+        assert_eq!(s1.generated, p1.generated, "FR-Spec {n}: first turn");
+        assert_eq!(s2.generated, p2.generated, "FR-Spec {n}: follow-up turn");
+        println!("FR-Spec {n}: {}/{} drafts accepted", st.accepted, st.drafted);
+        assert!(st.accepted > 0, "FR-Spec {n}: nothing accepted");
+    }
+}
+
+#[test]
+fn frspec_rankings_and_bad_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chat.gguf");
+    write_gguf_chat(&path, 1, GgmlType::F32);
+    let tok = frspec::tokenizer_of(&path).unwrap();
+    let vocab = tok.vocab_size();
+    // "aaa" outnumbers "b": the ranking puts a's token first.
+    let ranked = frspec::rank(&tok, "aaaaaa b aaaaaa", vocab).unwrap();
+    let a = tok.encode("a", false).unwrap()[0];
+    assert_eq!(ranked.first(), Some(&a), "{ranked:?}");
+    let ids = frspec::subset_ids(Some(&ranked), 1, vocab, &tok).unwrap();
+    assert!(
+        ids.contains(&a) && ids.iter().filter(|&&i| tok.is_stop(i)).count() >= 1,
+        "{ids:?}"
+    );
+    for n in [0, vocab + 1] {
+        let e = frspec::subset_ids(None, n, vocab, &tok).unwrap_err().to_string();
+        assert!(e.contains("--frspec-vocab"), "{e}");
+    }
+    let bad = dir.path().join("freq_8192.pt");
+    std::fs::write(&bad, b"PK\x03\x04 a zip archive").unwrap();
+    let e = frspec::read_ranking(&bad).unwrap_err().to_string();
+    assert!(e.contains("freq_8192.pt") && e.contains("JSON list"), "{e}");
+    std::fs::write(&bad, "[1, 2, -3]").unwrap();
+    let e = frspec::read_ranking(&bad).unwrap_err().to_string();
+    assert!(e.contains("freq_8192.pt") && e.contains("token ids"), "{e}");
+    std::fs::write(&bad, "[5, 1, 2]").unwrap();
+    assert_eq!(frspec::read_ranking(&bad).unwrap(), [5, 1, 2]);
 }

@@ -5,6 +5,7 @@ mod bench_spec;
 mod chat;
 mod common;
 mod devices;
+mod frspec;
 mod generate;
 mod info;
 mod quantize;
@@ -71,6 +72,8 @@ pub enum Command {
     Devices,
     /// Quantize a model to a Q4_0 / Q8_0 GGUF file or a 4-bit GPTQ Hugging Face directory, reporting the error.
     Quantize(quantize::QuantizeArgs),
+    /// Rank a model's tokens by frequency over a text, for a draft head restricted with --frspec-vocab (FR-Spec).
+    Frspec(frspec::FrspecArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -81,5 +84,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Info { model } => info::run(model),
         Command::Devices => devices::run(&cli.device),
         Command::Quantize(a) => quantize::run(a, &cli.device),
+        Command::Frspec(a) => frspec::run(a),
     }
 }

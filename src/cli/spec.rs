@@ -8,6 +8,7 @@ use shaderlm::generate::draft::{check_same_vocab, DraftModel, Drafter, Lookup};
 use shaderlm::generate::spec::{SpecOptions, MAX_DRAFT};
 use shaderlm::generate::Generator;
 use shaderlm::gpu::Gpu;
+use shaderlm::model::frspec;
 use shaderlm::model::load::LoadedModel;
 use shaderlm::model::{LoadOptions, StepOutputs};
 use std::path::PathBuf;
@@ -36,6 +37,13 @@ pub struct SpecArgs {
     /// The draft model stops a draft where its top token's probability falls below P.
     #[arg(long, default_value_t = 0.0, value_name = "P")]
     pub draft_p_min: f32,
+    /// FR-Spec: the draft model's LM head scores only the N most frequent tokens (and the stop tokens).
+    #[arg(long, value_name = "N")]
+    pub frspec_vocab: Option<usize>,
+    /// The token ranking for --frspec-vocab: a JSON list of ids, most frequent first (`shaderlm frspec` writes
+    /// one) [default: vocabulary order].
+    #[arg(long, value_name = "FILE", requires = "frspec_vocab")]
+    pub frspec_freq: Option<PathBuf>,
     /// Speculation turns itself off when fewer drafts than this are accepted per step over 16 steps (0: never).
     #[arg(long, default_value_t = 0.5, value_name = "N")]
     pub spec_min_accepted: f32,
@@ -55,6 +63,10 @@ impl SpecArgs {
         anyhow::ensure!(
             self.spec_min_accepted.is_finite() && self.spec_min_accepted >= 0.0,
             "--spec-min-accepted must be >= 0"
+        );
+        anyhow::ensure!(
+            self.frspec_vocab.is_none() || self.draft_model.is_some(),
+            "--frspec-vocab restricts a draft model's head: it needs --draft-model PATH"
         );
         match (self.spec, &self.draft_model) {
             (Some(SpecKind::Draft), None) => anyhow::bail!("--spec draft needs --draft-model PATH"),
@@ -104,7 +116,15 @@ impl SpecArgs {
             ),
             (&draft.tokenizer, draft.model.cfg.vocab, &path.display().to_string()),
         )?;
-        Ok(Some(draft))
+        let Some(n) = self.frspec_vocab else {
+            return Ok(Some(draft));
+        };
+        let ranking = match &self.frspec_freq {
+            Some(p) => Some(frspec::read_ranking(p)?),
+            None => None,
+        };
+        let ids = frspec::subset_ids(ranking.as_deref(), n, draft.model.cfg.vocab, &draft.tokenizer)?;
+        Ok(Some(frspec::restrict(gpu, draft, ids)?))
     }
 
     /// The draft source: prompt lookup, or the loaded draft model with its own session.

@@ -64,14 +64,15 @@ pub struct DraftModel<'a> {
 }
 
 impl<'a> DraftModel<'a> {
-    /// The draft's greedy token after its last step, and its probability (1 when the step reads no logits).
+    /// The draft's greedy token after its last step, and its probability (1 when the step reads no logits; with
+    /// a restricted head, within the subset).
     fn best(&self) -> (u32, f32) {
         let r = &self.gen.result;
+        let id = r.argmax.unwrap_or(0);
         if r.logits.is_empty() {
-            return (r.argmax.unwrap_or(0), 1.0);
+            return (id, 1.0);
         }
-        let id = crate::sampling::argmax(&r.logits);
-        let top = r.logits[id as usize];
+        let top = r.logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let sum: f64 = r.logits.iter().map(|&l| ((l - top) as f64).exp()).sum();
         (id, (1.0 / sum) as f32)
     }

@@ -4,6 +4,7 @@
 
 use super::blockffn::BlockFfn;
 use super::config::{Arch, LlamaConfig, SparseConfig};
+use super::frspec::HeadSubset;
 pub use super::names::Names;
 use super::names::Role;
 use super::options::KvType;
@@ -60,6 +61,8 @@ pub struct Llama {
     layers: Vec<Layer>,
     /// Element type of the KV caches of this model's sessions.
     kv_type: KvType,
+    /// FR-Spec: the head restricted to a subset of the vocabulary (a draft model's), used instead of the full one.
+    head_subset: Option<HeadSubset>,
 }
 
 /// The rotation of one kind of layer for a session, with its divisors on the device.
@@ -210,7 +213,30 @@ impl Llama {
             norm,
             layers,
             kv_type: KvType::F32,
+            head_subset: None,
         })
+    }
+
+    /// The same model scoring only the tokens of `subset` (FR-Spec, for a draft model): its steps' logits are
+    /// `[.., subset.ids.len()]` in the subset's order, and their argmax and top-k ids are token ids.
+    pub fn with_head_subset(self, subset: HeadSubset) -> Llama {
+        Llama {
+            head_subset: Some(subset),
+            ..self
+        }
+    }
+
+    /// The token ids the head scores when it is restricted (FR-Spec), in logit order.
+    pub fn head_ids(&self) -> Option<&[u32]> {
+        self.head_subset.as_ref().map(|s| s.ids.as_slice())
+    }
+
+    /// The LM head the steps use: the restricted one if any, else the output matrix, else the tied embedding.
+    fn lm_head(&self) -> &Linear {
+        match &self.head_subset {
+            Some(s) => &s.head,
+            None => self.head.as_ref().unwrap_or(&self.embed),
+        }
     }
 
     /// The same model whose sessions keep K and V as `kv_type`.
@@ -271,7 +297,7 @@ impl Llama {
 
     /// Bytes of weights one decode step reads (every matrix once; the embedding gathers one row).
     pub fn weight_bytes_per_token(&self) -> u64 {
-        let head = self.head.as_ref().unwrap_or(&self.embed).bytes();
+        let head = self.lm_head().bytes();
         let layers: u64 = self
             .layers
             .iter()
@@ -399,6 +425,7 @@ impl Llama {
             plan: Plan::new(gpu, g)?,
             n_tokens,
             rows,
+            vocab_ids: self.head_ids().map(<[u32]>::to_vec),
             ids,
             logits,
             argmax,
@@ -573,7 +600,7 @@ impl Llama {
                 g.rms_norm(last, w, c.rms_eps)?
             }
         };
-        self.head.as_ref().unwrap_or(&self.embed).forward(g, x, None)
+        self.lm_head().forward(g, x, None)
     }
 }
 

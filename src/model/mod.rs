@@ -2,6 +2,7 @@
 
 pub mod blockffn;
 pub mod config;
+pub mod frspec;
 pub mod fused;
 pub mod llama;
 pub mod load;

@@ -31,7 +31,8 @@ pub struct StepInputs<'a> {
 /// What the last step read back; the outputs not asked for stay empty. Reused from step to step.
 #[derive(Clone, Debug, Default)]
 pub struct StepResult {
-    /// Raw logits `[vocab]` of the last token (a verification step: `[n, vocab]`, every token's).
+    /// Raw logits `[vocab]` of the last token (a verification step: `[n, vocab]`, every token's); with a restricted
+    /// head (FR-Spec) over its ids, `Llama::head_ids`.
     pub logits: Vec<f32>,
     /// Argmax of the last token's logits.
     pub argmax: Option<u32>,
@@ -50,6 +51,8 @@ pub struct Step {
     pub(super) n_tokens: usize,
     /// Tokens whose outputs are read back: the last one (1), or all `n_tokens` of a verification step.
     pub(super) rows: usize,
+    /// The token id of each logit when the head is restricted (FR-Spec): argmax and top-k ids are mapped through it.
+    pub(super) vocab_ids: Option<Vec<u32>>,
     /// Token ids `[n_tokens]`.
     pub(super) ids: TensorId,
     pub(super) logits: Option<TensorId>,
@@ -122,6 +125,12 @@ impl Step {
         if let Some((ids, vals)) = self.topk {
             self.plan.read_into(ids, &mut out.topk_ids)?;
             self.plan.read_into(vals, &mut out.topk_logits)?;
+        }
+        if let Some(map) = &self.vocab_ids {
+            let token = |i: &mut u32| *i = map.get(*i as usize).copied().unwrap_or(u32::MAX);
+            out.row_argmax.iter_mut().for_each(token);
+            out.topk_ids.iter_mut().for_each(token);
+            out.argmax = out.row_argmax.last().copied();
         }
         out.router.resize_with(self.router.len(), Vec::new);
         for (&id, r) in self.router.iter().zip(&mut out.router) {

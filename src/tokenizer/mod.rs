@@ -274,6 +274,11 @@ impl Tokenizer {
         self.inner.to_string(false).map_err(|e| tok_err("serialize", e))
     }
 
+    /// Tokens in the vocabulary, added tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
     pub fn token_text(&self, id: u32) -> Option<String> {
         self.inner.id_to_token(id)
     }
