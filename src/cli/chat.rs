@@ -2,8 +2,10 @@
 //! template each turn and only the new suffix is prefilled (the KV cache keeps the shared prefix).
 
 use super::common::{ModelArgs, SamplingArgs};
+use super::spec::SpecArgs;
 use super::DeviceArgs;
 use clap::Args;
+use shaderlm::generate::spec::{generate_spec, Speculator};
 use shaderlm::generate::{generate, GenOptions, Generator};
 use shaderlm::model::StepOutputs;
 use shaderlm::sampling::Sampler;
@@ -18,6 +20,8 @@ pub struct ChatArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub spec: SpecArgs,
     /// A system message that opens the conversation.
     #[arg(long)]
     pub system: Option<String>,
@@ -28,7 +32,10 @@ pub struct ChatArgs {
 
 pub fn run(args: &ChatArgs, device: &DeviceArgs) -> anyhow::Result<()> {
     let params = args.sampling.params()?;
+    args.spec.kind()?;
     let (gpu, loaded) = args.model.load(device)?;
+    let draft = args.spec.load_draft(&gpu, &args.model, &loaded)?;
+    let mut drafter = args.spec.drafter(&gpu, draft.as_ref(), args.model.chunk)?;
     let tok = &loaded.tokenizer;
     let outputs = StepOutputs {
         logits: params.needs_logits(),
@@ -97,11 +104,21 @@ pub fn run(args: &ChatArgs, device: &DeviceArgs) -> anyhow::Result<()> {
             stop_at_eos: true,
         };
         let mut out = std::io::stdout();
-        let result = generate(&mut gen, tok, &mut sampler, &ids[shared..], &opts, |piece| {
+        let print = |piece: &str| {
             let _ = out.write_all(piece.as_bytes());
             let _ = out.flush();
             !stop.load(Ordering::SeqCst)
-        });
+        };
+        let result = match &mut drafter {
+            Some(d) => {
+                let mut spec = Speculator {
+                    drafter: &mut **d,
+                    opts: args.spec.options(),
+                };
+                generate_spec(&mut gen, tok, &mut sampler, &ids[shared..], &opts, &mut spec, print).map(|r| r.0)
+            }
+            None => generate(&mut gen, tok, &mut sampler, &ids[shared..], &opts, print),
+        };
         println!();
         match result {
             Ok(r) => {
