@@ -406,3 +406,63 @@ fn frspec_rankings_and_bad_files() {
     std::fs::write(&bad, "[5, 1, 2]").unwrap();
     assert_eq!(frspec::read_ranking(&bad).unwrap(), [5, 1, 2]);
 }
+
+/// Proposes tokens the target never chose at that position: one more than the last token.
+struct Wrong;
+
+impl Drafter for Wrong {
+    fn propose(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> shaderlm::Result<()> {
+        out.clear();
+        let last = *history.last().unwrap_or(&0);
+        out.extend((1..=max as u32).map(|i| (last + i) % 200));
+        Ok(())
+    }
+    fn name(&self) -> &'static str {
+        "wrong"
+    }
+}
+
+/// Drafts that are never right: the output is still plain decoding's, and speculation turns itself off after the
+/// first 4 verification steps (the rest are one-token steps).
+#[test]
+fn speculation_that_does_not_pay_turns_itself_off() {
+    let gpu = gpu();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chat.gguf");
+    write_gguf_chat(&path, 3, GgmlType::Q8_0);
+    let loaded = open(gpu, &path, 128);
+    let mut target = Generator::new(gpu, &loaded.model, loaded.ctx, LOGITS_AND_ARGMAX).unwrap();
+    let prompt = tokens(12, loaded.model.cfg.vocab, 13);
+    let params = SamplingParams::greedy();
+    let (p1, ..) = run(&mut target, &loaded, &params, &prompt, &[5], 40, None);
+    target.truncate(0);
+    let opts = GenOptions {
+        max_tokens: 40,
+        stop_strings: Vec::new(),
+        stop_at_eos: false,
+    };
+    let mut wrong = Wrong;
+    let mut spec = Speculator {
+        drafter: &mut wrong,
+        opts: SpecOptions::default(),
+    };
+    let mut sampler = Sampler::new(params);
+    let (s1, st) = generate_spec(
+        &mut target,
+        &loaded.tokenizer,
+        &mut sampler,
+        &prompt,
+        &opts,
+        &mut spec,
+        |_| true,
+    )
+    .unwrap();
+    assert_eq!(s1.generated, p1.generated);
+    let why = st
+        .turned_off
+        .as_deref()
+        .expect("speculation should have turned itself off");
+    assert!(why.contains("drafts accepted per step"), "{why}");
+    assert_eq!(st.verify_steps, 4, "{st:?}");
+    assert!(st.plain_steps >= 30, "{st:?}");
+}

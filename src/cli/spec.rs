@@ -44,7 +44,8 @@ pub struct SpecArgs {
     /// one) [default: vocabulary order].
     #[arg(long, value_name = "FILE", requires = "frspec_vocab")]
     pub frspec_freq: Option<PathBuf>,
-    /// Speculation turns itself off when fewer drafts than this are accepted per step over 16 steps (0: never).
+    /// Speculation turns itself off when fewer drafts than this are accepted per step over the last 8 steps (0:
+    /// never).
     #[arg(long, default_value_t = 0.5, value_name = "N")]
     pub spec_min_accepted: f32,
 }

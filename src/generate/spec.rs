@@ -25,8 +25,9 @@ pub const MAX_DRAFT: usize = MAX_TOKENS - 1;
 pub struct SpecOptions {
     /// Draft tokens per step, 1..=[`MAX_DRAFT`].
     pub max_draft: usize,
-    /// Speculation turns itself off when, over the last `window` verification steps, fewer than this many drafts
-    /// were accepted per step (0 keeps it on).
+    /// Speculation turns itself off when, over the last `window` verification steps (or the first `window / 2`),
+    /// fewer than this many drafts were accepted per step (0 keeps it on): a verification step costs more than a
+    /// one-token step, so drafts that are rarely right make decoding slower than plain.
     pub min_accepted: f32,
     pub window: usize,
 }
@@ -36,7 +37,7 @@ impl Default for SpecOptions {
         SpecOptions {
             max_draft: MAX_DRAFT,
             min_accepted: 0.5,
-            window: 16,
+            window: 8,
         }
     }
 }
@@ -203,13 +204,14 @@ pub fn generate_spec(
                 recent.pop_front();
             }
             recent.push_back(accepted);
-            if recent.len() == spec.window && spec.min_accepted > 0.0 {
-                let mean = recent.iter().sum::<usize>() as f32 / spec.window as f32;
+            if recent.len() >= spec.window.div_ceil(2) && spec.min_accepted > 0.0 {
+                let mean = recent.iter().sum::<usize>() as f32 / recent.len() as f32;
                 if mean < spec.min_accepted {
                     on = false;
                     stats.turned_off = Some(format!(
                         "{mean:.2} drafts accepted per step over the last {} steps (below {})",
-                        spec.window, spec.min_accepted
+                        recent.len(),
+                        spec.min_accepted
                     ));
                 }
             }
