@@ -175,6 +175,11 @@ impl<'a> Generator<'a> {
         Ok(())
     }
 
+    /// The model the session runs.
+    pub fn model(&self) -> &'a Llama {
+        self.model
+    }
+
     /// The device the session runs on.
     pub fn gpu(&self) -> &'a Gpu {
         self.gpu
@@ -285,27 +290,35 @@ fn choose(
     history: &[u32],
     out: &mut GenOutput,
 ) -> Result<u32> {
-    let k = gen.outputs.topk;
-    let r = &mut gen.result;
-    if k > 0 {
-        let (ids, logits) = (
-            &r.topk_ids[row * k..(row + 1) * k],
-            &r.topk_logits[row * k..(row + 1) * k],
-        );
-        out.topk.push((ids.to_vec(), logits.to_vec()));
-    }
+    record_topk(gen, row, out);
     if !sampler.params.needs_logits() {
-        if let Some(&a) = r.row_argmax.get(row) {
+        if let Some(&a) = gen.result.row_argmax.get(row) {
             return Ok(a);
         }
     }
-    let vocab = gen.model.cfg.vocab;
-    match r.logits.get_mut(row * vocab..(row + 1) * vocab) {
-        Some(logits) => Ok(sampler.sample(logits, history)),
-        None => Err(Error::Invalid(
-            "sampling needs logits but the step does not read them".into(),
-        )),
+    Ok(sampler.sample(row_logits(gen, row)?, history))
+}
+
+/// Row `row`'s top-k (when the steps read it) appended to `out`.
+fn record_topk(gen: &Generator<'_>, row: usize, out: &mut GenOutput) {
+    let (k, r) = (gen.outputs.topk, &gen.result);
+    if let (Some(ids), Some(logits)) = (
+        r.topk_ids.get(row * k..(row + 1) * k),
+        r.topk_logits.get(row * k..(row + 1) * k),
+    ) {
+        if k > 0 {
+            out.topk.push((ids.to_vec(), logits.to_vec()));
+        }
     }
+}
+
+/// Row `row`'s logits of the last step.
+fn row_logits<'r>(gen: &'r mut Generator<'_>, row: usize) -> Result<&'r mut [f32]> {
+    let vocab = gen.model.cfg.vocab;
+    gen.result
+        .logits
+        .get_mut(row * vocab..(row + 1) * vocab)
+        .ok_or_else(|| Error::Invalid("sampling needs logits but the step does not read them".into()))
 }
 
 impl Generator<'_> {

@@ -113,13 +113,21 @@ impl Sampler {
     /// Pick the next token from raw logits given the tokens so far (the token's position is `history.len()`, which
     /// keys the random draw). Ties in greedy go to the lower id.
     pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {
+        let u = self.uniform(history.len(), 0);
+        pick(self.probs(logits, history), u)
+    }
+
+    /// The distribution the next token is drawn from (penalties, temperature, top-k, top-p, min-p), as (id,
+    /// probability) pairs, most likely first, summing to 1; greedy: the argmax alone. NaN logits never appear.
+    pub fn probs(&mut self, logits: &mut [f32], history: &[u32]) -> &[(u32, f32)] {
         self.apply_penalties(logits, history);
-        if self.params.is_greedy() {
-            return argmax(logits);
-        }
         let p = self.params.clone();
         let c = &mut self.candidates;
         c.clear();
+        if p.is_greedy() {
+            c.push((argmax(logits), 1.0));
+            return c;
+        }
         c.extend(
             logits
                 .iter()
@@ -128,7 +136,8 @@ impl Sampler {
                 .map(|(i, &l)| (i as u32, l)),
         );
         if c.is_empty() {
-            return 0;
+            c.push((0, 1.0));
+            return c;
         }
         let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         if p.top_k > 0 && p.top_k < c.len() {
@@ -162,19 +171,37 @@ impl Sampler {
             let keep = c.iter().take_while(|x| x.1 >= floor).count();
             c.truncate(keep.max(1));
         }
-        let total: f32 = c.iter().map(|x| x.1).sum();
-        let mut rng = self.rng.clone();
-        rng.set_stream(history.len() as u64);
-        let r = (rng.next_u64() >> 11) as f32 / (1u64 << 53) as f32 * total;
-        let mut acc = 0f32;
-        for x in c.iter() {
-            acc += x.1;
-            if r < acc {
-                return x.0;
-            }
+        let total: f64 = c.iter().map(|x| x.1 as f64).sum();
+        for x in c.iter_mut() {
+            x.1 = (x.1 as f64 / total) as f32;
         }
-        c[c.len() - 1].0
+        c
     }
+
+    /// A uniform draw in [0, 1) that depends on the seed, the position `pos` and `k` alone: draw k of the seed's
+    /// stream `pos` (k = 0 picks the token at `pos`; speculative decoding's acceptance tests use the next ones).
+    pub fn uniform(&self, pos: usize, k: usize) -> f32 {
+        let mut rng = self.rng.clone();
+        rng.set_stream(pos as u64);
+        let mut v = 0;
+        for _ in 0..=k {
+            v = rng.next_u64();
+        }
+        ((v >> 40) as f32) / (1u32 << 24) as f32
+    }
+}
+
+/// The token at cumulative probability `u` of `dist` ((id, probability) pairs summing to about 1); the last one
+/// when rounding leaves `u` past the total.
+pub fn pick(dist: &[(u32, f32)], u: f32) -> u32 {
+    let mut acc = 0f32;
+    for &(id, p) in dist {
+        acc += p;
+        if u < acc {
+            return id;
+        }
+    }
+    dist.last().map_or(0, |x| x.0)
 }
 
 /// Index of the largest value; NaN never wins; the lowest index wins ties.
