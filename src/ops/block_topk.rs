@@ -23,6 +23,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 use std::cmp::Ordering;
@@ -170,6 +171,19 @@ impl Kernel for BlockTopk {
             // No arithmetic: one key and comparison per score and pass, counted as the op's work.
             flops: 10 * rows * self.nb as u64,
         }
+    }
+    /// Node tensors: 0 scores, 1 sel. The rule fixes ties (to the lower id), so the selection from the node's own
+    /// scores is one list.
+    fn reference(&self, io: &[HostIo], vars: &StepVars) -> Option<Result<Vec<Expected>>> {
+        expect(|| {
+            let (t, kv, nb) = (self.n_tokens, self.n_kv, self.nb);
+            let sel = reference(&io[0].f32()?, t, kv, nb, self.sel, vars.pos as usize);
+            Ok(vec![Expected::at(1, sel.iter().map(|&b| b as f32).collect())])
+        })
+    }
+    /// Exact, as the op tests: the kernel compares keys and copies ids.
+    fn check_bound(&self, _: &Caps) -> f64 {
+        0.0
     }
 }
 

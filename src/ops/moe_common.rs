@@ -12,9 +12,11 @@
 //! layout), in one binding (one part). `de` must be a multiple of 32: an expert is whole 32-row tiles (tiled up),
 //! whole 32-weight blocks of every row (quantized down), and whole workgroups of rows.
 
+use super::matmul_q::dequantize_io;
 use crate::error::{Error, Result};
 use crate::gpu::packed::PackedWeight;
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::check::HostIo;
 use crate::graph::Params;
 use crate::graph::{Graph, TensorId};
 use crate::quant::pack::{kernel_formats, Format, Layout, QK};
@@ -270,6 +272,28 @@ pub fn check_active(g: &Graph, op: &'static str, active: TensorId, experts: usiz
         ));
     }
     Ok(())
+}
+
+/// The `[n, k]` weight a kernel of `kind` reads, from host copies of its bindings (one part): dense values (f16
+/// widened), or the CPU dequantization of the packed words. For the check mode.
+pub fn host_weight(kind: WeightKind, n: usize, k: usize, bufs: &[HostIo]) -> Result<Vec<f32>> {
+    match kind {
+        WeightKind::Dense(_) => bufs[0].f32(),
+        WeightKind::Quant(format, layout) => dequantize_io(format, layout, n, k, &[(0, n)], bufs),
+    }
+}
+
+/// The experts of a host copy of an active list (u32 `[1 + E]`: the count, then the ids). For the check mode.
+pub fn host_active(list: &HostIo, experts: usize) -> Result<Vec<u32>> {
+    let list = list.u32();
+    let count = list.first().map_or(0, |&c| c as usize);
+    match list.get(1..1 + count) {
+        Some(ids) if count <= experts && ids.iter().all(|&e| (e as usize) < experts) => Ok(ids.to_vec()),
+        _ => Err(Error::Graph(format!(
+            "active list {:?} is not a count and that many experts below {experts}",
+            &list[..list.len().min(8)]
+        ))),
+    }
 }
 
 /// SiLU in f64, for the references.

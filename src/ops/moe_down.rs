@@ -3,11 +3,12 @@
 //! listed experts' column blocks only. Weights: see [`super::moe_common`].
 
 use super::moe_common::{
-    bind_weight, check_active, key, subgroups_for, token_blocks, tokens_per_invocation, variants as all_keys,
+    bind_weight, check_active, host_active, host_weight, key, subgroups_for, token_blocks, tokens_per_invocation, variants as all_keys,
     wg_dense_down, MoeParams, MoeWeight, Target, WeightKind, DE_ALIGN, MAX_EXPERTS,
 };
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 use crate::quant::pack::{Layout, QK, TILE};
@@ -79,6 +80,20 @@ impl Kernel for MoeDown {
             bytes_written: 4 * m * n,
             flops: 2 * m * n * k,
         }
+    }
+    /// Node tensors: h, the weight's bindings, active, y.
+    fn reference(&self, io: &[HostIo], _: &StepVars) -> Option<Result<Vec<Expected>>> {
+        let nw = self.weight_inputs;
+        expect(|| {
+            let w = host_weight(self.kind, self.hidden, self.experts * self.de, &io[1..=nw])?;
+            let listed = host_active(&io[nw + 1], self.experts)?;
+            let y = reference(&io[0].f32()?, &w, &listed, self.m, self.hidden, self.de);
+            Ok(vec![Expected::at(nw + 2, y)])
+        })
+    }
+    /// The op tests' bound: f32 dot products over the listed experts (reason in tests/ops/moe_down.rs).
+    fn check_bound(&self, _: &Caps) -> f64 {
+        1e-9
     }
 }
 

@@ -3,11 +3,12 @@
 //! outside the list are not written ([`super::moe_down`] never reads them). Weights: see [`super::moe_common`].
 
 use super::moe_common::{
-    bind_weight, check_active, key, silu, subgroups_for, token_blocks, tokens_per_invocation, variants as all_keys,
+    bind_weight, check_active, host_active, host_weight, key, silu, subgroups_for, token_blocks, tokens_per_invocation, variants as all_keys,
     wg_dense_up, MoeParams, MoeWeight, Target, WeightKind, DE_ALIGN, MAX_EXPERTS,
 };
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 use crate::quant::pack::{Layout, QK, TILE};
@@ -91,6 +92,25 @@ impl Kernel for MoeUp {
             bytes_written: 4 * m * n,
             flops: 2 * m * n * k + 6 * m * n,
         }
+    }
+    /// Node tensors: x, the weight's bindings, r, active, h; only the listed experts' columns are written.
+    fn reference(&self, io: &[HostIo], _: &StepVars) -> Option<Result<Vec<Expected>>> {
+        let nw = self.weight_inputs;
+        expect(|| {
+            let n = self.experts * self.de;
+            let w = host_weight(self.kind, n, self.k, &io[1..=nw])?;
+            let listed = host_active(&io[nw + 2], self.experts)?;
+            let h = reference(&io[0].f32()?, &w, &io[nw + 1].f32()?, self.m, self.k, self.de);
+            let mut written = vec![false; n];
+            for &e in &listed {
+                written[e as usize * self.de..][..self.de].fill(true);
+            }
+            Ok(vec![Expected::only(nw + 3, h, written.repeat(self.m))])
+        })
+    }
+    /// The op tests' bound: f32 dot products, SiLU and the router weight (reason in tests/ops/moe_up.rs).
+    fn check_bound(&self, _: &Caps) -> f64 {
+        1e-9
     }
 }
 
