@@ -173,6 +173,16 @@ impl Source {
         }
     }
 
+    /// The RoPE pairing of q/k rows as [`Source::read`] returns them for the `to` convention: the input's own,
+    /// unless the rows are moved between the two layouts.
+    pub fn rope_style(&self, to: Names) -> RopeStyle {
+        match self.rope_permutation(to) {
+            Some(Permutation::ToGguf) => RopeStyle::Interleaved,
+            Some(Permutation::ToHf) => RopeStyle::RotateHalf,
+            None => self.cfg.rope_style,
+        }
+    }
+
     /// A tensor's row-major shape and values as f32 (dequantized), with q/k rows in the `to` convention's order.
     pub fn read(&self, t: &ModelTensor, to: Names) -> Result<(Vec<usize>, Vec<f32>)> {
         let h = self.weights().require(&t.name(self.names()))?;
