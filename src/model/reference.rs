@@ -220,7 +220,7 @@ impl<'c> Forward<'c> {
         let mut d = match &c.moe {
             Some(m) => {
                 let ffn = t.experts(c, m, i)?;
-                x.chunks(hidden).flat_map(|r| ffn(r)).collect()
+                x.chunks(hidden).flat_map(ffn).collect()
             }
             None => {
                 let g = matmul(&x, &t.linear(i, Role::Gate, &x, hidden)?, c.ffn, hidden)?;

@@ -26,7 +26,7 @@ use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
-use std::cmp::Ordering;
+use super::topk::descending;
 
 /// Padding of the unused selection slots (after the selected ids).
 pub const EMPTY: u32 = u32::MAX;
@@ -236,16 +236,6 @@ impl Graph {
     }
 }
 
-/// The order candidates are ranked by, descending: a larger number first, NaN after every number, -0 equal to +0.
-fn descending(a: f32, b: f32) -> Ordering {
-    match (a.is_nan(), b.is_nan()) {
-        (true, true) => Ordering::Equal,
-        (true, false) => Ordering::Greater,
-        (false, true) => Ordering::Less,
-        _ => b.partial_cmp(&a).unwrap_or(Ordering::Equal),
-    }
-}
-
 /// The query block of the token at absolute position `p` among `nb` blocks of `block_size` (clamped to `nb - 1`).
 pub fn query_block(p: usize, block_size: usize, nb: usize) -> usize {
     (p / block_size.max(1)).min(nb.saturating_sub(1))
@@ -262,6 +252,7 @@ pub fn reference(scores: &[f32], n_tokens: usize, n_kv: usize, nb: usize, s: Blo
             let row = &scores[(t * n_kv + h) * nb..][..nb];
             let mut chosen: Vec<usize> = (0..=qb).filter(|&b| b < s.init_blocks || b >= local_lo).collect();
             let mut cands: Vec<usize> = (s.init_blocks..local_lo).collect();
+            // A larger score first, NaN after every number, -0 equal to +0; ties to the lower id.
             cands.sort_by(|&a, &b| descending(row[a], row[b]).then(a.cmp(&b)));
             let room = s.budget.saturating_sub(chosen.len());
             chosen.extend(cands.into_iter().take(room));

@@ -103,17 +103,28 @@ pub(super) fn block32_quant(blk: &[u8], l: usize) -> u8 {
     (blk[BLOCK32_Q + 4 * t + b] >> (2 * i)) & 3
 }
 
-/// Dequantizes host 32-weight blocks of the module doc's form (`out.len() == bytes.len() / 16 * 32`), with the
-/// factors formed in f32 as the kernels form them (ggml's values): for the check mode's matmul reference.
-pub fn dequantize_blocks32(bytes: &[u8], out: &mut [f32]) -> Result<()> {
-    let nb = check_blocks("Q2_K host blocks", bytes.len(), BLOCK32_BYTES)?;
-    if check_blocks("Q2_K host weights", out.len(), 32)? != nb {
+/// The host 32-weight blocks of `ty` (`block_bytes` each) paired with their 32 outputs, once the counts agree.
+/// Shared with Q3_K.
+pub(super) fn blocks32_with<'a>(
+    ty: &str,
+    bytes: &'a [u8],
+    block_bytes: usize,
+    out: &'a mut [f32],
+) -> Result<impl Iterator<Item = (&'a [u8], &'a mut [f32])>> {
+    let nb = check_blocks(&format!("{ty} host blocks"), bytes.len(), block_bytes)?;
+    if check_blocks(&format!("{ty} host weights"), out.len(), 32)? != nb {
         return Err(Error::Invalid(format!(
-            "{nb} Q2_K host blocks for {} weights",
+            "{nb} {ty} host blocks for {} weights",
             out.len()
         )));
     }
-    for (blk, o) in bytes.chunks_exact(BLOCK32_BYTES).zip(out.chunks_exact_mut(32)) {
+    Ok(bytes.chunks_exact(block_bytes).zip(out.chunks_exact_mut(32)))
+}
+
+/// Dequantizes host 32-weight blocks of the module doc's form (`out.len() == bytes.len() / 16 * 32`), with the
+/// factors formed in f32 as the kernels form them (ggml's values): for the check mode's matmul reference.
+pub fn dequantize_blocks32(bytes: &[u8], out: &mut [f32]) -> Result<()> {
+    for (blk, o) in blocks32_with("Q2_K", bytes, BLOCK32_BYTES, out)? {
         let (d, dmin) = (read_f16(blk, 2), read_f16(blk, 4));
         for (l, v) in o.iter_mut().enumerate() {
             let code = blk[l / 16];

@@ -26,9 +26,9 @@
 //! ```
 //! The kernels form `d * (sc - 32)` in f32, exactly (an f16 times a 6-bit integer): ggml's values.
 
-use super::q2_k::{block32_quant, quant_words};
+use super::q2_k::{block32_quant, blocks32_with, quant_words};
 use super::{check_blocks, f32_to_f16, read_f16, QK_K};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Bytes per super-block.
 pub const BLOCK_BYTES: usize = 110;
@@ -122,14 +122,7 @@ pub fn to_blocks32(bytes: &[u8]) -> Result<Vec<u8>> {
 /// Dequantizes host 32-weight blocks of the module doc's form (`out.len() == bytes.len() / 20 * 32`), with
 /// `d * (sc - 32)` formed in f32 as the kernels form it (ggml's values): for the check mode's matmul reference.
 pub fn dequantize_blocks32(bytes: &[u8], out: &mut [f32]) -> Result<()> {
-    let nb = check_blocks("Q3_K host blocks", bytes.len(), BLOCK32_BYTES)?;
-    if check_blocks("Q3_K host weights", out.len(), 32)? != nb {
-        return Err(Error::Invalid(format!(
-            "{nb} Q3_K host blocks for {} weights",
-            out.len()
-        )));
-    }
-    for (blk, o) in bytes.chunks_exact(BLOCK32_BYTES).zip(out.chunks_exact_mut(32)) {
+    for (blk, o) in blocks32_with("Q3_K", bytes, BLOCK32_BYTES, out)? {
         let d = read_f16(blk, 2);
         let h = u32::from_le_bytes([
             blk[BLOCK32_H],

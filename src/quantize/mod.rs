@@ -431,6 +431,26 @@ pub fn quantize_model(input: &Path, output: &Path, opts: &Options, log: &mut dyn
     Ok(report)
 }
 
+/// Build the output at a temporary sibling of `out` with `write` (which returns the bytes written), then move it
+/// into place; a failed build leaves nothing behind.
+fn write_then_commit(out: &Path, write: impl FnOnce(&Path) -> Result<u64>) -> Result<u64> {
+    let tmp = temp_path(out);
+    match write(&tmp) {
+        Ok(bytes) => {
+            commit(&tmp, out)?;
+            Ok(bytes)
+        }
+        Err(e) => {
+            let _ = if tmp.is_dir() {
+                std::fs::remove_dir_all(&tmp)
+            } else {
+                std::fs::remove_file(&tmp)
+            };
+            Err(e)
+        }
+    }
+}
+
 /// Move a finished temporary output into place (replacing what `--force` allows).
 fn commit(tmp: &Path, out: &Path) -> Result<()> {
     let io = |path: &Path| {
