@@ -1,6 +1,8 @@
 //! The check mode: a decoder-shaped graph (embedding, RMSNorm with the residual add, f32 and quantized matmuls,
-//! RoPE, KV-cache write, attention, GLU, argmax) passes node by node on a clean run, and a fault injected into one
-//! node's output is blamed on that node alone (the nodes after it are checked on the inputs they were given).
+//! RoPE, KV-cache write, attention, GLU, argmax) and a chain of super-block matmuls and quantized experts (both
+//! weight layouts) pass node by node on a clean run, and a fault injected into one node's output is blamed on that
+//! node alone (the nodes after it are checked on the inputs they were given). Model steps: Qwen2, MiniCPM4's sparse
+//! attention, BlockFFN's experts.
 
 mod common;
 
@@ -8,8 +10,11 @@ use common::gpu::{assert_known_variants, gpu};
 use shaderlm::gpu::packed::PackedWeight;
 use shaderlm::gpu::{DType, GpuTensor};
 use shaderlm::graph::{CheckOptions, Graph, NodeCheck, Plan, StepVars, Tap};
+use shaderlm::ops::moe_common::MoeWeight;
+use shaderlm::ops::moe_router::RouterNorm;
 use shaderlm::ops::rope::{RopeConfig, RopeStyle};
 use shaderlm::ops::silu_mul::Glu;
+use shaderlm::quant::pack::Layout;
 use shaderlm::quant::GgmlType;
 
 const VOCAB: usize = 40;
@@ -34,8 +39,12 @@ fn f32_tensor(g: &mut Graph, name: &str, shape: &[usize], seed: u32) -> shaderlm
 }
 
 fn packed(name: &str, ty: GgmlType, n: usize, k: usize, seed: u32) -> PackedWeight {
-    let raw = shaderlm::quant::quantize(ty, &values(n * k, seed)).unwrap();
-    PackedWeight::upload(gpu(), name, ty, n, k, &raw).unwrap()
+    packed_in(name, ty, Layout::for_caps(&gpu().caps), &values(n * k, seed), n, k)
+}
+
+fn packed_in(name: &str, ty: GgmlType, layout: Layout, w: &[f32], n: usize, k: usize) -> PackedWeight {
+    let raw = shaderlm::quant::quantize(ty, w).unwrap();
+    PackedWeight::upload_with(gpu(), name, ty, layout, n, k, &raw).unwrap()
 }
 
 /// One decoder layer over `TOKENS` tokens at position 5, then the argmax of the logits; the check's verdicts.
@@ -140,6 +149,83 @@ fn a_fault_in_one_node_is_blamed_on_that_node_alone() {
     }
 }
 
+const EXPERTS: usize = 16;
+const DE: usize = 32;
+/// K of the super-block chain: one 256-weight super-block per row.
+const KS: usize = 256;
+
+/// Super-block matmuls around BlockFFN's experts, all quantized in `layout`: a Q2_K router (a quarter of the
+/// experts always active, a quarter for some tokens, half never: the up kernel leaves their columns unwritten),
+/// ReLU routing, Q4_K experts up, Q6_K down, a Q3_K head.
+fn quantized_experts(layout: Layout, fault: Option<usize>) -> Vec<NodeCheck> {
+    let gpu = gpu();
+    let mut g = Graph::new();
+    let x = g.input("x", &[TOKENS, KS], DType::F32);
+    // x >= 0: experts 0..4 see positive logits from every token, 4..8 from some, 8..16 none (zero rows).
+    let mut router = values(EXPERTS * KS, 21);
+    router[..EXPERTS / 4 * KS].iter_mut().for_each(|w| *w = w.abs());
+    router[EXPERTS / 2 * KS..].fill(0.0);
+    let router = packed_in("router", GgmlType::Q2_K, layout, &router, EXPERTS, KS);
+    let up = packed_in(
+        "up",
+        GgmlType::Q4_K,
+        layout,
+        &values(EXPERTS * DE * KS, 22),
+        EXPERTS * DE,
+        KS,
+    );
+    let down = packed_in(
+        "down",
+        GgmlType::Q6_K,
+        layout,
+        &values(KS * EXPERTS * DE, 23),
+        KS,
+        EXPERTS * DE,
+    );
+    let head = packed_in("head", GgmlType::Q3_K, layout, &values(VOCAB * KS, 24), VOCAB, KS);
+    let logits = g.matmul_q(x, &router, None).unwrap();
+    let (r, active) = g.moe_route(logits, RouterNorm::None).unwrap();
+    let h = g.moe_up(x, MoeWeight::Quant(&up), r, active, DE).unwrap();
+    let y = g.moe_down(h, MoeWeight::Quant(&down), active, DE).unwrap();
+    let out = g.matmul_q(y, &head, None).unwrap();
+    g.output(out);
+    let mut plan = Plan::new(gpu, g).unwrap();
+    let xs: Vec<f32> = values(TOKENS * KS, 20).iter().map(|v| v.abs()).collect();
+    plan.write_input(gpu, x, bytemuck::cast_slice(&xs)).unwrap();
+    plan.check(gpu, &StepVars { pos: 0 }, &CheckOptions { fault }).unwrap()
+}
+
+#[test]
+fn super_block_matmuls_and_quantized_experts_are_checked_in_both_layouts() {
+    for layout in [Layout::Tiled, Layout::Rows] {
+        let clean = quantized_experts(layout, None);
+        assert!(clean.iter().all(NodeCheck::passed), "{layout:?}:\n{}", describe(&clean));
+        assert!(
+            clean.iter().all(|n| n.nmse.is_some()),
+            "{layout:?}:\n{}",
+            describe(&clean)
+        );
+        let ops: Vec<&str> = clean.iter().map(|n| n.op).collect();
+        assert_eq!(
+            ops,
+            ["matmul_q", "moe_router", "moe_up", "moe_down", "matmul_q"],
+            "{layout:?}"
+        );
+        // A fault in the expert kernels' output, or in the last (Q3_K) matmul, is blamed on that node alone.
+        for node in [2, 3, 4] {
+            let report = quantized_experts(layout, Some(node));
+            let failed: Vec<usize> = report.iter().filter(|n| !n.passed()).map(|n| n.index).collect();
+            assert_eq!(
+                failed,
+                [node],
+                "{layout:?}, fault in node {node}:\n{}",
+                describe(&report)
+            );
+        }
+    }
+    assert_known_variants(gpu());
+}
+
 /// A tiny Qwen2 (biases, GQA) in the Hugging Face layout: a clean decode step passes the check at every node; a
 /// fault injected into layer 1's attention output is reported as the first failure, by its tap name.
 #[test]
@@ -229,7 +315,7 @@ fn sparse_attention_and_expert_steps_pass_the_check() {
     let st = SafetensorsModel::open(dir.path()).unwrap();
     let model = Llama::load(gpu(), &st, cfg, Names::Hf, |_, _| {}).unwrap();
     let prompt: Vec<u32> = (0..60).map(|i| (i * 37 + 11) % 300).collect();
-    let ops = ["kv_compress", "block_score"];
+    let ops = ["kv_compress", "block_score", "block_topk", "attention_sparse"];
     clean_steps(&model, &[&prompt, &[7]], 128, &ops);
 
     let dir = tempfile::tempdir().unwrap();
@@ -237,5 +323,6 @@ fn sparse_attention_and_expert_steps_pass_the_check() {
     let cfg = LlamaConfig::from_hf(&dir.path().join("config.json")).unwrap();
     let st = SafetensorsModel::open(dir.path()).unwrap();
     let model = Llama::load(gpu(), &st, cfg, Names::Hf, |_, _| {}).unwrap();
-    clean_steps(&model, &[&[5, 9, 13, 2], &[7]], 32, &["moe_router"]);
+    let ops = ["moe_router", "moe_up", "moe_down"];
+    clean_steps(&model, &[&[5, 9, 13, 2], &[7]], 32, &ops);
 }

@@ -55,8 +55,18 @@ impl HostIo {
 pub struct Expected {
     pub slot: usize,
     pub values: Vec<f32>,
-    /// Only the first `values.len()` elements are defined (a list whose length the data decides).
-    pub prefix: bool,
+    /// Which elements the node defines (the others are compared with nothing).
+    pub defined: Defined,
+}
+
+/// The elements of a tensor a node writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Defined {
+    All,
+    /// The first `values.len()` (a list whose length the data decides).
+    Prefix,
+    /// Those whose flag is set (`values` has the tensor's length; a kernel that skips what it has no work for).
+    Where(Vec<bool>),
 }
 
 impl Expected {
@@ -64,7 +74,7 @@ impl Expected {
         Expected {
             slot,
             values,
-            prefix: false,
+            defined: Defined::All,
         }
     }
 
@@ -73,7 +83,32 @@ impl Expected {
         Expected {
             slot,
             values,
-            prefix: true,
+            defined: Defined::Prefix,
+        }
+    }
+
+    /// Only the elements where `written` is set; the rest is left as it was and not compared.
+    pub fn only(slot: usize, values: Vec<f32>, written: Vec<bool>) -> Expected {
+        Expected {
+            slot,
+            values,
+            defined: Defined::Where(written),
+        }
+    }
+
+    /// NMSE of `got` (the whole tensor as the device holds it) over the defined elements.
+    fn error(&self, mut got: Vec<f32>) -> f64 {
+        match &self.defined {
+            Defined::All => nmse(&got, &self.values),
+            Defined::Prefix => {
+                got.truncate(self.values.len());
+                nmse(&got, &self.values)
+            }
+            Defined::Where(written) if written.len() == got.len() && written.len() == self.values.len() => {
+                let pick = |v: &[f32]| -> Vec<f32> { v.iter().zip(written).filter(|w| *w.1).map(|w| *w.0).collect() };
+                nmse(&pick(&got), &pick(&self.values))
+            }
+            Defined::Where(_) => f64::INFINITY,
         }
     }
 }
@@ -219,14 +254,11 @@ impl super::Plan {
                         .get(e.slot)
                         .ok_or_else(|| Error::Graph(format!("check of {}: no slot {}", node.label, e.slot)))?;
                     let got = self.read_host(gpu, id)?;
-                    let mut got: Vec<f32> = match got.dtype {
+                    let got: Vec<f32> = match got.dtype {
                         DType::U32 => got.u32().iter().map(|&v| v as f32).collect(),
                         _ => got.f32()?,
                     };
-                    if e.prefix && got.len() > e.values.len() {
-                        got.truncate(e.values.len());
-                    }
-                    err = err.max(nmse(&got, &e.values));
+                    err = err.max(e.error(got));
                 }
                 worst = Some(err);
             }

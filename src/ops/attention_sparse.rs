@@ -19,6 +19,7 @@ use super::attention_prefill::{AttnShape, HEAD_DIMS};
 use super::block_topk::query_block;
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
@@ -194,6 +195,15 @@ impl Kernel for AttentionSparse {
             bytes_written: partials + act,
             flops: 4 * keys * (s.n_tokens * s.n_heads * s.head_dim) as u64,
         }
+    }
+    /// Node tensors: 0 q, 1 k_cache, 2 v_cache, 3 sel, 4 out (the decode variant's partials are scratch).
+    fn reference(&self, io: &[HostIo], vars: &StepVars) -> Option<Result<Vec<Expected>>> {
+        expect(|| {
+            let (q, k, v) = (io[0].f32()?, io[1].f32()?, io[2].f32()?);
+            let pos = vars.pos as usize;
+            let y = reference(&q, &k, &v, &io[3].u32(), self.shape, self.block_size, pos, self.scale);
+            Ok(vec![Expected::at(4, y)])
+        })
     }
 }
 

@@ -23,9 +23,10 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
+use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
-use std::cmp::Ordering;
+use super::topk::descending;
 
 /// Padding of the unused selection slots (after the selected ids).
 pub const EMPTY: u32 = u32::MAX;
@@ -171,6 +172,19 @@ impl Kernel for BlockTopk {
             flops: 10 * rows * self.nb as u64,
         }
     }
+    /// Node tensors: 0 scores, 1 sel. The rule fixes ties (to the lower id), so the selection from the node's own
+    /// scores is one list.
+    fn reference(&self, io: &[HostIo], vars: &StepVars) -> Option<Result<Vec<Expected>>> {
+        expect(|| {
+            let (t, kv, nb) = (self.n_tokens, self.n_kv, self.nb);
+            let sel = reference(&io[0].f32()?, t, kv, nb, self.sel, vars.pos as usize);
+            Ok(vec![Expected::at(1, sel.iter().map(|&b| b as f32).collect())])
+        })
+    }
+    /// Exact, as the op tests: the kernel compares keys and copies ids.
+    fn check_bound(&self, _: &Caps) -> f64 {
+        0.0
+    }
 }
 
 impl Graph {
@@ -222,16 +236,6 @@ impl Graph {
     }
 }
 
-/// The order candidates are ranked by, descending: a larger number first, NaN after every number, -0 equal to +0.
-fn descending(a: f32, b: f32) -> Ordering {
-    match (a.is_nan(), b.is_nan()) {
-        (true, true) => Ordering::Equal,
-        (true, false) => Ordering::Greater,
-        (false, true) => Ordering::Less,
-        _ => b.partial_cmp(&a).unwrap_or(Ordering::Equal),
-    }
-}
-
 /// The query block of the token at absolute position `p` among `nb` blocks of `block_size` (clamped to `nb - 1`).
 pub fn query_block(p: usize, block_size: usize, nb: usize) -> usize {
     (p / block_size.max(1)).min(nb.saturating_sub(1))
@@ -248,6 +252,7 @@ pub fn reference(scores: &[f32], n_tokens: usize, n_kv: usize, nb: usize, s: Blo
             let row = &scores[(t * n_kv + h) * nb..][..nb];
             let mut chosen: Vec<usize> = (0..=qb).filter(|&b| b < s.init_blocks || b >= local_lo).collect();
             let mut cands: Vec<usize> = (s.init_blocks..local_lo).collect();
+            // A larger score first, NaN after every number, -0 equal to +0; ties to the lower id.
             cands.sort_by(|&a, &b| descending(row[a], row[b]).then(a.cmp(&b)));
             let room = s.budget.saturating_sub(chosen.len());
             chosen.extend(cands.into_iter().take(room));

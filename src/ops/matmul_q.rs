@@ -231,10 +231,10 @@ impl Kernel for MatmulQ {
     /// Node tensors: x, the packed buffers (row parts), (bias), y; W as the CPU dequantization of those very words.
     fn reference(&self, io: &[HostIo], _: &StepVars) -> Option<Result<Vec<Expected>>> {
         let nw = 2 + usize::from(self.format.third_buffer(self.layout));
-        let w = dequantize_io(self.format, self.layout, self.n, self.k, &self.parts, &io[1..=nw])?;
         expect(|| {
+            let w = dequantize_io(self.format, self.layout, self.n, self.k, &self.parts, &io[1..=nw])?;
             let bias = if self.bias { Some(io[1 + nw].f32()?) } else { None };
-            let y = reference(&io[0].f32()?, &w?, bias.as_deref(), self.m, self.k, self.n);
+            let y = reference(&io[0].f32()?, &w, bias.as_deref(), self.m, self.k, self.n);
             Ok(vec![Expected::at(1 + nw + usize::from(self.bias), y)])
         })
     }
@@ -338,8 +338,8 @@ impl Graph {
 }
 
 /// The `[n, k]` weights packed words hold, from host copies of the buffers (quants, scales, and mins where the
-/// layout has them; `parts` the (first row, rows) of each part). `None` for Q2_K and Q3_K, whose 32-weight blocks
-/// (with their super-block factors) have no host dequantization yet.
+/// layout has them; `parts` the (first row, rows) of each part): the CPU dequantization of the kernels' 32-weight
+/// blocks, their constants formed as the kernels form them.
 pub fn dequantize_io(
     format: Format,
     layout: Layout,
@@ -347,10 +347,7 @@ pub fn dequantize_io(
     k: usize,
     parts: &[(usize, usize)],
     bufs: &[HostIo],
-) -> Option<Result<Vec<f32>>> {
-    if format.coded() && format.ty != GgmlType::Q4_K {
-        return None;
-    }
+) -> Result<Vec<f32>> {
     let words: Vec<Vec<Vec<u32>>> = bufs.iter().map(HostIo::part_words).collect();
     let host: Vec<HostPart> = parts
         .iter()
@@ -363,15 +360,16 @@ pub fn dequantize_io(
             mins: words.get(2).map_or(Vec::new(), |m| m[i].clone()),
         })
         .collect();
-    Some(unpack(format.ty, layout, n, k, &host).and_then(|blocks| {
-        let mut w = vec![0f32; n * k];
-        match format.ty {
-            GgmlType::Q6_K => crate::quant::q6_k::dequantize_blocks32(&blocks, &mut w)?,
-            GgmlType::Q4_K => crate::quant::q4_k::dequantize_blocks32(&blocks, &mut w)?,
-            _ => crate::quant::dequantize_into(format.kernel_ty(), &blocks, &mut w)?,
-        }
-        Ok(w)
-    }))
+    let blocks = unpack(format.ty, layout, n, k, &host)?;
+    let mut w = vec![0f32; n * k];
+    match format.ty {
+        GgmlType::Q2_K => crate::quant::q2_k::dequantize_blocks32(&blocks, &mut w)?,
+        GgmlType::Q3_K => crate::quant::q3_k::dequantize_blocks32(&blocks, &mut w)?,
+        GgmlType::Q4_K => crate::quant::q4_k::dequantize_blocks32(&blocks, &mut w)?,
+        GgmlType::Q6_K => crate::quant::q6_k::dequantize_blocks32(&blocks, &mut w)?,
+        _ => crate::quant::dequantize_into(format.kernel_ty(), &blocks, &mut w)?,
+    }
+    Ok(w)
 }
 
 /// CPU reference: [`super::matmul::reference`] (f64 accumulation) with `w` [n, k] the CPU dequantization of the

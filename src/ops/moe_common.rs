@@ -12,12 +12,14 @@
 //! layout), in one binding (one part). `de` must be a multiple of 32: an expert is whole 32-row tiles (tiled up),
 //! whole 32-weight blocks of every row (quantized down), and whole workgroups of rows.
 
+use super::matmul_q::dequantize_io;
 use crate::error::{Error, Result};
 use crate::gpu::packed::PackedWeight;
 use crate::gpu::{Caps, DType, ShaderKey};
-use crate::graph::Params;
+use crate::graph::check::HostIo;
+use crate::graph::{grid, Bind, Dispatch, Params};
 use crate::graph::{Graph, TensorId};
-use crate::quant::pack::{kernel_formats, Format, Layout, QK};
+use crate::quant::pack::{kernel_formats, Format, Layout, QK, TILE};
 
 /// An expert weight matrix as the sparse kernels take it.
 #[derive(Clone, Copy, Debug)]
@@ -47,7 +49,7 @@ const MAX_GROUPS: usize = 65535;
 /// The parameter block of every moe_up / moe_down shader (`Params` in `shaders/lib/moe_common.wgsl`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct MoeParams {
+struct MoeParams {
     pub m: u32,
     pub experts: u32,
     pub de: u32,
@@ -73,7 +75,7 @@ impl MoeParams {
 
 /// Tokens per invocation (or per workgroup, rows layout) for `m` tokens: one for decode, else register blocks of
 /// 4 or 8 tokens that share each weight load (tokens past `m` in a block are recomputed and not written).
-pub fn tokens_per_invocation(kind: WeightKind, m: usize) -> usize {
+fn tokens_per_invocation(kind: WeightKind, m: usize) -> usize {
     match (kind, m) {
         (_, 1) => 1,
         (WeightKind::Quant(_, Layout::Rows), _) => 4,
@@ -83,7 +85,7 @@ pub fn tokens_per_invocation(kind: WeightKind, m: usize) -> usize {
 }
 
 /// Grid z for `m` tokens in blocks of `tm`, checked against the per-dimension limit.
-pub fn token_blocks(op: &'static str, m: usize, tm: usize) -> Result<u32> {
+fn token_blocks(op: &'static str, m: usize, tm: usize) -> Result<u32> {
     let z = m.div_ceil(tm);
     if z > MAX_GROUPS {
         return Err(Error::shape(op, format!("{m} tokens are too many for one dispatch")));
@@ -93,7 +95,7 @@ pub fn token_blocks(op: &'static str, m: usize, tm: usize) -> Result<u32> {
 
 /// Whether the kernel for `kind` uses subgroups on this adapter: the tiled kernels broadcast x across 8 lanes
 /// (subgroup size >= 8), the rows kernels reduce with subgroupAdd.
-pub fn subgroups_for(kind: WeightKind, caps: &Caps) -> bool {
+fn subgroups_for(kind: WeightKind, caps: &Caps) -> bool {
     match kind {
         WeightKind::Dense(_) => false,
         WeightKind::Quant(_, Layout::Tiled) => caps.subgroups && caps.subgroup_size >= 8,
@@ -141,7 +143,7 @@ pub fn wg_dense_down(caps: &Caps, target: Target) -> usize {
 
 /// The shader variant of `op` ("up" or "down") for a weight kind, `tm` tokens per invocation, workgroup size `wg`
 /// (dense kernels only) and subgroups (quantized kernels only; see [`subgroups_for`]).
-pub fn key(op: &str, kind: WeightKind, tm: usize, wg: usize, subgroups: bool) -> ShaderKey {
+fn key(op: &str, kind: WeightKind, tm: usize, wg: usize, subgroups: bool) -> ShaderKey {
     match kind {
         WeightKind::Dense(dtype) => ShaderKey::new(if op == "up" { "moe_up_dense" } else { "moe_down_dense" })
             .flag("WH", dtype == DType::F16)
@@ -270,6 +272,106 @@ pub fn check_active(g: &Graph, op: &'static str, active: TensorId, experts: usiz
         ));
     }
     Ok(())
+}
+
+/// What the sparse expert kernels' nodes share: tokens, experts and the weight they read.
+#[derive(Debug)]
+pub struct ExpertNode {
+    pub m: usize,
+    pub de: usize,
+    pub experts: usize,
+    pub kind: WeightKind,
+    /// Graph inputs of the weight (node tensors `1..=weight_inputs`).
+    pub weight_inputs: usize,
+    /// Device bytes of the weight.
+    pub wbytes: u64,
+    pub target: Target,
+}
+
+impl ExpertNode {
+    /// The node of `op` for `m` tokens over a weight bound by [`bind_weight`] (its token blocks must fit a grid).
+    pub fn new(
+        op: &'static str,
+        m: usize,
+        (de, experts): (usize, usize),
+        w: &BoundWeight,
+        target: Target,
+    ) -> Result<Self> {
+        let node = ExpertNode {
+            m,
+            de,
+            experts,
+            kind: w.kind,
+            weight_inputs: w.inputs.len(),
+            wbytes: w.bytes,
+            target,
+        };
+        token_blocks(op, m, node.tm())?;
+        Ok(node)
+    }
+
+    /// `E * de`: the up weight's rows, the down weight's columns.
+    pub fn width(&self) -> usize {
+        self.experts * self.de
+    }
+
+    /// Tokens per invocation (or workgroup): [`tokens_per_invocation`].
+    pub fn tm(&self) -> usize {
+        tokens_per_invocation(self.kind, self.m)
+    }
+
+    /// The one dispatch of `op` ("up" or "down"): token blocks along x, `groups` workgroups of weight rows along y
+    /// (and z past the limit), node tensors `0..bindings` bound in order; `wg` the dense kernels' workgroup size.
+    pub fn dispatch(&self, op: &str, caps: &Caps, wg: usize, groups: usize, bindings: usize) -> Vec<Dispatch> {
+        let [y, z, _] = grid(groups, 1, caps.max_workgroups_per_dim);
+        vec![Dispatch {
+            shader: key(op, self.kind, self.tm(), wg, subgroups_for(self.kind, caps)),
+            bindings: (0..bindings).map(Bind::Tensor).collect(),
+            workgroups: [self.m.div_ceil(self.tm()) as u32, y, z],
+        }]
+    }
+
+    /// The parameter block for a weight of `rows` rows of `k` (the input rows' length too) and the kernel's
+    /// `per_expert` count.
+    pub fn params(&self, rows: usize, k: usize, per_expert: usize) -> Params {
+        let kv = match self.kind {
+            WeightKind::Dense(DType::F16) => k / 8,
+            _ => k / 4,
+        };
+        MoeParams {
+            m: self.m as u32,
+            experts: self.experts as u32,
+            de: self.de as u32,
+            rows: rows as u32,
+            kv: kv as u32,
+            xv: (k / 4) as u32,
+            groups: (k / QK) as u32,
+            tiles: rows.div_ceil(TILE) as u32,
+            per_expert: per_expert as u32,
+        }
+        .block()
+    }
+
+    /// For the check mode, from host copies of the node's tensors: the weight `[n, k]` as the kernel reads it
+    /// (dense values, f16 widened, or the CPU dequantization of the packed words) and the listed experts (node
+    /// tensor `list`, u32 `[1 + E]`: the count, then the ids).
+    pub fn host(&self, io: &[HostIo], (n, k): (usize, usize), list: usize) -> Result<(Vec<f32>, Vec<u32>)> {
+        let bufs = &io[1..=self.weight_inputs];
+        let w = match self.kind {
+            WeightKind::Dense(_) => bufs[0].f32()?,
+            WeightKind::Quant(format, layout) => dequantize_io(format, layout, n, k, &[(0, n)], bufs)?,
+        };
+        let ids = io[list].u32();
+        let count = ids.first().map_or(0, |&c| c as usize);
+        match ids.get(1..1 + count) {
+            Some(l) if count <= self.experts && l.iter().all(|&e| (e as usize) < self.experts) => Ok((w, l.to_vec())),
+            _ => Err(Error::Graph(format!(
+                "active list {:?} is not a count and that many experts below {}",
+                &ids[..ids.len().min(8)],
+                self.experts
+            ))),
+        }
+    }
 }
 
 /// SiLU in f64, for the references.

@@ -3,12 +3,13 @@
 //! listed experts' column blocks only. Weights: see [`super::moe_common`].
 
 use super::moe_common::{
-    bind_weight, check_active, key, subgroups_for, token_blocks, tokens_per_invocation, variants as all_keys,
-    wg_dense_down, MoeParams, MoeWeight, Target, WeightKind, DE_ALIGN, MAX_EXPERTS,
+    bind_weight, check_active, variants as all_keys, wg_dense_down, ExpertNode, MoeWeight, Target, WeightKind,
+    DE_ALIGN, MAX_EXPERTS,
 };
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
-use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
+use crate::graph::check::{expect, Expected, HostIo};
+use crate::graph::{Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 use crate::quant::pack::{Layout, QK, TILE};
 
@@ -17,68 +18,48 @@ const ROWS_PER_GROUP: usize = 4;
 
 #[derive(Debug)]
 pub struct MoeDown {
-    m: usize,
+    node: ExpertNode,
     hidden: usize,
-    de: usize,
-    experts: usize,
-    kind: WeightKind,
-    weight_inputs: usize,
-    wbytes: u64,
-    target: Target,
-}
-
-impl MoeDown {
-    fn tm(&self) -> usize {
-        tokens_per_invocation(self.kind, self.m)
-    }
 }
 
 impl Kernel for MoeDown {
     fn name(&self) -> &'static str {
         "moe_down"
     }
+    /// Node tensors: h, the weight's bindings, active, then y.
     fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
-        let wg = wg_dense_down(caps, self.target);
-        let groups = match self.kind {
+        let n = &self.node;
+        let wg = wg_dense_down(caps, n.target);
+        let groups = match n.kind {
             WeightKind::Dense(_) => self.hidden.div_ceil(4 * wg),
             WeightKind::Quant(_, Layout::Tiled) => self.hidden.div_ceil(TILE),
             WeightKind::Quant(_, Layout::Rows) => self.hidden.div_ceil(ROWS_PER_GROUP),
         };
-        let [y, z, _] = grid(groups, 1, caps.max_workgroups_per_dim);
-        vec![Dispatch {
-            shader: key("down", self.kind, self.tm(), wg, subgroups_for(self.kind, caps)),
-            // h, weight buffers, active, then y.
-            bindings: (0..self.weight_inputs + 3).map(Bind::Tensor).collect(),
-            workgroups: [self.m.div_ceil(self.tm()) as u32, y, z],
-        }]
+        n.dispatch("down", caps, wg, groups, n.weight_inputs + 3)
     }
     fn params(&self, _: usize, _: &StepVars) -> Params {
-        let k = self.experts * self.de;
-        let kv = match self.kind {
-            WeightKind::Dense(DType::F16) => k / 8,
-            _ => k / 4,
-        };
-        MoeParams {
-            m: self.m as u32,
-            experts: self.experts as u32,
-            de: self.de as u32,
-            rows: self.hidden as u32,
-            kv: kv as u32,
-            xv: (k / 4) as u32,
-            groups: (k / QK) as u32,
-            tiles: self.hidden.div_ceil(TILE) as u32,
-            per_expert: (self.de / QK) as u32,
-        }
-        .block()
+        self.node.params(self.hidden, self.node.width(), self.node.de / QK)
     }
     /// The cost with every expert active (an upper bound: the real share is known only on the device).
     fn cost(&self) -> Cost {
-        let (m, k, n) = (self.m as u64, (self.experts * self.de) as u64, self.hidden as u64);
+        let (m, k, n) = (self.node.m as u64, self.node.width() as u64, self.hidden as u64);
         Cost {
-            bytes_read: self.wbytes + 4 * m * k + 4 * (1 + self.experts as u64),
+            bytes_read: self.node.wbytes + 4 * m * k + 4 * (1 + self.node.experts as u64),
             bytes_written: 4 * m * n,
             flops: 2 * m * n * k,
         }
+    }
+    fn reference(&self, io: &[HostIo], _: &StepVars) -> Option<Result<Vec<Expected>>> {
+        let (n, nw) = (&self.node, self.node.weight_inputs);
+        expect(|| {
+            let (w, listed) = n.host(io, (self.hidden, n.width()), nw + 1)?;
+            let y = reference(&io[0].f32()?, &w, &listed, n.m, self.hidden, n.de);
+            Ok(vec![Expected::at(nw + 2, y)])
+        })
+    }
+    /// The op tests' bound: f32 dot products over the listed experts (reason in tests/ops/moe_down.rs).
+    fn check_bound(&self, _: &Caps) -> f64 {
+        1e-9
     }
 }
 
@@ -125,16 +106,9 @@ impl Graph {
         }
         let bound = bind_weight(self, "moe_down", w, hidden, k)?;
         let kernel = MoeDown {
-            m,
+            node: ExpertNode::new("moe_down", m, (de, experts), &bound, target)?,
             hidden,
-            de,
-            experts,
-            kind: bound.kind,
-            weight_inputs: bound.inputs.len(),
-            wbytes: bound.bytes,
-            target,
         };
-        token_blocks("moe_down", m, kernel.tm())?;
         let mut inputs = vec![h];
         inputs.extend(&bound.inputs);
         inputs.push(active);

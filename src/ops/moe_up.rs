@@ -3,43 +3,34 @@
 //! outside the list are not written ([`super::moe_down`] never reads them). Weights: see [`super::moe_common`].
 
 use super::moe_common::{
-    bind_weight, check_active, key, silu, subgroups_for, token_blocks, tokens_per_invocation, variants as all_keys,
-    wg_dense_up, MoeParams, MoeWeight, Target, WeightKind, DE_ALIGN, MAX_EXPERTS,
+    bind_weight, check_active, silu, variants as all_keys, wg_dense_up, ExpertNode, MoeWeight, Target, WeightKind,
+    DE_ALIGN, MAX_EXPERTS,
 };
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
-use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
+use crate::graph::check::{expect, Expected, HostIo};
+use crate::graph::{Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
-use crate::quant::pack::{Layout, QK, TILE};
+use crate::quant::pack::{Layout, TILE};
 
 /// Rows per workgroup of the rows-layout kernel.
 const ROWS_PER_GROUP: usize = 4;
 
 #[derive(Debug)]
 pub struct MoeUp {
-    m: usize,
+    node: ExpertNode,
     /// hidden (K).
     k: usize,
-    de: usize,
-    experts: usize,
-    kind: WeightKind,
-    /// Graph inputs of the weight (bindings 1..).
-    weight_inputs: usize,
-    wbytes: u64,
-    target: Target,
 }
 
 impl MoeUp {
-    fn tm(&self) -> usize {
-        tokens_per_invocation(self.kind, self.m)
-    }
     /// Workgroups covering all experts (those past the active count return at once).
     fn groups(&self, caps: &Caps) -> usize {
-        let rows = self.experts * self.de;
-        match self.kind {
-            WeightKind::Dense(_) => rows / (4 * wg_dense_up(caps, self.target, self.de)),
-            WeightKind::Quant(_, Layout::Tiled) => rows / TILE,
-            WeightKind::Quant(_, Layout::Rows) => rows / ROWS_PER_GROUP,
+        let n = &self.node;
+        match n.kind {
+            WeightKind::Dense(_) => n.width() / (4 * wg_dense_up(caps, n.target, n.de)),
+            WeightKind::Quant(_, Layout::Tiled) => n.width() / TILE,
+            WeightKind::Quant(_, Layout::Rows) => n.width() / ROWS_PER_GROUP,
         }
     }
 }
@@ -48,49 +39,47 @@ impl Kernel for MoeUp {
     fn name(&self) -> &'static str {
         "moe_up"
     }
+    /// Node tensors: x, the weight's bindings, r, active, then h.
     fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
-        let wg = wg_dense_up(caps, self.target, self.de);
-        let [y, z, _] = grid(self.groups(caps), 1, caps.max_workgroups_per_dim);
-        vec![Dispatch {
-            shader: key("up", self.kind, self.tm(), wg, subgroups_for(self.kind, caps)),
-            // x, weight buffers, r, active, then h.
-            bindings: (0..self.weight_inputs + 4).map(Bind::Tensor).collect(),
-            workgroups: [self.m.div_ceil(self.tm()) as u32, y, z],
-        }]
+        let n = &self.node;
+        let wg = wg_dense_up(caps, n.target, n.de);
+        n.dispatch("up", caps, wg, self.groups(caps), n.weight_inputs + 4)
     }
     fn params(&self, _: usize, _: &StepVars) -> Params {
-        let rows = self.experts * self.de;
-        let kv = match self.kind {
-            WeightKind::Dense(DType::F16) => self.k / 8,
-            _ => self.k / 4,
-        };
-        let per_expert = match self.kind {
+        let n = &self.node;
+        let per_expert = match n.kind {
             // The dense shader derives it from its workgroup size.
             WeightKind::Dense(_) => 0,
-            WeightKind::Quant(_, Layout::Tiled) => self.de / TILE,
-            WeightKind::Quant(_, Layout::Rows) => self.de / ROWS_PER_GROUP,
+            WeightKind::Quant(_, Layout::Tiled) => n.de / TILE,
+            WeightKind::Quant(_, Layout::Rows) => n.de / ROWS_PER_GROUP,
         };
-        MoeParams {
-            m: self.m as u32,
-            experts: self.experts as u32,
-            de: self.de as u32,
-            rows: rows as u32,
-            kv: kv as u32,
-            xv: (self.k / 4) as u32,
-            groups: (self.k / QK) as u32,
-            tiles: rows.div_ceil(TILE) as u32,
-            per_expert: per_expert as u32,
-        }
-        .block()
+        n.params(n.width(), self.k, per_expert)
     }
     /// The cost with every expert active (an upper bound: the real share is known only on the device).
     fn cost(&self) -> Cost {
-        let (m, k, n) = (self.m as u64, self.k as u64, (self.experts * self.de) as u64);
+        let (m, k, n) = (self.node.m as u64, self.k as u64, self.node.width() as u64);
         Cost {
-            bytes_read: self.wbytes + 4 * m * k + 4 * m * self.experts as u64,
+            bytes_read: self.node.wbytes + 4 * m * k + 4 * m * self.node.experts as u64,
             bytes_written: 4 * m * n,
             flops: 2 * m * n * k + 6 * m * n,
         }
+    }
+    /// Only the listed experts' columns are written, so only they are compared.
+    fn reference(&self, io: &[HostIo], _: &StepVars) -> Option<Result<Vec<Expected>>> {
+        let (n, nw) = (&self.node, self.node.weight_inputs);
+        expect(|| {
+            let (w, listed) = n.host(io, (n.width(), self.k), nw + 2)?;
+            let h = reference(&io[0].f32()?, &w, &io[nw + 1].f32()?, n.m, self.k, n.de);
+            let mut written = vec![false; n.width()];
+            for &e in &listed {
+                written[e as usize * n.de..][..n.de].fill(true);
+            }
+            Ok(vec![Expected::only(nw + 3, h, written.repeat(n.m))])
+        })
+    }
+    /// The op tests' bound: f32 dot products, SiLU and the router weight (reason in tests/ops/moe_up.rs).
+    fn check_bound(&self, _: &Caps) -> f64 {
+        1e-9
     }
 }
 
@@ -142,16 +131,9 @@ impl Graph {
         check_active(self, "moe_up", active, experts)?;
         let bound = bind_weight(self, "moe_up", w, experts * de, k)?;
         let kernel = MoeUp {
-            m,
+            node: ExpertNode::new("moe_up", m, (de, experts), &bound, target)?,
             k,
-            de,
-            experts,
-            kind: bound.kind,
-            weight_inputs: bound.inputs.len(),
-            wbytes: bound.bytes,
-            target,
         };
-        token_blocks("moe_up", m, kernel.tm())?;
         let mut inputs = vec![x];
         inputs.extend(&bound.inputs);
         inputs.extend([r, active]);

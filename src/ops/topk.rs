@@ -226,8 +226,9 @@ impl Graph {
     }
 }
 
-/// The order the kernel sorts by: value descending, NaN after every number, equal values (and -0, +0) tied.
-fn descending(a: f32, b: f32) -> Ordering {
+/// The order the kernel sorts by: value descending, NaN after every number, equal values (and -0, +0) tied. Also
+/// `block_topk`'s ranking of candidate blocks.
+pub(super) fn descending(a: f32, b: f32) -> Ordering {
     match (a.is_nan(), b.is_nan()) {
         (true, true) => Ordering::Equal,
         (true, false) => Ordering::Greater,

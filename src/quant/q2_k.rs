@@ -26,7 +26,7 @@
 //! ggml's values, not a rounding of them.
 
 use super::{check_blocks, f32_to_f16, read_f16, QK_K};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Bytes per super-block.
 pub const BLOCK_BYTES: usize = 84;
@@ -94,6 +94,44 @@ pub(super) fn quant_words(q: impl Fn(usize) -> u8) -> [u32; 2] {
         w[t] |= ((q(l) & 3) as u32) << (8 * b + 2 * i);
     }
     w
+}
+
+/// The 2-bit field of weight `l` (0..32) in a host 32-weight block's quant words (the inverse of [`quant_words`]).
+/// Shared with Q3_K.
+pub(super) fn block32_quant(blk: &[u8], l: usize) -> u8 {
+    let (t, i, b) = (l / 16, l % 16 / 4, l % 4);
+    (blk[BLOCK32_Q + 4 * t + b] >> (2 * i)) & 3
+}
+
+/// The host 32-weight blocks of `ty` (`block_bytes` each) paired with their 32 outputs, once the counts agree.
+/// Shared with Q3_K.
+pub(super) fn blocks32_with<'a>(
+    ty: &str,
+    bytes: &'a [u8],
+    block_bytes: usize,
+    out: &'a mut [f32],
+) -> Result<impl Iterator<Item = (&'a [u8], &'a mut [f32])>> {
+    let nb = check_blocks(&format!("{ty} host blocks"), bytes.len(), block_bytes)?;
+    if check_blocks(&format!("{ty} host weights"), out.len(), 32)? != nb {
+        return Err(Error::Invalid(format!(
+            "{nb} {ty} host blocks for {} weights",
+            out.len()
+        )));
+    }
+    Ok(bytes.chunks_exact(block_bytes).zip(out.chunks_exact_mut(32)))
+}
+
+/// Dequantizes host 32-weight blocks of the module doc's form (`out.len() == bytes.len() / 16 * 32`), with the
+/// factors formed in f32 as the kernels form them (ggml's values): for the check mode's matmul reference.
+pub fn dequantize_blocks32(bytes: &[u8], out: &mut [f32]) -> Result<()> {
+    for (blk, o) in blocks32_with("Q2_K", bytes, BLOCK32_BYTES, out)? {
+        let (d, dmin) = (read_f16(blk, 2), read_f16(blk, 4));
+        for (l, v) in o.iter_mut().enumerate() {
+            let code = blk[l / 16];
+            *v = d * (code & 15) as f32 * block32_quant(blk, l) as f32 - dmin * (code >> 4) as f32;
+        }
+    }
+    Ok(())
 }
 
 /// Quantizes whole super-blocks round-to-nearest (simpler than ggml's `quantize_row_q2_K_ref`, which searches for
@@ -194,6 +232,12 @@ mod tests {
             let want = (b[QS_OFFSET + 48 + 4 * i + bb] >> 2) & 3;
             assert_eq!((w1 >> (8 * bb + 2 * i)) & 3, want as u32, "field {i} {bb}");
         }
+        // The host blocks decode to ggml's values, weight for weight.
+        let (mut want, mut got) = (vec![0f32; 256], vec![0f32; 256]);
+        dequantize_into(&b, &mut want).unwrap();
+        dequantize_blocks32(&r, &mut got).unwrap();
+        assert_eq!(got, want);
+        assert!(dequantize_blocks32(&r, &mut got[..224]).is_err());
     }
 
     #[test]

@@ -26,7 +26,7 @@
 //! ```
 //! The kernels form `d * (sc - 32)` in f32, exactly (an f16 times a 6-bit integer): ggml's values.
 
-use super::q2_k::quant_words;
+use super::q2_k::{block32_quant, blocks32_with, quant_words};
 use super::{check_blocks, f32_to_f16, read_f16, QK_K};
 use crate::error::Result;
 
@@ -117,6 +117,26 @@ pub fn to_blocks32(bytes: &[u8]) -> Result<Vec<u8>> {
         }
     }
     Ok(out)
+}
+
+/// Dequantizes host 32-weight blocks of the module doc's form (`out.len() == bytes.len() / 20 * 32`), with
+/// `d * (sc - 32)` formed in f32 as the kernels form it (ggml's values): for the check mode's matmul reference.
+pub fn dequantize_blocks32(bytes: &[u8], out: &mut [f32]) -> Result<()> {
+    for (blk, o) in blocks32_with("Q3_K", bytes, BLOCK32_BYTES, out)? {
+        let d = read_f16(blk, 2);
+        let h = u32::from_le_bytes([
+            blk[BLOCK32_H],
+            blk[BLOCK32_H + 1],
+            blk[BLOCK32_H + 2],
+            blk[BLOCK32_H + 3],
+        ]);
+        for (l, v) in o.iter_mut().enumerate() {
+            let (t, i, b) = (l / 16, l % 16 / 4, l % 4);
+            let q = block32_quant(blk, l) as u32 | ((h >> (8 * b + 4 * t + i)) & 1) << 2;
+            *v = d * (blk[t] as i32 - 32) as f32 * (q as i32 - 4) as f32;
+        }
+    }
+    Ok(())
 }
 
 /// Quantizes whole super-blocks round-to-nearest (simpler than ggml's `quantize_row_q3_K_ref`): per sub-block of 16
@@ -216,18 +236,10 @@ mod tests {
         let mut y = vec![0f32; 256];
         dequantize_into(&b, &mut y).unwrap();
         // Decoding the host blocks by their layout gives ggml's values for every weight.
-        for (bi, blk) in r.chunks_exact(BLOCK32_BYTES).enumerate() {
-            let d = read_f16(blk, 2);
-            let word = |at: usize| u32::from_le_bytes(blk[at..at + 4].try_into().unwrap());
-            for l in 0..32 {
-                let (t, i, bb) = (l / 16, l % 16 / 4, l % 4);
-                let low = (word(BLOCK32_Q + 4 * t) >> (8 * bb + 2 * i)) & 3;
-                let high = (word(BLOCK32_H) >> (8 * bb + 4 * t + i)) & 1;
-                let sc = blk[t] as i32 - 32;
-                let v = d * sc as f32 * ((low | (high << 2)) as i32 - 4) as f32;
-                assert_eq!(v, y[32 * bi + l], "block {bi} weight {l}");
-            }
-        }
+        let mut got = vec![0f32; 256];
+        dequantize_blocks32(&r, &mut got).unwrap();
+        assert_eq!(got, y);
+        assert!(dequantize_blocks32(&r[..7 * BLOCK32_BYTES], &mut got).is_err());
     }
 
     #[test]

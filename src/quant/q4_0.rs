@@ -34,26 +34,34 @@ pub fn dequantize_into(bytes: &[u8], out: &mut [f32]) -> Result<()> {
     Ok(())
 }
 
-/// Quantizes whole blocks the way ggml's `quantize_row_q4_0_ref` does: the scale maps the value of largest
-/// magnitude (sign kept) to -8, quants are rounded to nearest and clamped to 15.
+/// The block scale of ggml's `quantize_row_q4_0_ref`: the value of largest magnitude (sign kept) maps to -8.
+pub fn block_scale(xs: &[f32]) -> f32 {
+    let (mut amax, mut max) = (0f32, 0f32);
+    for &v in xs {
+        if amax < v.abs() {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    max / -8.0
+}
+
+/// The 4-bit code of `v` at inverse scale `id`: rounded to nearest, clamped to 15 (`(v * id + 8.5)` lies in
+/// [0.5, 16.5] for finite input; truncation then rounds to nearest).
+pub fn code(v: f32, id: f32) -> u8 {
+    ((v * id + 8.5) as i32).clamp(0, 15) as u8
+}
+
+/// Quantizes whole blocks the way ggml's `quantize_row_q4_0_ref` does: [`block_scale`], then [`code`].
 pub fn quantize(x: &[f32]) -> Result<Vec<u8>> {
     let nb = check_blocks("Q4_0", x.len(), QK)?;
     let mut out = vec![0u8; nb * BLOCK_BYTES];
     for (xb, b) in x.chunks_exact(QK).zip(out.chunks_exact_mut(BLOCK_BYTES)) {
-        let (mut amax, mut max) = (0f32, 0f32);
-        for &v in xb {
-            if amax < v.abs() {
-                amax = v.abs();
-                max = v;
-            }
-        }
-        let d = max / -8.0;
+        let d = block_scale(xb);
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         b[D_OFFSET..D_OFFSET + 2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
-        // (x*id + 8.5) lies in [0.5, 16.5] for finite input; truncation then rounds to nearest.
-        let q = |v: f32| ((v * id + 8.5) as i32).clamp(0, 15) as u8;
         for j in 0..QK / 2 {
-            b[QS_OFFSET + j] = q(xb[j]) | (q(xb[j + QK / 2]) << 4);
+            b[QS_OFFSET + j] = code(xb[j], id) | (code(xb[j + QK / 2], id) << 4);
         }
     }
     Ok(out)

@@ -32,18 +32,27 @@ pub fn dequantize_into(bytes: &[u8], out: &mut [f32]) -> Result<()> {
     Ok(())
 }
 
-/// Quantizes whole blocks the way ggml's `quantize_row_q8_0_ref` does: `d = amax / 127`, quants rounded to nearest
-/// with ties away from zero (C's `roundf`, Rust's `f32::round`).
+/// The block scale of ggml's `quantize_row_q8_0_ref`: `amax / 127`.
+pub fn block_scale(xs: &[f32]) -> f32 {
+    xs.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0
+}
+
+/// The 8-bit code of `v` at inverse scale `id`: rounded to nearest with ties away from zero (C's `roundf`, Rust's
+/// `f32::round`), clamped to i8.
+pub fn code(v: f32, id: f32) -> i8 {
+    ((v * id).round() as i32).clamp(-128, 127) as i8
+}
+
+/// Quantizes whole blocks the way ggml's `quantize_row_q8_0_ref` does: [`block_scale`], then [`code`].
 pub fn quantize(x: &[f32]) -> Result<Vec<u8>> {
     let nb = check_blocks("Q8_0", x.len(), QK)?;
     let mut out = vec![0u8; nb * BLOCK_BYTES];
     for (xb, b) in x.chunks_exact(QK).zip(out.chunks_exact_mut(BLOCK_BYTES)) {
-        let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
-        let d = amax / 127.0;
+        let d = block_scale(xb);
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         b[D_OFFSET..D_OFFSET + 2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
         for (j, &v) in xb.iter().enumerate() {
-            b[QS_OFFSET + j] = ((v * id).round() as i32).clamp(-128, 127) as i8 as u8;
+            b[QS_OFFSET + j] = code(v, id) as u8;
         }
     }
     Ok(out)

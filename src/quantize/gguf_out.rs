@@ -3,7 +3,7 @@
 //! architecture's prefix, and the tokenizer of a byte-level BPE `tokenizer.json` as `tokenizer.ggml.*`).
 
 use super::source::{Container, Source};
-use super::{commit, temp_path, Format, Sink, Stored};
+use super::{write_then_commit, Format, Sink, Stored};
 use crate::error::{Error, Result};
 use crate::loader::gguf::{Value, ValueType};
 use crate::loader::gguf_write::GgufWriter;
@@ -74,23 +74,13 @@ impl Sink for GgufSink {
         for (name, shape, ty, data) in extra {
             w.add_tensor_bytes(name, &shape, ty, data)?;
         }
-        let tmp = temp_path(out);
-        let written = w.write(&tmp).and_then(|_| {
-            std::fs::metadata(&tmp).map(|m| m.len()).map_err(|source| Error::Io {
-                path: tmp.clone(),
+        write_then_commit(out, |tmp| {
+            w.write(tmp)?;
+            std::fs::metadata(tmp).map(|m| m.len()).map_err(|source| Error::Io {
+                path: tmp.into(),
                 source,
             })
-        });
-        match written {
-            Ok(bytes) => {
-                commit(&tmp, out)?;
-                Ok(bytes)
-            }
-            Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
-                Err(e)
-            }
-        }
+        })
     }
 }
 

@@ -6,7 +6,7 @@
 //! a GGUF input's vocabulary (`tokenizer.json`, and `tokenizer_config.json` with BOS, EOS and the chat template).
 
 use super::source::{Container, Source};
-use super::{commit, temp_path, Sink, Stored};
+use super::{write_then_commit, Sink, Stored};
 use crate::error::{Error, Result};
 use crate::loader::gguf::GgufFile;
 use crate::model::config::RopeScaling;
@@ -247,24 +247,13 @@ impl Sink for HfSink {
     }
 
     fn finish(self: Box<Self>, out: &Path) -> Result<u64> {
-        let tmp = temp_path(out);
-        let result = write_dir(&tmp, &self.files, &self.tensors);
-        match result {
-            Ok(bytes) => {
-                commit(&tmp, out)?;
-                Ok(bytes)
-            }
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&tmp);
-                Err(e)
-            }
-        }
+        write_then_commit(out, |tmp| write_dir(tmp, &self.files, &self.tensors))
     }
 }
 
-fn write_dir(dir: &PathBuf, files: &Files, tensors: &[Tensor]) -> Result<u64> {
+fn write_dir(dir: &Path, files: &Files, tensors: &[Tensor]) -> Result<u64> {
     let io = |path: PathBuf| move |source| Error::Io { path, source };
-    std::fs::create_dir(dir).map_err(io(dir.clone()))?;
+    std::fs::create_dir(dir).map_err(io(dir.to_path_buf()))?;
     let mut bytes = 0u64;
     for (name, data) in files {
         std::fs::write(dir.join(name), data).map_err(io(dir.join(name)))?;

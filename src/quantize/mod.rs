@@ -12,7 +12,9 @@
 //! norms, biases     F32                                        f16
 //! ```
 //! Inputs are dequantized to f32 first (a Q4_1 file is re-quantized from its own values, so the RMSE is measured
-//! against those, not against the model it was once made from).
+//! against those, not against the model it was once made from). Architectures: the Llama family (Llama, Qwen2,
+//! Qwen3) from and to either format; MiniCPM within its input's format; Gemma 3 and sliding-window models GGUF to
+//! GGUF (`Source::check_output` and the writers name what they refuse).
 
 mod calib;
 mod gguf_out;
@@ -386,6 +388,7 @@ pub fn quantize_model(input: &Path, output: &Path, opts: &Options, log: &mut dyn
         });
     }
     let src = Source::open(input)?;
+    src.check_output(opts.format.names())?;
     let sink: Box<dyn Sink> = match opts.format {
         Format::Q4_0 | Format::Q8_0 => Box::new(gguf_out::GgufSink::new(&src, opts.format)?),
         Format::Gptq4 { group_size, sym } => Box::new(hf_out::HfSink::new(&src, group_size, sym, opts.damp)?),
@@ -429,6 +432,26 @@ pub fn quantize_model(input: &Path, output: &Path, opts: &Options, log: &mut dyn
     let Run { sink, mut report, .. } = run;
     report.bytes = sink.finish(output)?;
     Ok(report)
+}
+
+/// Build the output at a temporary sibling of `out` with `write` (which returns the bytes written), then move it
+/// into place; a failed build leaves nothing behind.
+fn write_then_commit(out: &Path, write: impl FnOnce(&Path) -> Result<u64>) -> Result<u64> {
+    let tmp = temp_path(out);
+    match write(&tmp) {
+        Ok(bytes) => {
+            commit(&tmp, out)?;
+            Ok(bytes)
+        }
+        Err(e) => {
+            let _ = if tmp.is_dir() {
+                std::fs::remove_dir_all(&tmp)
+            } else {
+                std::fs::remove_file(&tmp)
+            };
+            Err(e)
+        }
+    }
 }
 
 /// Move a finished temporary output into place (replacing what `--force` allows).

@@ -44,14 +44,7 @@ impl Grid for Q4_0Grid {
         q4_0::QK
     }
     fn fit(&self, xs: &[f32]) -> Result<Params> {
-        let (mut amax, mut max) = (0f32, 0f32);
-        for &v in xs {
-            if amax < v.abs() {
-                amax = v.abs();
-                max = v;
-            }
-        }
-        let d = max / -8.0;
+        let d = q4_0::block_scale(xs);
         Ok(Params {
             scale: f16_to_f32(f32_to_f16(d)),
             zero: 8.0,
@@ -59,7 +52,7 @@ impl Grid for Q4_0Grid {
         })
     }
     fn code(&self, x: f32, p: &Params) -> u32 {
-        ((x * p.inv + 8.5) as i32).clamp(0, 15) as u32
+        q4_0::code(x, p.inv) as u32
     }
 }
 
@@ -72,8 +65,7 @@ impl Grid for Q8_0Grid {
         q8_0::QK
     }
     fn fit(&self, xs: &[f32]) -> Result<Params> {
-        let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
-        let d = amax / 127.0;
+        let d = q8_0::block_scale(xs);
         Ok(Params {
             scale: f16_to_f32(f32_to_f16(d)),
             zero: 128.0,
@@ -81,7 +73,7 @@ impl Grid for Q8_0Grid {
         })
     }
     fn code(&self, x: f32, p: &Params) -> u32 {
-        (((x * p.inv).round() as i32).clamp(-128, 127) + 128) as u32
+        (q8_0::code(x, p.inv) as i32 + 128) as u32
     }
 }
 

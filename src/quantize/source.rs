@@ -15,8 +15,9 @@ use std::path::{Path, PathBuf};
 
 pub use crate::model::names::Role;
 
-/// Per-layer roles in the order a layer runs them (and llama.cpp writes them).
-pub const LAYER_ROLES: [Role; 14] = [
+/// Per-layer roles in the order a layer runs them (and llama.cpp writes them); Gemma 3's post-norms where it has
+/// them.
+pub const LAYER_ROLES: [Role; 16] = [
     Role::AttnNorm,
     Role::Q,
     Role::QBias,
@@ -27,10 +28,12 @@ pub const LAYER_ROLES: [Role; 14] = [
     Role::QNorm,
     Role::KNorm,
     Role::O,
+    Role::PostAttnNorm,
     Role::FfnNorm,
     Role::Gate,
     Role::Up,
     Role::Down,
+    Role::PostFfnNorm,
 ];
 
 /// One tensor of the model: a role, in layer `layer` for per-layer roles.
@@ -41,8 +44,8 @@ pub struct ModelTensor {
 }
 
 impl ModelTensor {
-    /// The tensor's name in `names`. `quantize` runs only architectures named as the Llama family (it refuses Gemma
-    /// 3 and Phi-3), so the Llama names serve.
+    /// The tensor's name in `names`. The Llama family's names serve: Gemma 3's differ only in Hugging Face files,
+    /// which `quantize` does not read or write for it ([`Source::check_output`]).
     pub fn name(&self, names: Names) -> String {
         names.of(Arch::Llama, self.role, self.layer)
     }
@@ -70,20 +73,9 @@ impl Source {
                 message: "no such file or directory".into(),
             });
         }
-        let unsupported = |cfg: &LlamaConfig| {
-            // Gemma 3's post-norms, GeGLU and sliding windows are not in the calibration forward yet.
-            if matches!(cfg.arch, Arch::Gemma3 | Arch::Phi3) || cfg.sliding.is_some() {
-                return Err(Error::File {
-                    path: path.into(),
-                    message: "quantize does not support Gemma 3, Phi-3 or sliding-window models yet".into(),
-                });
-            }
-            Ok(())
-        };
         if path.is_file() {
             let f = GgufFile::open(path)?;
             let cfg = LlamaConfig::from_gguf(&f)?;
-            unsupported(&cfg)?;
             Ok(Source {
                 path: path.into(),
                 cfg,
@@ -91,7 +83,6 @@ impl Source {
             })
         } else {
             let cfg = LlamaConfig::from_hf(&path.join("config.json"))?;
-            unsupported(&cfg)?;
             let st = SafetensorsModel::open(path)?;
             Ok(Source {
                 path: path.into(),
@@ -99,6 +90,29 @@ impl Source {
                 container: Container::Hf(st),
             })
         }
+    }
+
+    /// Whether this input can be written in the `to` convention (GGUF or Hugging Face). The writers know the
+    /// Llama family's Hugging Face configs only, so Gemma 3 and sliding-window models go from GGUF to GGUF alone
+    /// (the input's metadata is copied); Phi-3's fused matrices and BlockFFN's experts are not read at all yet.
+    pub fn check_output(&self, to: Names) -> Result<()> {
+        let c = &self.cfg;
+        let refuse = |message: &str| {
+            Err(Error::File {
+                path: self.path.clone(),
+                message: message.into(),
+            })
+        };
+        if c.arch == Arch::Phi3 {
+            return refuse("quantize does not support Phi-3 yet (its fused q|k|v and gate|up matrices)");
+        }
+        if c.moe.is_some() {
+            return refuse("quantize does not support BlockFFN's experts yet");
+        }
+        if (c.arch == Arch::Gemma3 || c.sliding.is_some()) && (self.names(), to) != (Names::Gguf, Names::Gguf) {
+            return refuse("quantize writes Gemma 3 and sliding-window models only GGUF to GGUF (q4_0, q8_0) yet");
+        }
+        Ok(())
     }
 
     /// The naming convention of the input.
@@ -170,6 +184,16 @@ impl Source {
             (Names::Gguf, Names::Hf) if self.cfg.rope_style == RopeStyle::Interleaved => Some(Permutation::ToHf),
             (Names::Hf, Names::Gguf) if self.cfg.arch == Arch::Llama => Some(Permutation::ToGguf),
             _ => None,
+        }
+    }
+
+    /// The RoPE pairing of q/k rows as [`Source::read`] returns them for the `to` convention: the input's own,
+    /// unless the rows are moved between the two layouts.
+    pub fn rope_style(&self, to: Names) -> RopeStyle {
+        match self.rope_permutation(to) {
+            Some(Permutation::ToGguf) => RopeStyle::Interleaved,
+            Some(Permutation::ToHf) => RopeStyle::RotateHalf,
+            None => self.cfg.rope_style,
         }
     }
 
