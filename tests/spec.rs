@@ -247,10 +247,7 @@ fn speculative_generation_equals_plain_on_smollm2() {
         argmax: true,
         ..Default::default()
     };
-    let mut draft = DraftModel {
-        gen: Generator::new(&gpu, &loaded.model, loaded.ctx, argmax_only).unwrap(),
-        p_min: 0.0,
-    };
+    let mut draft = DraftModel::greedy(Generator::new(&gpu, &loaded.model, loaded.ctx, argmax_only).unwrap(), 0.0);
     let mut lookup = Lookup::default();
     // (prompt, sampling, drafts per step)
     let runs = [
@@ -357,7 +354,7 @@ fn frspec_restricted_draft_head_is_lossless() {
         }
         assert!(ids.contains(&dgen.result.argmax.unwrap()));
         dgen.truncate(0);
-        let mut drafter = DraftModel { gen: dgen, p_min: 0.0 };
+        let mut drafter = DraftModel::greedy(dgen, 0.0);
         target.truncate(0);
         let params = SamplingParams::greedy();
         let (s1, s2, st) = run(
@@ -465,4 +462,61 @@ fn speculation_that_does_not_pay_turns_itself_off() {
     assert!(why.contains("drafts accepted per step"), "{why}");
     assert_eq!(st.verify_steps, 4, "{st:?}");
     assert!(st.plain_steps >= 30, "{st:?}");
+}
+
+/// Sampled drafts: a model sampling drafts for itself with the target's settings proposes from exactly the
+/// distribution the target verifies with (the verification rows equal its one-token steps bit for bit), so the
+/// acceptance test keeps every draft; another draft model (other weights, same vocabulary) is accepted in part,
+/// and a seed reproduces the run.
+#[test]
+fn sampled_drafts_pass_the_acceptance_test() {
+    let gpu = gpu();
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.gguf"), dir.path().join("b.gguf"));
+    write_gguf_chat(&a, 4, GgmlType::Q8_0);
+    write_gguf_chat(&b, 5, GgmlType::Q8_0);
+    let (target, other) = (open(gpu, &a, 128), open(gpu, &b, 128));
+    let params = SamplingParams {
+        temperature: 1.0,
+        top_k: 0,
+        top_p: 1.0,
+        min_p: 0.0,
+        seed: 3,
+        ..Default::default()
+    };
+    let prompt = tokens(9, target.model.cfg.vocab, 14);
+    let opts = GenOptions {
+        max_tokens: 40,
+        stop_strings: Vec::new(),
+        stop_at_eos: false,
+    };
+    let mut results = Vec::new();
+    for (label, draft, rep) in [("self", &target, 0), ("other", &other, 0), ("other", &other, 1)] {
+        let mut gen = Generator::new(gpu, &target.model, target.ctx, LOGITS_AND_ARGMAX).unwrap();
+        let dgen = Generator::new(gpu, &draft.model, draft.ctx, LOGITS_AND_ARGMAX).unwrap();
+        let draft_params = SamplingParams {
+            seed: 99,
+            ..params.clone()
+        };
+        let mut drafter = DraftModel::sampling(dgen, Sampler::new(draft_params));
+        let mut spec = Speculator {
+            drafter: &mut drafter,
+            opts: SpecOptions {
+                max_draft: 3,
+                min_accepted: 0.0,
+                ..Default::default()
+            },
+        };
+        let mut sampler = Sampler::new(params.clone());
+        let (out, st) = generate_spec(&mut gen, &target.tokenizer, &mut sampler, &prompt, &opts, &mut spec, |_| true).unwrap();
+        assert_eq!(out.generated.len(), 40);
+        println!("{label} draft: {}/{} sampled drafts accepted", st.accepted, st.drafted);
+        if label == "self" {
+            assert!(st.drafted > 0 && st.accepted == st.drafted, "{label}: {st:?}");
+        } else {
+            assert!(st.accepted < st.drafted, "{label}: a different model should be rejected sometimes: {st:?}");
+        }
+        results.push(out.generated);
+    }
+    assert_eq!(results[1], results[2], "the same seeds give the same run");
 }

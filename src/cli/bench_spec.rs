@@ -90,7 +90,7 @@ pub fn run(
         SpecKind::Draft => SpecPrompts::Code,
     });
     let gpu = gen.gpu();
-    let mut drafter = match spec_args.drafter(gpu, draft, gen.chunk)? {
+    let mut drafter = match spec_args.drafter(gpu, draft, gen.chunk, &SamplingParams::greedy())? {
         Some(d) => d,
         None => Box::new(shaderlm::generate::draft::Lookup::default()),
     };

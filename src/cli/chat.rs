@@ -35,7 +35,7 @@ pub fn run(args: &ChatArgs, device: &DeviceArgs) -> anyhow::Result<()> {
     args.spec.kind()?;
     let (gpu, loaded) = args.model.load(device)?;
     let draft = args.spec.load_draft(&gpu, &args.model, &loaded)?;
-    let mut drafter = args.spec.drafter(&gpu, draft.as_ref(), args.model.chunk)?;
+    let mut drafter = args.spec.drafter(&gpu, draft.as_ref(), args.model.chunk, &params)?;
     let tok = &loaded.tokenizer;
     let outputs = StepOutputs {
         logits: params.needs_logits(),
@@ -46,7 +46,7 @@ pub fn run(args: &ChatArgs, device: &DeviceArgs) -> anyhow::Result<()> {
     let mut gen = Generator::new(&gpu, &loaded.model, loaded.ctx, outputs)?;
     gen.chunk = args.model.chunk;
     gen.warm_up()?;
-    let mut sampler = Sampler::new(params);
+    let mut sampler = Sampler::new(params.clone());
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))?;

@@ -110,7 +110,7 @@ pub fn run(args: &GenerateArgs, device: &DeviceArgs) -> anyhow::Result<()> {
     if args.check {
         return super::common::check_steps(&mut gen, &prompt_ids);
     }
-    let mut sampler = Sampler::new(params);
+    let mut sampler = Sampler::new(params.clone());
     let opts = GenOptions {
         max_tokens: args.max_tokens,
         stop_strings: args.stop.clone(),
@@ -126,7 +126,7 @@ pub fn run(args: &GenerateArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         true
     };
     let mut spec_report = None;
-    let out = match args.spec.drafter(&gpu, draft.as_ref(), args.model.chunk)? {
+    let out = match args.spec.drafter(&gpu, draft.as_ref(), args.model.chunk, &params)? {
         Some(mut drafter) => {
             let name = drafter.name();
             let mut spec = Speculator {

@@ -11,6 +11,7 @@ use shaderlm::gpu::Gpu;
 use shaderlm::model::frspec;
 use shaderlm::model::load::LoadedModel;
 use shaderlm::model::{LoadOptions, StepOutputs};
+use shaderlm::sampling::{Sampler, SamplingParams};
 use std::path::PathBuf;
 
 /// Where drafts come from.
@@ -38,6 +39,11 @@ pub struct SpecArgs {
     /// The draft model stops a draft where its top token's probability falls below P.
     #[arg(long, default_value_t = 0.0, value_name = "P")]
     pub draft_p_min: f32,
+    /// With --temp > 0: the draft model samples its drafts too, and speculative sampling's acceptance test keeps
+    /// the output distributed as the target's (more drafts accepted; a seeded run then differs from a plain one,
+    /// which greedy drafts reproduce token for token).
+    #[arg(long)]
+    pub draft_sample: bool,
     /// FR-Spec: the draft model's LM head scores only the N most frequent tokens (and the stop tokens).
     #[arg(long, value_name = "N")]
     pub frspec_vocab: Option<usize>,
@@ -129,27 +135,35 @@ impl SpecArgs {
         Ok(Some(frspec::restrict(gpu, draft, ids)?))
     }
 
-    /// The draft source: prompt lookup, or the loaded draft model with its own session.
+    /// The draft source: prompt lookup, or the loaded draft model with its own session, sampling its drafts with
+    /// the target's `params` (and another seed) under --draft-sample.
     pub fn drafter<'a>(
         &self,
         gpu: &'a Gpu,
         draft: Option<&'a LoadedModel>,
         chunk: usize,
+        params: &SamplingParams,
     ) -> anyhow::Result<Option<Box<dyn Drafter + 'a>>> {
         Ok(match (self.kind()?, draft) {
             (None, _) => None,
             (Some(SpecKind::Lookup), _) => Some(Box::new(Lookup::default())),
             (Some(SpecKind::Draft), Some(d)) => {
+                let sample = self.draft_sample && !params.is_greedy();
                 let outputs = StepOutputs {
-                    logits: self.draft_p_min > 0.0,
+                    logits: self.draft_p_min > 0.0 || sample,
                     argmax: true,
                     ..Default::default()
                 };
                 let mut gen = Generator::new(gpu, &d.model, d.ctx, outputs)?;
                 gen.chunk = chunk;
-                Some(Box::new(DraftModel {
-                    gen,
-                    p_min: self.draft_p_min,
+                Some(Box::new(if sample {
+                    let draft_params = SamplingParams {
+                        seed: params.seed ^ 0x9e37_79b9_7f4a_7c15,
+                        ..params.clone()
+                    };
+                    DraftModel::sampling(gen, Sampler::new(draft_params))
+                } else {
+                    DraftModel::greedy(gen, self.draft_p_min)
                 }))
             }
             (Some(SpecKind::Draft), None) => anyhow::bail!("--spec draft: the draft model is not loaded"),

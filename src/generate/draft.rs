@@ -4,6 +4,7 @@
 
 use super::Generator;
 use crate::error::{Error, Result};
+use crate::sampling::Sampler;
 use crate::tokenizer::Tokenizer;
 
 /// A source of draft tokens.
@@ -13,6 +14,12 @@ pub trait Drafter {
     fn propose(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()>;
     /// The source's name in reports.
     fn name(&self) -> &'static str;
+    /// For drafts sampled at random: the distribution each proposal of the last `propose` was drawn from ((id,
+    /// probability) pairs); the verification then applies speculative sampling's acceptance test. None for
+    /// deterministic drafts, which are kept only where they equal the target's own choice.
+    fn draft_dists(&self) -> Option<&[Vec<(u32, f32)>]> {
+        None
+    }
 }
 
 /// Prompt lookup decoding: for n from `ngram_max` down to `ngram_min`, the latest earlier occurrence of the last n
@@ -55,15 +62,62 @@ impl Drafter for Lookup {
     }
 }
 
-/// A smaller model with the target's vocabulary drafting greedily, with its own KV cache kept in step with the
-/// tokens chosen so far; it stops a draft early where its top token's probability falls below `p_min` (when its
-/// steps read logits).
+/// A smaller model with the target's vocabulary drafting greedily, or with `sampler` by sampling (its steps must
+/// then read logits), with its own KV cache kept in step with the tokens chosen so far; it stops a draft early
+/// where its top token's probability falls below `p_min` (when its steps read logits).
 pub struct DraftModel<'a> {
     pub gen: Generator<'a>,
     pub p_min: f32,
+    /// Sample drafts (with its own seed) instead of taking the argmax.
+    pub sampler: Option<Sampler>,
+    /// The distributions the last drafts were sampled from.
+    dists: Vec<Vec<(u32, f32)>>,
 }
 
 impl<'a> DraftModel<'a> {
+    /// A greedy draft session.
+    pub fn greedy(gen: Generator<'a>, p_min: f32) -> Self {
+        DraftModel {
+            gen,
+            p_min,
+            sampler: None,
+            dists: Vec::new(),
+        }
+    }
+
+    /// A session sampling its drafts with `sampler` (whose seed should differ from the target's).
+    pub fn sampling(gen: Generator<'a>, sampler: Sampler) -> Self {
+        DraftModel {
+            gen,
+            p_min: 0.0,
+            sampler: Some(sampler),
+            dists: Vec::new(),
+        }
+    }
+
+    /// A sampled draft after `history` (the draft's distribution recorded), mapped to token ids through a
+    /// restricted head.
+    fn sample(&mut self, history: &[u32]) -> Result<u32> {
+        let Some(sampler) = &mut self.sampler else {
+            return Ok(self.best().0);
+        };
+        if self.gen.result.logits.is_empty() {
+            return Err(Error::Invalid("a sampling draft model needs its steps to read logits".into()));
+        }
+        let u = sampler.uniform(history.len(), 0);
+        let ids = self.gen.model().head_ids();
+        let dist: Vec<(u32, f32)> = sampler
+            .probs(&mut self.gen.result.logits, history)
+            .iter()
+            .map(|&(i, p)| (ids.map_or(i, |m| m[i as usize]), p))
+            .collect();
+        let id = crate::sampling::pick(&dist, u);
+        self.dists.push(dist);
+        Ok(id)
+    }
+}
+
+impl DraftModel<'_> {
     /// The draft's greedy token after its last step, and its probability (1 when the step reads no logits; with
     /// a restricted head, within the subset).
     fn best(&self) -> (u32, f32) {
@@ -93,10 +147,16 @@ impl Drafter for DraftModel<'_> {
         }
         self.gen.truncate(keep);
         self.gen.feed(&history[keep..])?;
+        self.dists.clear();
+        let mut seen = history.to_vec();
         for i in 0..max {
-            let (id, p) = self.best();
+            let (mut id, p) = self.best();
             if p < self.p_min {
                 break;
+            }
+            if self.sampler.is_some() {
+                id = self.sample(&seen)?;
+                seen.push(id);
             }
             out.push(id);
             if i + 1 == max || self.gen.tokens.len() >= self.gen.max_ctx() {
@@ -108,6 +168,9 @@ impl Drafter for DraftModel<'_> {
     }
     fn name(&self) -> &'static str {
         "draft model"
+    }
+    fn draft_dists(&self) -> Option<&[Vec<(u32, f32)>]> {
+        self.sampler.as_ref().map(|_| self.dists.as_slice())
     }
 }
 

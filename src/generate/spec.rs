@@ -9,7 +9,9 @@
 
 use super::draft::Drafter;
 use super::emit::Emitter;
-use super::{choose, GenOptions, GenOutput, Generator};
+use super::{choose, record_topk, row_logits, GenOptions, GenOutput, Generator};
+use crate::sampling::pick;
+use std::collections::HashMap;
 use crate::error::Result;
 use crate::ops::attention_decode::MAX_TOKENS;
 use crate::sampling::Sampler;
@@ -177,12 +179,27 @@ pub fn generate_spec(
             step_ids.push(next);
             step_ids.extend_from_slice(&drafts);
             gen.verify(&step_ids)?;
-            // Row i holds the target's outputs after `next` and drafts[..i]: keep drafts while they are its choice.
+            // Row i holds the target's outputs after `next` and drafts[..i]: keep drafts while they are its choice
+            // (sample-and-match), or, for drafts sampled from a known distribution, while they pass speculative
+            // sampling's acceptance test.
+            let sampled = drafter.draft_dists().filter(|_| !sampler.params.is_greedy());
             let mut accepted = 0;
             let mut stopped = false;
             loop {
-                let choice = choose(gen, sampler, accepted, &history, &mut emit.out)?;
-                if drafts.get(accepted) != Some(&choice) {
+                let (choice, keep) = match sampled.and_then(|q| q.get(accepted)) {
+                    Some(q) => {
+                        record_topk(gen, accepted, &mut emit.out);
+                        let pos = history.len();
+                        let (ua, ur) = (sampler.uniform(pos, 1), sampler.uniform(pos, 2));
+                        let p = sampler.probs(row_logits(gen, accepted)?, &history);
+                        accept_or_resample(p, q, drafts[accepted], ua, ur)
+                    }
+                    None => {
+                        let c = choose(gen, sampler, accepted, &history, &mut emit.out)?;
+                        (c, drafts.get(accepted) == Some(&c))
+                    }
+                };
+                if !keep {
                     next = choice;
                     break;
                 }
@@ -219,4 +236,74 @@ pub fn generate_spec(
     }
     emit.out.decode_time = t1.elapsed();
     Ok((emit.finish()?, stats))
+}
+
+/// Speculative sampling's acceptance test (Leviathan et al., Chen et al. 2023) for a draft `d` drawn from `q`,
+/// against the target's distribution `p` (both (id, probability) lists summing to 1): `d` is kept when `u_accept <
+/// p(d) / q(d)`; otherwise the token is drawn from the residual `max(0, p - q)`, normalized, at cumulative
+/// probability `u_resample`. Whatever `q` is, the token returned is distributed as `p`. Returns (token, kept).
+pub fn accept_or_resample(p: &[(u32, f32)], q: &[(u32, f32)], d: u32, u_accept: f32, u_resample: f32) -> (u32, bool) {
+    let prob = |dist: &[(u32, f32)], id: u32| dist.iter().find(|x| x.0 == id).map_or(0.0, |x| x.1);
+    let (pd, qd) = (prob(p, d), prob(q, d));
+    if qd > 0.0 && u_accept * qd < pd {
+        return (d, true);
+    }
+    let qs: HashMap<u32, f32> = q.iter().copied().collect();
+    let residual: Vec<(u32, f32)> = p
+        .iter()
+        .map(|&(id, pp)| (id, (pp - qs.get(&id).copied().unwrap_or(0.0)).max(0.0)))
+        .filter(|x| x.1 > 0.0)
+        .collect();
+    let total: f32 = residual.iter().map(|x| x.1).sum();
+    if total <= 0.0 {
+        return (pick(p, u_resample), false);
+    }
+    (pick(&residual, u_resample * total), false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand_chacha::rand_core::{Rng, SeedableRng};
+
+    /// The rejection rule's output is distributed as the target's p, whatever the draft's q: a chi-square test over
+    /// 40,000 draws for pairs of p and q that disagree in every way (q wider, narrower, disjoint in part, equal).
+    #[test]
+    fn rejection_rule_output_is_distributed_as_the_target() {
+        let p = [(0u32, 0.05f32), (1, 0.40), (2, 0.25), (3, 0.20), (4, 0.10)];
+        let qs: [&[(u32, f32)]; 4] = [
+            &[(0, 0.2), (1, 0.2), (2, 0.2), (3, 0.2), (5, 0.2)],
+            &[(1, 0.9), (6, 0.1)],
+            &[(4, 0.5), (5, 0.5)],
+            &p,
+        ];
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let mut u = || (rng.next_u64() >> 40) as f32 / (1u32 << 24) as f32;
+        let n = 40_000;
+        for q in qs {
+            let mut counts = [0usize; 7];
+            let mut kept = 0;
+            for _ in 0..n {
+                let d = pick(q, u());
+                let (tok, keep) = accept_or_resample(&p, q, d, u(), u());
+                counts[tok as usize] += 1;
+                kept += usize::from(keep);
+            }
+            // Tokens outside p never appear; chi-square over p's 5 tokens (4 degrees of freedom): 18.5 is the 0.1%
+            // critical value.
+            assert_eq!(counts[5] + counts[6], 0, "{q:?}: {counts:?}");
+            let chi2: f64 = p
+                .iter()
+                .map(|&(id, pp)| {
+                    let want = pp as f64 * n as f64;
+                    (counts[id as usize] as f64 - want).powi(2) / want
+                })
+                .sum();
+            assert!(chi2 < 18.5, "q {q:?}: counts {counts:?}, chi-square {chi2:.1}");
+            // The acceptance rate is sum_x min(p(x), q(x)): all of it when q = p.
+            let rate = kept as f64 / n as f64;
+            let want: f32 = p.iter().map(|&(id, pp)| pp.min(q.iter().find(|x| x.0 == id).map_or(0.0, |x| x.1))).sum();
+            assert!((rate - want as f64).abs() < 0.02, "q {q:?}: acceptance {rate:.3}, expected {want:.3}");
+        }
+    }
 }
