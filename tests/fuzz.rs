@@ -10,6 +10,7 @@
 
 mod common;
 
+use common::rng::Rng;
 use common::tiny::{write_gguf_chat, write_hf_chat};
 use shaderlm::loader::gguf::GgufFile;
 use shaderlm::loader::quant_config::QuantConfig;
@@ -82,25 +83,6 @@ fn over_budget(bytes: usize) {
     let _ = err.write_all(b" bytes, over the budget\n");
 }
 
-/// SplitMix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn pick<T: Copy>(&mut self, v: &[T]) -> T {
-        v[self.below(v.len())]
-    }
-}
-
 /// Integers that break sizes: zero, one, sign and width edges, huge powers of two.
 const EDGES: [u64; 12] = [
     0,
@@ -124,10 +106,10 @@ fn mutate_bytes(rng: &mut Rng, b: &mut Vec<u8>) {
         if b.is_empty() {
             b.push(0);
         }
-        let at = rng.below(b.len());
+        let at = rng.index(b.len());
         match rng.below(6) {
             0 => b[at] ^= 1 << rng.below(8),
-            1 => b[at] = rng.next() as u8,
+            1 => b[at] = rng.next_u64() as u8,
             2 => {
                 let v = rng.pick(&EDGES).to_le_bytes();
                 let n = if rng.below(2) == 0 { 4 } else { 8 };
@@ -138,13 +120,13 @@ fn mutate_bytes(rng: &mut Rng, b: &mut Vec<u8>) {
                 }
             }
             3 => {
-                let end = (at + 1 + rng.below(64)).min(b.len());
+                let end = (at + 1 + rng.index(64)).min(b.len());
                 b.drain(at..end);
             }
             4 => {
-                let end = (at + 1 + rng.below(64)).min(b.len());
+                let end = (at + 1 + rng.index(64)).min(b.len());
                 let piece: Vec<u8> = b[at..end].to_vec();
-                let to = rng.below(b.len());
+                let to = rng.index(b.len());
                 b.splice(to..to, piece);
             }
             _ => b.truncate(at),
@@ -158,7 +140,7 @@ fn mutate_gguf_number(rng: &mut Rng, b: &mut [u8]) {
     let width = if rng.below(2) == 0 { 4 } else { 8 };
     // Aim at small values (counts, dimensions, hyper-parameters): find a position holding a value below 2^20.
     for _ in 0..64 {
-        let at = rng.below(b.len().saturating_sub(width));
+        let at = rng.index(b.len().saturating_sub(width));
         let mut v = [0u8; 8];
         v[..width].copy_from_slice(&b[at..at + width]);
         let x = u64::from_le_bytes(v);
@@ -180,7 +162,7 @@ fn json_edge(rng: &mut Rng) -> serde_json::Value {
         3 => json!(rng.pick(&EDGES)),
         4 => json!(1e308),
         5 => json!(-1e-300),
-        6 => json!("x".repeat(rng.below(100))),
+        6 => json!("x".repeat(rng.index(100))),
         7 => json!([]),
         8 => json!({}),
         9 => json!(true),
@@ -195,7 +177,7 @@ fn mutate_json(rng: &mut Rng, v: &mut serde_json::Value) {
     match v {
         Value::Object(m) if !m.is_empty() => {
             let keys: Vec<String> = m.keys().cloned().collect();
-            let k = &keys[rng.below(keys.len())];
+            let k = &keys[rng.index(keys.len())];
             match rng.below(5) {
                 0 => {
                     m.remove(k);
@@ -207,7 +189,7 @@ fn mutate_json(rng: &mut Rng, v: &mut serde_json::Value) {
             }
         }
         Value::Array(a) if !a.is_empty() => {
-            let i = rng.below(a.len());
+            let i = rng.index(a.len());
             match rng.below(4) {
                 0 => {
                     a.remove(i);
@@ -333,7 +315,7 @@ fn run_case(rng: &mut Rng, s: &Seeds, dir: &Path) {
             let hf = dir.join("hf");
             let _ = std::fs::remove_dir_all(&hf);
             std::fs::create_dir_all(&hf).unwrap();
-            let victim = rng.below(s.hf.len());
+            let victim = rng.index(s.hf.len());
             for (i, (name, bytes)) in s.hf.iter().enumerate() {
                 let mut b = bytes.clone();
                 if i == victim {
@@ -354,7 +336,7 @@ fn run_case(rng: &mut Rng, s: &Seeds, dir: &Path) {
         _ => {
             let mut t = s.template.clone();
             for _ in 0..1 + rng.below(3) {
-                let mut at = rng.below(t.len() + 1);
+                let mut at = rng.index(t.len() + 1);
                 while !t.is_char_boundary(at) {
                     at -= 1;
                 }
@@ -382,7 +364,7 @@ fn mutated_files_never_panic_over_allocate_or_hang() {
     let mut failures = Vec::new();
     while start.elapsed() < Duration::from_secs(secs) {
         CASE.store(n, Ordering::Relaxed);
-        let mut rng = Rng(seed ^ n.wrapping_mul(0x2545_f491_4f6c_dd1d));
+        let mut rng = Rng::new(seed ^ n.wrapping_mul(0x2545_f491_4f6c_dd1d));
         let t = Instant::now();
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_case(&mut rng, &s, dir.path())));
         let took = t.elapsed();
@@ -507,7 +489,7 @@ fn mutated_command_lines_never_panic_or_abort() {
         "65",
     ];
     let start = Instant::now();
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let (mut n, mut failures) = (0, Vec::new());
     while start.elapsed() < Duration::from_secs(secs) || n < 8 {
         let mut args: Vec<String> = ["generate", "-m", &m, "--prompt", "hi", "-n", "2"]

@@ -138,19 +138,9 @@ fn stored(t: &Tiny, seed: u64) -> Vec<(String, String, Vec<usize>, Vec<f32>)> {
     }
 }
 
-/// SplitMix64 values in [-scale, scale).
+/// Values uniform in [-scale, scale), seeded.
 pub fn random(seed: u64, n: usize, scale: f32) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_add(0x9E3779B97F4A7C15);
-            let mut z = s;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
-            z ^= z >> 31;
-            ((z >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-        })
-        .collect()
+    super::rng::Rng::new(seed).vec(n, scale)
 }
 
 /// (HF name, GGUF name, shape, values) of every weight.
