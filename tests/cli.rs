@@ -552,6 +552,42 @@ fn fifos_in_place_of_model_files_are_refused_not_waited_on() {
     }
 }
 
+/// Found by the command-line fuzzer: `generate --messages FIFO` and `quantize --eval-text FIFO` (or
+/// `--calib-text`) waited forever for a writer; text files given by flags are now refused unless regular, naming
+/// the flag's file, like model files.
+#[cfg(unix)]
+#[test]
+fn fifos_given_as_text_files_are_refused_not_waited_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.gguf");
+    write_gguf_chat(&model, 13, GgmlType::Q8_0);
+    let (m, out) = (model.to_str().unwrap(), dir.path().join("out.gguf"));
+    let fifo = dir.path().join("text.fifo");
+    let ok = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo").success();
+    assert!(ok, "mkfifo {}", fifo.display());
+    let (f, o) = (fifo.to_str().unwrap(), out.to_str().unwrap());
+    for args in [
+        vec!["generate", "-m", m, "--messages", f, "-n", "1"],
+        vec!["quantize", "-m", m, "-o", o, "-f", "q8_0", "--eval-text", f],
+        vec![
+            "quantize",
+            "-m",
+            m,
+            "-o",
+            o,
+            "-f",
+            "q8_0",
+            "--method",
+            "gptq",
+            "--calib-text",
+            f,
+        ],
+    ] {
+        let out = shaderlm_within(&args, dir.path(), 60);
+        fails_with(&out, &[f, "not a regular file"]);
+    }
+}
+
 /// A chat template that renders nothing, or runs away, is a clear error from `generate --chat` and `chat`.
 #[test]
 fn empty_and_runaway_chat_templates_are_errors() {
