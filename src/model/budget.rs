@@ -119,12 +119,14 @@ impl Sizing<'_> {
         let overflow = || Error::Invalid(format!("the memory of a {ctx}-position context overflows: {c:?}"));
         let kv = kv_bytes(c, ctx, self.kv_type.dtype()).ok_or_else(overflow)?;
         let n = self.chunk.clamp(1, ctx.max(1));
-        let decode_plans = 1 + u64::from(has_sparse_cache(c, ctx));
         let prefill = step_bytes(c, ctx, n).ok_or_else(overflow)?;
         let decode = step_bytes(c, ctx, 1).ok_or_else(overflow)?;
+        // The plans a session keeps: a full prefill chunk, a shorter one (a prompt's remainder) and the decode
+        // step, each dense and, with compressed keys, sparse as well.
+        let kinds = 1 + u64::from(has_sparse_cache(c, ctx));
         let scratch = prefill
-            .checked_mul(2 * decode_plans)
-            .and_then(|p| decode.checked_mul(decode_plans)?.checked_add(p))
+            .checked_mul(2)
+            .and_then(|p| p.checked_add(decode)?.checked_mul(kinds))
             .ok_or_else(overflow)?;
         Ok(MemoryNeed {
             weights: self.weights,
@@ -159,6 +161,8 @@ pub struct Budget {
     pub bytes: Option<u64>,
     /// Where the figure comes from, for messages.
     pub by: String,
+    /// Whether it is `--max-memory`'s (else the adapter's report).
+    from_flag: bool,
 }
 
 impl Budget {
@@ -167,11 +171,17 @@ impl Budget {
             (Some(b), _) => Budget {
                 bytes: Some(b),
                 by: "--max-memory".into(),
+                from_flag: true,
             },
-            (None, Some((b, by))) => Budget { bytes: Some(b), by },
+            (None, Some((b, by))) => Budget {
+                bytes: Some(b),
+                by,
+                from_flag: false,
+            },
             (None, None) => Budget {
                 bytes: None,
                 by: "no limit: the adapter reports no memory size and --max-memory is not set".into(),
+                from_flag: false,
             },
         }
     }
@@ -194,7 +204,7 @@ impl Budget {
 
     /// What lowers the need under `allowed`: a smaller `--ctx` when one fits, else nothing but more memory.
     fn advice(&self, sizing: &Sizing<'_>, allowed: u64, ctx: usize) -> String {
-        let more = if self.by == "--max-memory" {
+        let more = if self.from_flag {
             "raise --max-memory"
         } else {
             "set --max-memory if more is free"
