@@ -60,6 +60,15 @@ pub enum Error {
 
     #[error("{0}")]
     Invalid(String),
+
+    #[error("{path}: needs {need} of device memory, over the {allowed} allowed by {by}; {advice}")]
+    OverBudget {
+        path: PathBuf,
+        need: crate::model::budget::MemoryNeed,
+        allowed: crate::model::budget::Bytes,
+        by: String,
+        advice: String,
+    },
 }
 
 impl Error {

@@ -4,9 +4,8 @@
 
 mod common;
 
-use common::tiny::{write_gguf, write_gguf_chat, write_hf, write_hf_chat, Tiny};
+use common::tiny::{rewrite_gguf, write_gguf, write_gguf_chat, write_gguf_chat_as, write_hf, write_hf_chat, Tiny};
 use shaderlm::loader::gguf::{GgufFile, Value};
-use shaderlm::loader::gguf_write::GgufWriter;
 use shaderlm::model::{reference, LlamaConfig, Names};
 use shaderlm::quant::GgmlType;
 use std::path::Path;
@@ -234,25 +233,12 @@ fn unknown_architecture_and_missing_tokenizer_are_named() {
     );
     fails_with(&out, &["tokenizer"]);
     // The same file claiming an architecture this build does not run.
-    let f = GgufFile::open(&path).unwrap();
-    let mut w = GgufWriter::new();
-    for (k, v) in f.metadata_entries() {
-        let k = k.replace("llama.", "mamba9.");
-        w.add_metadata(k, v.clone()).unwrap();
-    }
-    w.add_metadata("general.architecture", Value::String("mamba9".into()))
-        .unwrap();
-    for info in f.tensors() {
-        w.add_tensor_bytes(
-            info.name.clone(),
-            &info.shape(),
-            info.ggml_type,
-            f.tensor_data(info).unwrap().to_vec(),
-        )
-        .unwrap();
-    }
     let odd = dir.path().join("odd.gguf");
-    w.write(&odd).unwrap();
+    let rename = |k: &str, v: &Value| match k {
+        "general.architecture" => (k.into(), Value::String("mamba9".into())),
+        _ => (k.replace("llama.", "mamba9."), v.clone()),
+    };
+    rewrite_gguf(&path, &odd, rename, |_| {});
     let out = shaderlm(
         &["generate", "-m", odd.to_str().unwrap(), "--prompt", "hi", "-n", "1"],
         dir.path(),
@@ -288,6 +274,117 @@ fn prompts_past_the_context_or_empty_are_refused() {
         dir.path(),
     );
     fails_with(&out, &["outside the vocabulary"]);
+}
+
+/// A file whose head counts ask for a huge KV cache (4096 KV heads of 1024 dims, a context of 65536: 4 TiB in two
+/// layers) is refused by the memory budget with the default limit (what the adapter reports), before anything is
+/// allocated, saying what the KV cache needs and that --ctx lowers it.
+#[test]
+fn crafted_kv_head_counts_are_refused_by_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_gguf_chat(&path, 12, GgmlType::F32);
+    let crafted = dir.path().join("crafted.gguf");
+    let craft = |k: &str, v: &Value| {
+        let v = match k {
+            "llama.attention.head_count" | "llama.attention.head_count_kv" => Value::U32(4096),
+            "llama.attention.key_length" | "llama.rope.dimension_count" => Value::U32(1024),
+            "llama.context_length" => Value::U32(65536),
+            _ => v.clone(),
+        };
+        (k.into(), v)
+    };
+    rewrite_gguf(&path, &crafted, craft, |_| {});
+    let c = crafted.to_str().unwrap();
+    let out = shaderlm(&["generate", "-m", c, "--prompt", "hi", "--ctx", "65536"], dir.path());
+    fails_with(
+        &out,
+        &[
+            "crafted.gguf",
+            "KV cache 4.0 TiB for 65536 positions",
+            "allowed by",
+            "--ctx",
+        ],
+    );
+}
+
+/// The `--ctx N fits` advice of a budget message.
+fn advised_ctx(text: &str) -> usize {
+    let rest = text
+        .split("--ctx ")
+        .find(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+        .unwrap_or_else(|| panic!("no --ctx advice: {text}"));
+    let n: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    assert!(rest[n.len()..].starts_with(" fits"), "{text}");
+    n.parse().unwrap()
+}
+
+/// A context whose KV cache does not fit `--max-memory` is refused before anything is allocated, by generate,
+/// chat and bench alike, with a message giving the need (weights, KV cache, scratch), the budget and the largest
+/// `--ctx` that fits; that context then runs and one more does not; `info` says whether each fits.
+#[test]
+fn a_context_over_the_memory_budget_is_refused_with_the_one_that_fits() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    // A KV cache of 32 KiB per position (4 layers x K and V x 8 heads x 128 dims x 4 bytes), 8 MiB at the trained
+    // 256 positions, against about 5 MiB of weights and scratch.
+    let t = Tiny {
+        layers: 4,
+        heads: 8,
+        kv_heads: 8,
+        head_dim: 128,
+        ..Tiny::llama()
+    };
+    write_gguf_chat_as(&path, t, 11, GgmlType::Q8_0);
+    let p = path.to_str().unwrap();
+    let budget = ["--max-memory", "8M"];
+    let run = |cmd: &[&str], ctx: usize| {
+        let ctx = ctx.to_string();
+        let mut args = cmd.to_vec();
+        args.extend(["-m", p, "--ctx", &ctx]);
+        args.extend(budget);
+        shaderlm(&args, dir.path())
+    };
+    let generate = ["generate", "--prompt", "hi", "-n", "2", "--temp", "0"];
+    let out = run(&generate, 256);
+    fails_with(
+        &out,
+        &[
+            "tiny.gguf",
+            "KV cache",
+            "for 256 positions",
+            "8.0 MiB allowed by --max-memory",
+            "--ctx",
+        ],
+    );
+    let fit = advised_ctx(&String::from_utf8_lossy(&out.stderr));
+    assert!((8..256).contains(&fit), "{fit}");
+    for cmd in [&["chat"][..], &["bench", "-p", "4", "-n", "2", "-r", "1"]] {
+        let out = run(cmd, 256);
+        fails_with(&out, &["KV cache", "--max-memory", &format!("--ctx {fit} fits")]);
+    }
+    let out = run(&generate, fit);
+    assert!(
+        out.status.success(),
+        "--ctx {fit}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    fails_with(&run(&generate, fit + 1), &["over the 8.0 MiB allowed by --max-memory"]);
+    let info = run(&["info"], 256);
+    assert!(info.status.success(), "{}", String::from_utf8_lossy(&info.stderr));
+    let text = String::from_utf8_lossy(&info.stdout);
+    assert!(
+        text.contains("does NOT fit the 8.0 MiB allowed by --max-memory"),
+        "{text}"
+    );
+    assert_eq!(advised_ctx(&text), fit);
+    let info = run(&["info"], fit);
+    assert!(String::from_utf8_lossy(&info.stdout).contains("; fits the 8.0 MiB allowed by --max-memory"));
+    let out = shaderlm(
+        &["generate", "-m", p, "--max-memory", "4Q", "--prompt", "hi"],
+        dir.path(),
+    );
+    fails_with(&out, &["--max-memory", "expected a size such as 4G"]);
 }
 
 #[test]
@@ -452,6 +549,42 @@ fn fifos_in_place_of_model_files_are_refused_not_waited_on() {
             let out = shaderlm_within(&args, dir.path(), 60);
             fails_with(&out, &[fifo.to_str().unwrap(), "not a regular file"]);
         }
+    }
+}
+
+/// Found by the command-line fuzzer: `generate --messages FIFO` and `quantize --eval-text FIFO` (or
+/// `--calib-text`) waited forever for a writer; text files given by flags are now refused unless regular, naming
+/// the flag's file, like model files.
+#[cfg(unix)]
+#[test]
+fn fifos_given_as_text_files_are_refused_not_waited_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.gguf");
+    write_gguf_chat(&model, 13, GgmlType::Q8_0);
+    let (m, out) = (model.to_str().unwrap(), dir.path().join("out.gguf"));
+    let fifo = dir.path().join("text.fifo");
+    let ok = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo").success();
+    assert!(ok, "mkfifo {}", fifo.display());
+    let (f, o) = (fifo.to_str().unwrap(), out.to_str().unwrap());
+    for args in [
+        vec!["generate", "-m", m, "--messages", f, "-n", "1"],
+        vec!["quantize", "-m", m, "-o", o, "-f", "q8_0", "--eval-text", f],
+        vec![
+            "quantize",
+            "-m",
+            m,
+            "-o",
+            o,
+            "-f",
+            "q8_0",
+            "--method",
+            "gptq",
+            "--calib-text",
+            f,
+        ],
+    ] {
+        let out = shaderlm_within(&args, dir.path(), 60);
+        fails_with(&out, &[f, "not a regular file"]);
     }
 }
 

@@ -4,14 +4,21 @@
 //! quantization config, `info`'s summary. Every case must return (Ok or an error), never panic, never ask for one
 //! allocation over [`ALLOC_BUDGET`] and never take over [`CASE_SECS`].
 //!
-//! `SHADERLM_FUZZ_SECS` sets the run time (default 45 s), `SHADERLM_FUZZ_SEED` the seed (default fixed, so CI runs
-//! are reproducible). A failing case prints its seed and case number; regressions found this way are named cases
-//! in `fuzz_regressions` below.
+//! The command line gets its own corpus (`fuzz/command_lines.rs`): every subcommand and flag, run through the
+//! binary.
+//!
+//! `SHADERLM_FUZZ_SECS` sets the run time (default 45 s for files, 20 s for command lines, which run alongside),
+//! `SHADERLM_FUZZ_SEED` the seed (default fixed, so CI runs are reproducible). A failing case prints its seed and
+//! case number (or its command line); regressions found this way are named cases in `fuzz_regressions` below and in
+//! `tests/cli.rs`.
 
+#[path = "fuzz/command_lines.rs"]
+mod command_lines;
 mod common;
 
-use common::tiny::{write_gguf_chat, write_hf_chat};
-use shaderlm::loader::gguf::GgufFile;
+use common::rng::Rng;
+use common::tiny::{rewrite_gguf, write_gguf_chat, write_hf_chat};
+use shaderlm::loader::gguf::{GgufFile, Value};
 use shaderlm::loader::quant_config::QuantConfig;
 use shaderlm::loader::safetensors::SafetensorsModel;
 use shaderlm::model::load::{describe, tokenizer_from_gguf};
@@ -82,25 +89,6 @@ fn over_budget(bytes: usize) {
     let _ = err.write_all(b" bytes, over the budget\n");
 }
 
-/// SplitMix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn pick<T: Copy>(&mut self, v: &[T]) -> T {
-        v[self.below(v.len())]
-    }
-}
-
 /// Integers that break sizes: zero, one, sign and width edges, huge powers of two.
 const EDGES: [u64; 12] = [
     0,
@@ -124,10 +112,10 @@ fn mutate_bytes(rng: &mut Rng, b: &mut Vec<u8>) {
         if b.is_empty() {
             b.push(0);
         }
-        let at = rng.below(b.len());
+        let at = rng.index(b.len());
         match rng.below(6) {
             0 => b[at] ^= 1 << rng.below(8),
-            1 => b[at] = rng.next() as u8,
+            1 => b[at] = rng.next_u64() as u8,
             2 => {
                 let v = rng.pick(&EDGES).to_le_bytes();
                 let n = if rng.below(2) == 0 { 4 } else { 8 };
@@ -138,13 +126,13 @@ fn mutate_bytes(rng: &mut Rng, b: &mut Vec<u8>) {
                 }
             }
             3 => {
-                let end = (at + 1 + rng.below(64)).min(b.len());
+                let end = (at + 1 + rng.index(64)).min(b.len());
                 b.drain(at..end);
             }
             4 => {
-                let end = (at + 1 + rng.below(64)).min(b.len());
+                let end = (at + 1 + rng.index(64)).min(b.len());
                 let piece: Vec<u8> = b[at..end].to_vec();
-                let to = rng.below(b.len());
+                let to = rng.index(b.len());
                 b.splice(to..to, piece);
             }
             _ => b.truncate(at),
@@ -158,7 +146,7 @@ fn mutate_gguf_number(rng: &mut Rng, b: &mut [u8]) {
     let width = if rng.below(2) == 0 { 4 } else { 8 };
     // Aim at small values (counts, dimensions, hyper-parameters): find a position holding a value below 2^20.
     for _ in 0..64 {
-        let at = rng.below(b.len().saturating_sub(width));
+        let at = rng.index(b.len().saturating_sub(width));
         let mut v = [0u8; 8];
         v[..width].copy_from_slice(&b[at..at + width]);
         let x = u64::from_le_bytes(v);
@@ -180,7 +168,7 @@ fn json_edge(rng: &mut Rng) -> serde_json::Value {
         3 => json!(rng.pick(&EDGES)),
         4 => json!(1e308),
         5 => json!(-1e-300),
-        6 => json!("x".repeat(rng.below(100))),
+        6 => json!("x".repeat(rng.index(100))),
         7 => json!([]),
         8 => json!({}),
         9 => json!(true),
@@ -195,7 +183,7 @@ fn mutate_json(rng: &mut Rng, v: &mut serde_json::Value) {
     match v {
         Value::Object(m) if !m.is_empty() => {
             let keys: Vec<String> = m.keys().cloned().collect();
-            let k = &keys[rng.below(keys.len())];
+            let k = &keys[rng.index(keys.len())];
             match rng.below(5) {
                 0 => {
                     m.remove(k);
@@ -207,7 +195,7 @@ fn mutate_json(rng: &mut Rng, v: &mut serde_json::Value) {
             }
         }
         Value::Array(a) if !a.is_empty() => {
-            let i = rng.below(a.len());
+            let i = rng.index(a.len());
             match rng.below(4) {
                 0 => {
                     a.remove(i);
@@ -333,7 +321,7 @@ fn run_case(rng: &mut Rng, s: &Seeds, dir: &Path) {
             let hf = dir.join("hf");
             let _ = std::fs::remove_dir_all(&hf);
             std::fs::create_dir_all(&hf).unwrap();
-            let victim = rng.below(s.hf.len());
+            let victim = rng.index(s.hf.len());
             for (i, (name, bytes)) in s.hf.iter().enumerate() {
                 let mut b = bytes.clone();
                 if i == victim {
@@ -354,7 +342,7 @@ fn run_case(rng: &mut Rng, s: &Seeds, dir: &Path) {
         _ => {
             let mut t = s.template.clone();
             for _ in 0..1 + rng.below(3) {
-                let mut at = rng.below(t.len() + 1);
+                let mut at = rng.index(t.len() + 1);
                 while !t.is_char_boundary(at) {
                     at -= 1;
                 }
@@ -382,7 +370,7 @@ fn mutated_files_never_panic_over_allocate_or_hang() {
     let mut failures = Vec::new();
     while start.elapsed() < Duration::from_secs(secs) {
         CASE.store(n, Ordering::Relaxed);
-        let mut rng = Rng(seed ^ n.wrapping_mul(0x2545_f491_4f6c_dd1d));
+        let mut rng = Rng::new(seed ^ n.wrapping_mul(0x2545_f491_4f6c_dd1d));
         let t = Instant::now();
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_case(&mut rng, &s, dir.path())));
         let took = t.elapsed();
@@ -414,27 +402,17 @@ fn fuzz_regressions() {
     let dir = tempfile::tempdir().unwrap();
     let s = seeds(dir.path());
     // 1. A feed-forward length of 2^50 overflowed the parameter count (config.rs n_params): now a size error.
-    let f = GgufFile::from_bytes("seed.gguf", s.gguf.clone()).unwrap();
-    let mut w = shaderlm::loader::gguf_write::GgufWriter::new();
-    for (k, v) in f.metadata_entries() {
+    let seed = dir.path().join("seed.gguf");
+    let path = dir.path().join("ffn.gguf");
+    let huge_ffn = |k: &str, v: &Value| {
         let v = if k.ends_with(".feed_forward_length") {
-            shaderlm::loader::gguf::Value::U64(1 << 50)
+            Value::U64(1 << 50)
         } else {
             v.clone()
         };
-        w.add_metadata(k, v).unwrap();
-    }
-    for t in f.tensors() {
-        w.add_tensor_bytes(
-            t.name.clone(),
-            &t.shape(),
-            t.ggml_type,
-            f.tensor_data(t).unwrap().to_vec(),
-        )
-        .unwrap();
-    }
-    let path = dir.path().join("ffn.gguf");
-    w.write(&path).unwrap();
+        (k.into(), v)
+    };
+    rewrite_gguf(&seed, &path, huge_ffn, |_| {});
     let e = LlamaConfig::from_gguf(&GgufFile::open(&path).unwrap())
         .unwrap_err()
         .to_string();
@@ -457,86 +435,27 @@ fn fuzz_regressions() {
     assert!(e.contains("tokenizer.json"), "{e}");
 }
 
-/// The command line: `generate` on a tiny model with one flag's value replaced by an edge value or garbage, and
-/// `info` on mutated files. Each run must end (within a minute) without a panic or a signal.
+/// The command line: every subcommand and flag, mutated (see `fuzz/command_lines.rs`). Each run must end (within a
+/// minute) with an exit code, not a signal, and without a panic. `SHADERLM_FUZZ_CLI_SECS` sets its time, else
+/// `SHADERLM_FUZZ_SECS`, else 20 s.
 #[test]
 fn mutated_command_lines_never_panic_or_abort() {
-    let secs = env_u64("SHADERLM_FUZZ_CLI_SECS", 20);
+    let secs = std::env::var("SHADERLM_FUZZ_CLI_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| env_u64("SHADERLM_FUZZ_SECS", 20));
     let seed = env_u64("SHADERLM_FUZZ_SEED", 0x5eed);
     let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("tiny.gguf");
-    write_gguf_chat(&model, 3, GgmlType::Q8_0);
-    let m = model.to_str().unwrap().to_string();
-    let flags = [
-        "--ctx",
-        "--chunk",
-        "--sparse-block-size",
-        "--sparse-topk",
-        "--sparse-init-blocks",
-        "--sparse-window",
-        "--sparse-dense-len",
-        "--temp",
-        "--top-k",
-        "--top-p",
-        "--min-p",
-        "--repeat-penalty",
-        "--frequency-penalty",
-        "--presence-penalty",
-        "--repeat-last-n",
-        "--seed",
-        "-n",
-        "--prompt-ids",
-        "--lp-threads",
-    ];
-    let values = [
-        "0",
-        "-1",
-        "1",
-        "18446744073709551615",
-        "18446744073709551616",
-        "4294967297",
-        "nan",
-        "inf",
-        "-inf",
-        "1e308",
-        "0.5",
-        "",
-        "x",
-        "1,2,3",
-        "999999999",
-        "65",
-    ];
     let start = Instant::now();
-    let mut rng = Rng(seed);
-    let (mut n, mut failures) = (0, Vec::new());
-    while start.elapsed() < Duration::from_secs(secs) || n < 8 {
-        let mut args: Vec<String> = ["generate", "-m", &m, "--prompt", "hi", "-n", "2"]
-            .map(String::from)
-            .to_vec();
-        for _ in 0..1 + rng.below(3) {
-            args.push(rng.pick(&flags).to_string());
-            args.push(rng.pick(&values).to_string());
-        }
-        if rng.below(4) == 0 {
-            args.push(
-                rng.pick(&["--sparse-attention", "--chat", "--json", "--ignore-eos", "--stats"])
-                    .into(),
-            );
-        }
-        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        match common::cli::run_within(&argv, dir.path(), 60) {
-            None => failures.push(format!("{args:?}: still running after 60 s")),
-            Some(out) => {
-                let err = String::from_utf8_lossy(&out.stderr);
-                if out.status.code().is_none() {
-                    failures.push(format!("{args:?}: killed by a signal: {err}"));
-                } else if err.contains("panicked") {
-                    failures.push(format!("{args:?}: {err}"));
-                }
-            }
-        }
-        n += 1;
+    let (outcomes, failures) = command_lines::run(seed, secs, dir.path());
+    let n: u64 = outcomes.values().map(|o| o.ok + o.usage + o.error).sum::<u64>() + failures.len() as u64;
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    println!(
+        "{n} command lines in {:?} ({rate:.1}/s); ok / usage error / other error:",
+        start.elapsed()
+    );
+    for (cmd, o) in &outcomes {
+        println!("  {cmd}: {} / {} / {}", o.ok, o.usage, o.error);
     }
-    println!("{n} command lines in {:?}", start.elapsed());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

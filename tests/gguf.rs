@@ -1,31 +1,13 @@
 //! GGUF reader/writer and ggml block formats: round trips, hand-computed blocks, and every malformed-file case.
 
+mod common;
+
+use common::rng::Rng;
 use shaderlm::loader::gguf::{GgufFile, TensorInfo, Value, ValueType, DEFAULT_ALIGNMENT};
 use shaderlm::loader::gguf_write::{put_header, put_kv, put_tensor_info, GgufWriter};
 use shaderlm::quant::{self, bf16_to_f32, f16_to_f32, q4_0, q4_1, q8_0, GgmlType};
 use shaderlm::Error;
 use std::path::PathBuf;
-
-/// SplitMix64 mapped to roughly normal values (sum of uniforms), seeded and reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E3779B97F4A7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
-        z ^ (z >> 31)
-    }
-    fn uniform(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
-    }
-    fn normal(&mut self, n: usize) -> Vec<f32> {
-        (0..n)
-            .map(|_| (0..4).map(|_| self.uniform()).sum::<f32>() - 2.0)
-            .collect()
-    }
-}
 
 fn tmp(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("gguf-{}-{name}", std::process::id()))
@@ -161,7 +143,7 @@ fn metadata_round_trip_every_type() {
 
 #[test]
 fn tensor_round_trip_every_type() {
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     let types = [
         GgmlType::F32,
         GgmlType::F16,
@@ -645,7 +627,8 @@ fn every_truncation_is_an_error() {
     for (k, v) in all_types_metadata() {
         w.add_metadata(k, v).unwrap();
     }
-    w.add_tensor("q", &[2, 32], GgmlType::Q4_1, &Rng(3).normal(64)).unwrap();
+    w.add_tensor("q", &[2, 32], GgmlType::Q4_1, &Rng::new(3).normal(64))
+        .unwrap();
     w.add_tensor("f", &[3], GgmlType::F16, &[1.0, 2.0, 3.0]).unwrap();
     let bytes = w.to_bytes();
     let f = GgufFile::from_bytes("full.gguf", bytes.clone()).unwrap();

@@ -1,4 +1,5 @@
-//! Options shared by the model subcommands: which model, how much context, sampling; loading with a progress bar.
+//! Options shared by the model subcommands: which model, how much context and memory, sampling; loading with a
+//! progress bar.
 
 use super::DeviceArgs;
 use anyhow::Context;
@@ -21,8 +22,12 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = shaderlm::model::options::DEFAULT_CTX)]
     pub ctx: usize,
     /// Tokens per prefill step.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = shaderlm::model::options::DEFAULT_CHUNK)]
     pub chunk: usize,
+    /// Most device memory the model may take: weights + KV cache (--ctx) + scratch, e.g. 4G, 512M or bytes
+    /// [default: the adapter's memory where it reports one; for CPU adapters the host's available memory].
+    #[arg(long, value_name = "SIZE", value_parser = shaderlm::model::budget::parse_size)]
+    pub max_memory: Option<u64>,
     #[command(flatten)]
     pub attention: AttentionArgs,
 }
@@ -143,7 +148,18 @@ impl ModelArgs {
         }
     }
 
-    /// Open the device and load the model, with a progress bar on stderr.
+    /// How these flags open a model.
+    pub fn options(&self) -> LoadOptions {
+        LoadOptions {
+            ctx: self.ctx,
+            attention: self.attention.mode(),
+            kv_type: KvType::F32,
+            chunk: self.chunk,
+            max_memory: self.max_memory,
+        }
+    }
+
+    /// Open the device and load the model (within its memory budget), with a progress bar on stderr.
     pub fn load(&self, device: &DeviceArgs) -> anyhow::Result<(Gpu, LoadedModel)> {
         let path = self.path()?;
         let gpu = Gpu::new(&device.options())?;
@@ -153,12 +169,7 @@ impl ModelArgs {
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         bar.set_message(path.display().to_string());
-        let opts = LoadOptions {
-            ctx: self.ctx,
-            attention: self.attention.mode(),
-            kv_type: KvType::F32,
-        };
-        let loaded = LoadedModel::open(&gpu, &path, &opts, |i, n| {
+        let loaded = LoadedModel::open(&gpu, &path, &self.options(), |i, n| {
             bar.set_length(n as u64);
             bar.set_position(i as u64);
         })

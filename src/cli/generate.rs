@@ -72,7 +72,7 @@ pub fn run(args: &GenerateArgs, device: &DeviceArgs) -> anyhow::Result<()> {
             messages.push(Message::new("system", s));
         }
         if let Some(path) = &args.messages {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let text = shaderlm::loader::read_text(path)?;
             let list: Vec<Message> = serde_json::from_str(&text)
                 .with_context(|| format!("{}: expected a JSON list of {{\"role\", \"content\"}}", path.display()))?;
             messages.extend(list);

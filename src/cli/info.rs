@@ -1,8 +1,33 @@
-//! `shaderlm info MODEL`: architecture, sizes, quantization, tokenizer, template and metadata, without a GPU.
+//! `shaderlm info MODEL`: architecture, sizes, quantization, tokenizer, template and metadata, and whether the model
+//! fits the memory budget with the given --ctx, --chunk and --max-memory (the adapter's memory is read without
+//! creating a device).
 
-use std::path::Path;
+use super::common::ModelArgs;
+use super::DeviceArgs;
+use clap::Args;
+use std::path::PathBuf;
 
-pub fn run(path: &Path) -> anyhow::Result<()> {
-    print!("{}", shaderlm::model::load::describe(path)?);
+#[derive(Args, Debug)]
+pub struct InfoArgs {
+    /// A GGUF file or a Hugging Face model directory (else --model).
+    #[arg(value_name = "MODEL")]
+    pub path: Option<PathBuf>,
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+pub fn run(args: &InfoArgs, device: &DeviceArgs) -> anyhow::Result<()> {
+    let path = match &args.path {
+        Some(p) => p.clone(),
+        None => args.model.path()?,
+    };
+    print!("{}", shaderlm::model::load::describe(&path)?);
+    let report = shaderlm::gpu::adapter_memory(&device.options());
+    let memory = shaderlm::model::load::describe_memory(&path, &args.model.options(), report.as_ref().ok());
+    match (memory, report) {
+        (Ok(line), Ok(_)) => println!("memory: {line}"),
+        (Ok(line), Err(e)) => println!("memory: {line} (no adapter to ask: {e})"),
+        (Err(e), _) => println!("memory: unknown: {e}"),
+    }
     Ok(())
 }

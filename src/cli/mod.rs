@@ -64,10 +64,7 @@ pub enum Command {
     /// Prompt-processing and generation throughput, like llama-bench.
     Bench(bench::BenchArgs),
     /// Describe a model file: architecture, sizes, quantization, tokenizer, metadata.
-    Info {
-        /// A GGUF file or a Hugging Face model directory.
-        model: std::path::PathBuf,
-    },
+    Info(info::InfoArgs),
     /// List every adapter with its features and key limits; `*` marks the one shaderlm would use.
     Devices,
     /// Quantize a model to a Q4_0 / Q8_0 GGUF file or a 4-bit GPTQ Hugging Face directory, reporting the error.
@@ -81,7 +78,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Chat(a) => chat::run(a, &cli.device),
         Command::Generate(a) => generate::run(a, &cli.device),
         Command::Bench(a) => bench::run(a, &cli.device),
-        Command::Info { model } => info::run(model),
+        Command::Info(a) => info::run(a, &cli.device),
         Command::Devices => devices::run(&cli.device),
         Command::Quantize(a) => quantize::run(a, &cli.device),
         Command::Frspec(a) => frspec::run(a),

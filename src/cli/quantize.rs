@@ -98,7 +98,7 @@ pub struct Eval {
 
 fn read_text(path: &Option<PathBuf>, default: &str) -> anyhow::Result<String> {
     match path {
-        Some(p) => std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())),
+        Some(p) => Ok(shaderlm::loader::read_text(p)?),
         None => Ok(default.to_string()),
     }
 }

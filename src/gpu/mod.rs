@@ -1,12 +1,14 @@
 //! The GPU context: adapter choice, device with the adapter's real limits, optional features, error capture.
 
 mod adapters;
+mod memory;
 pub mod packed;
 pub mod pipelines;
 pub mod shaders;
 pub mod tensor;
 
 pub use adapters::{describe_adapters, AdapterReport};
+pub use memory::MemoryReport;
 pub use pipelines::{PipelineCache, ShaderKey};
 pub use tensor::{DType, GpuTensor};
 
@@ -135,29 +137,39 @@ pub(crate) fn choose_adapter(infos: &[wgpu::AdapterInfo], wanted: Option<&str>) 
     }
 }
 
+/// The adapter `opts` selects (see [`Gpu::new`]), without creating a device.
+fn select_adapter(opts: &GpuOptions) -> Result<wgpu::Adapter> {
+    let backends = parse_backends(opts.backend.as_deref())?;
+    // Without a choice, try the native APIs first and start GL (slow to start, EGL noise) only if they have none.
+    let mut adapters = Vec::new();
+    if backends == wgpu::Backends::all() {
+        let instance = make_instance(wgpu::Backends::PRIMARY);
+        adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::PRIMARY));
+    }
+    if adapters.is_empty() {
+        let instance = make_instance(backends);
+        adapters = pollster::block_on(instance.enumerate_adapters(backends));
+    }
+    let infos: Vec<_> = adapters.iter().map(|a| a.get_info()).collect();
+    let index = choose_adapter(&infos, opts.adapter.as_deref()).map_err(|e| match e {
+        Error::NoAdapter { .. } => Error::NoAdapter {
+            detail: format!(" for backends {backends:?}"),
+        },
+        e => e,
+    })?;
+    let adapter = adapters.into_iter().nth(index).expect("index from choose_adapter");
+    Ok(adapter)
+}
+
+/// The memory of the adapter `opts` selects, without creating a device (for `shaderlm info`).
+pub fn adapter_memory(opts: &GpuOptions) -> Result<MemoryReport> {
+    Ok(MemoryReport::of(&select_adapter(opts)?))
+}
+
 impl Gpu {
     /// Choose an adapter per `opts` and create a device with its real limits and the optional features it has.
     pub fn new(opts: &GpuOptions) -> Result<Gpu> {
-        let backends = parse_backends(opts.backend.as_deref())?;
-        // Without a choice, try the native APIs first and start GL (slow to start, EGL noise) only if they have none.
-        let mut adapters = Vec::new();
-        if backends == wgpu::Backends::all() {
-            let instance = make_instance(wgpu::Backends::PRIMARY);
-            adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::PRIMARY));
-        }
-        if adapters.is_empty() {
-            let instance = make_instance(backends);
-            adapters = pollster::block_on(instance.enumerate_adapters(backends));
-        }
-        let infos: Vec<_> = adapters.iter().map(|a| a.get_info()).collect();
-        let index = choose_adapter(&infos, opts.adapter.as_deref()).map_err(|e| match e {
-            Error::NoAdapter { .. } => Error::NoAdapter {
-                detail: format!(" for backends {backends:?}"),
-            },
-            e => e,
-        })?;
-        let adapter = adapters.into_iter().nth(index).expect("index from choose_adapter");
-        Self::from_adapter(adapter, opts)
+        Self::from_adapter(select_adapter(opts)?, opts)
     }
 
     fn from_adapter(adapter: wgpu::Adapter, opts: &GpuOptions) -> Result<Gpu> {
@@ -235,6 +247,11 @@ impl Gpu {
             errors,
             lost,
         })
+    }
+
+    /// What the adapter reports about its memory (the default memory budget of a model).
+    pub fn memory(&self) -> MemoryReport {
+        MemoryReport::of(&self.adapter)
     }
 
     /// One line naming the adapter, for logs and benchmark tables.

@@ -1,11 +1,12 @@
 //! Opening a model from a path: a GGUF file, or a Hugging Face directory (config.json, safetensors,
-//! tokenizer.json); with its tokenizer, and a summary for `shaderlm info`.
+//! tokenizer.json); with its tokenizer, within its memory budget; and a summary for `shaderlm info`.
 
+use super::budget::{self, Budget, MemoryNeed, Sizing};
 use super::config::LlamaConfig;
 use super::llama::{Llama, Names};
 use super::options::LoadOptions;
 use crate::error::{Error, Result};
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, MemoryReport};
 use crate::loader::gguf::GgufFile;
 use crate::loader::safetensors::SafetensorsModel;
 use crate::tokenizer::{Tokenizer, VocabSpec};
@@ -20,6 +21,9 @@ pub struct LoadedModel {
     pub format: String,
     /// The context asked for, clamped to the trained context: the KV-cache size of sessions.
     pub ctx: usize,
+    /// The device memory the model and one session of `ctx` positions take (checked against the budget before
+    /// anything was uploaded).
+    pub memory: MemoryNeed,
 }
 
 /// Build the tokenizer a GGUF file describes in its `tokenizer.ggml.*` metadata.
@@ -84,7 +88,8 @@ fn is_gguf(path: &Path) -> bool {
 }
 
 impl LoadedModel {
-    /// Open the model at `path` and upload it, configured by `opts` before anything is allocated.
+    /// Open the model at `path` and upload it, configured by `opts` before anything is allocated; a model that
+    /// does not fit its memory budget (`opts.max_memory`, else what the adapter reports) is refused first.
     pub fn open(gpu: &Gpu, path: &Path, opts: &LoadOptions, progress: impl FnMut(usize, usize)) -> Result<LoadedModel> {
         if !path.exists() {
             return Err(Error::File {
@@ -92,21 +97,34 @@ impl LoadedModel {
                 message: "no such file or directory".into(),
             });
         }
-        let (model, tokenizer, format) = if is_gguf(path) {
+        let budget = Budget::new(opts.max_memory, Some(&gpu.memory()));
+        let (model, tokenizer, format, memory) = if is_gguf(path) {
             let f = GgufFile::open(path)?;
             let cfg = opts.attention.apply(LlamaConfig::from_gguf(&f)?)?;
             let mut tokenizer = tokenizer_from_gguf(&f)?;
             if tokenizer.chat_template.is_none() && cfg.arch == super::Arch::Gemma3 {
                 tokenizer.chat_template = Some(crate::tokenizer::chat::GEMMA3_TEMPLATE.into());
             }
+            let memory = budget.check(
+                path,
+                &sizing(&cfg, budget::gguf_weights(&f), opts),
+                session_ctx(&cfg, opts),
+            )?;
             let format = format!("GGUF {}", weight_types(&f));
-            (Llama::load(gpu, &f, cfg, Names::Gguf, progress)?, tokenizer, format)
+            (
+                Llama::load(gpu, &f, cfg, Names::Gguf, progress)?,
+                tokenizer,
+                format,
+                memory,
+            )
         } else {
             let cfg = opts.attention.apply(LlamaConfig::from_hf(&path.join("config.json"))?)?;
             let tokenizer = Tokenizer::from_hf_dir(path)?;
             let st = SafetensorsModel::open(path)?;
+            let sizing = sizing(&cfg, budget::safetensors_weights(&st), opts);
+            let memory = budget.check(path, &sizing, session_ctx(&cfg, opts))?;
             let model = Llama::load(gpu, &st, cfg, Names::Hf, progress)?;
-            (model, tokenizer, "safetensors".to_string())
+            (model, tokenizer, "safetensors".to_string(), memory)
         };
         Ok(LoadedModel {
             ctx: opts.ctx.min(model.cfg.context),
@@ -114,8 +132,37 @@ impl LoadedModel {
             tokenizer,
             path: path.into(),
             format,
+            memory,
         })
     }
+}
+
+/// The context of a session: the one asked for, at most the trained one.
+fn session_ctx(cfg: &LlamaConfig, opts: &LoadOptions) -> usize {
+    opts.ctx.min(cfg.context)
+}
+
+fn sizing<'a>(cfg: &'a LlamaConfig, weights: u64, opts: &LoadOptions) -> Sizing<'a> {
+    Sizing {
+        cfg,
+        weights,
+        chunk: opts.chunk,
+        kv_type: opts.kv_type,
+    }
+}
+
+/// For `shaderlm info`: the memory the model at `path` needs with `opts` (weights, KV cache, scratch), the budget
+/// (`opts.max_memory`, else `report`'s) and whether it fits; nothing is uploaded.
+pub fn describe_memory(path: &Path, opts: &LoadOptions, report: Option<&MemoryReport>) -> Result<String> {
+    let (cfg, weights) = if is_gguf(path) {
+        let f = GgufFile::open(path)?;
+        let cfg = opts.attention.apply(LlamaConfig::from_gguf(&f)?)?;
+        (cfg, budget::gguf_weights(&f))
+    } else {
+        let cfg = opts.attention.apply(LlamaConfig::from_hf(&path.join("config.json"))?)?;
+        (cfg, budget::safetensors_weights(&SafetensorsModel::open(path)?))
+    };
+    Budget::new(opts.max_memory, report).report(&sizing(&cfg, weights, opts), session_ctx(&cfg, opts))
 }
 
 /// The distinct tensor types of the matrices in a GGUF file, most common first.

@@ -1,6 +1,7 @@
 //! Models: hyper-parameters, weights from any format, and one implementation per architecture family.
 
 pub mod blockffn;
+pub mod budget;
 pub mod config;
 pub mod frspec;
 pub mod fused;

@@ -1,5 +1,6 @@
-//! How a model is opened: the context of its sessions, dense or sparse attention, the KV-cache type. Decided
-//! before anything is uploaded, and applied to the config there, so no caller rewrites a loaded model.
+//! How a model is opened: the context of its sessions, dense or sparse attention, the KV-cache type, the prefill
+//! chunk and the memory budget. Decided before anything is uploaded, and applied to the config there, so no caller
+//! rewrites a loaded model.
 
 use super::config::{LlamaConfig, SparseConfig};
 use crate::error::{Error, Result};
@@ -7,6 +8,8 @@ use crate::gpu::DType;
 
 /// The KV-cache positions a session gets when nothing else is asked for.
 pub const DEFAULT_CTX: usize = 4096;
+/// Tokens per prefill step when nothing else is asked for.
+pub const DEFAULT_CHUNK: usize = 128;
 
 /// Options of [`super::load::LoadedModel::open`].
 #[derive(Clone, Debug)]
@@ -15,6 +18,11 @@ pub struct LoadOptions {
     pub ctx: usize,
     pub attention: AttentionMode,
     pub kv_type: KvType,
+    /// Tokens per prefill step of the sessions (sizes their scratch buffers).
+    pub chunk: usize,
+    /// Most device memory the model may take (weights, one session's KV cache, scratch); `None`: what the adapter
+    /// reports (see [`super::budget::Budget`]).
+    pub max_memory: Option<u64>,
 }
 
 impl Default for LoadOptions {
@@ -30,6 +38,8 @@ impl LoadOptions {
             ctx,
             attention: AttentionMode::default(),
             kv_type: KvType::F32,
+            chunk: DEFAULT_CHUNK,
+            max_memory: None,
         }
     }
 }

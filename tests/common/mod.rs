@@ -5,5 +5,6 @@ pub mod cli;
 pub mod golden;
 pub mod gpu;
 pub mod minicpm;
+pub mod rng;
 pub mod steps;
 pub mod tiny;

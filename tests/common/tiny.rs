@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use shaderlm::loader::gguf::Value;
+use shaderlm::loader::gguf::{Value, ValueType};
 use shaderlm::loader::gguf_write::GgufWriter;
 use shaderlm::quant::GgmlType;
 use std::collections::HashMap;
@@ -138,19 +138,9 @@ fn stored(t: &Tiny, seed: u64) -> Vec<(String, String, Vec<usize>, Vec<f32>)> {
     }
 }
 
-/// SplitMix64 values in [-scale, scale).
+/// Values uniform in [-scale, scale), seeded.
 pub fn random(seed: u64, n: usize, scale: f32) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_add(0x9E3779B97F4A7C15);
-            let mut z = s;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
-            z ^= z >> 31;
-            ((z >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-        })
-        .collect()
+    super::rng::Rng::new(seed).vec(n, scale)
 }
 
 /// (HF name, GGUF name, shape, values) of every weight.
@@ -557,43 +547,62 @@ pub fn byte_vocab() -> (Vec<String>, Vec<i32>, Vec<String>) {
 
 /// A tiny Llama GGUF with a real byte-level tokenizer and a ChatML template in its metadata.
 pub fn write_gguf_chat(path: &Path, seed: u64, ty: GgmlType) -> Tiny {
+    write_gguf_chat_as(path, Tiny::llama(), seed, ty)
+}
+
+/// [`write_gguf_chat`] of the shape `t` (its vocabulary becomes the byte-level one).
+pub fn write_gguf_chat_as(path: &Path, mut t: Tiny, seed: u64, ty: GgmlType) -> Tiny {
     let (tokens, types, merges) = byte_vocab();
-    let mut t = Tiny::llama();
     t.vocab = tokens.len();
     write_gguf(path, &t, seed, ty);
-    let f = shaderlm::loader::gguf::GgufFile::open(path).unwrap();
+    let n = tokens.len() as u32;
+    rewrite_gguf(
+        path,
+        path,
+        |k, v| (k.into(), v.clone()),
+        |w| {
+            let types = types.into_iter().map(Value::I32).collect();
+            let meta = [
+                ("tokenizer.ggml.model", Value::String("gpt2".into())),
+                ("tokenizer.ggml.pre", Value::String("smollm".into())),
+                ("tokenizer.ggml.token_type", Value::Array(ValueType::I32, types)),
+                ("tokenizer.ggml.bos_token_id", Value::U32(n - 2)),
+                ("tokenizer.ggml.eos_token_id", Value::U32(n - 1)),
+                ("tokenizer.ggml.add_bos_token", Value::Bool(false)),
+                ("tokenizer.chat_template", Value::String(CHATML.into())),
+            ];
+            for (k, v) in meta {
+                w.add_metadata(k, v).unwrap();
+            }
+            w.add_str_array("tokenizer.ggml.tokens", &tokens).unwrap();
+            w.add_str_array("tokenizer.ggml.merges", &merges).unwrap();
+        },
+    );
+    t
+}
+
+/// Copies the GGUF file `from` to `to` (which may be the same file) with each metadata entry passed through `edit`
+/// (key and value in, the entry to write out), then what `add` writes, the tensors unchanged.
+pub fn rewrite_gguf(
+    from: &Path,
+    to: &Path,
+    edit: impl Fn(&str, &Value) -> (String, Value),
+    add: impl FnOnce(&mut GgufWriter),
+) {
+    let f = shaderlm::loader::gguf::GgufFile::open(from).unwrap();
     let mut w = GgufWriter::new();
     for (k, v) in f.metadata_entries() {
-        w.add_metadata(k, v.clone()).unwrap();
+        let (k, v) = edit(k, v);
+        w.add_metadata(k, v).unwrap();
     }
-    w.add_metadata("tokenizer.ggml.model", Value::String("gpt2".into()))
-        .unwrap();
-    w.add_metadata("tokenizer.ggml.pre", Value::String("smollm".into()))
-        .unwrap();
-    w.add_str_array("tokenizer.ggml.tokens", &tokens).unwrap();
-    let types = types.into_iter().map(Value::I32).collect();
-    w.add_metadata(
-        "tokenizer.ggml.token_type",
-        Value::Array(shaderlm::loader::gguf::ValueType::I32, types),
-    )
-    .unwrap();
-    w.add_str_array("tokenizer.ggml.merges", &merges).unwrap();
-    w.add_metadata("tokenizer.ggml.bos_token_id", Value::U32(tokens.len() as u32 - 2))
-        .unwrap();
-    w.add_metadata("tokenizer.ggml.eos_token_id", Value::U32(tokens.len() as u32 - 1))
-        .unwrap();
-    w.add_metadata("tokenizer.ggml.add_bos_token", Value::Bool(false))
-        .unwrap();
-    w.add_metadata("tokenizer.chat_template", Value::String(CHATML.into()))
-        .unwrap();
+    add(&mut w);
     for info in f.tensors() {
         let data = f.tensor_data(info).unwrap().to_vec();
         w.add_tensor_bytes(info.name.clone(), &info.shape(), info.ggml_type, data)
             .unwrap();
     }
     drop(f);
-    w.write(path).unwrap();
-    t
+    w.write(to).unwrap();
 }
 
 /// A Hugging Face directory as transformers saves it: config.json, model.safetensors, tokenizer.json and

@@ -27,31 +27,9 @@ pub fn gpu_fallback() -> &'static Gpu {
     })
 }
 
-/// SplitMix64: small, seeded, reproducible.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E3779B97F4A7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [-1, 1).
-    pub fn f32(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-    pub fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| self.f32() * scale).collect()
-    }
-    pub fn below(&mut self, n: u32) -> u32 {
-        (self.next_u64() % n as u64) as u32
-    }
-}
+#[path = "../common/rng.rs"]
+mod rng;
+pub use rng::Rng;
 
 /// The outcome of one case: a metric, its bound, and what it means.
 #[derive(Debug)]
