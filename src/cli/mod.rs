@@ -7,6 +7,7 @@ mod devices;
 mod generate;
 mod info;
 mod quantize;
+mod serve;
 
 use clap::{Args, Parser, Subcommand};
 use shaderlm::gpu::GpuOptions;
@@ -69,6 +70,8 @@ pub enum Command {
     Devices,
     /// Quantize a model to a Q4_0 / Q8_0 GGUF file or a 4-bit GPTQ Hugging Face directory, reporting the error.
     Quantize(quantize::QuantizeArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API (chat and text completions, streaming, sessions).
+    Serve(serve::ServeArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -79,5 +82,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Info { model } => info::run(model),
         Command::Devices => devices::run(&cli.device),
         Command::Quantize(a) => quantize::run(a, &cli.device),
+        Command::Serve(a) => serve::run(a, &cli.device),
     }
 }
