@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 /// A tiny chat model: the byte vocabulary and ChatML template of the CLI tests' model, with an LM head of its
 /// own (a tied head makes a random tiny model repeat its last token, too weak a test of equal texts) and a
-/// context of 4096 positions (a long generation outlives a disconnect), as `MODEL_ID` in `dir`.
+/// trained context of 16384 positions (a long generation outlives a disconnect or a timeout; the server's
+/// sessions hold `--ctx`, 4096 by default), as `MODEL_ID` in `dir`.
 fn tiny_chat_model(dir: &Path) -> PathBuf {
     let chat = dir.join("chat.gguf");
     let vocab = write_gguf_chat(&chat, SEED, GgmlType::F32).vocab;
@@ -37,7 +38,7 @@ fn tiny_chat_model(dir: &Path) -> PathBuf {
     let mut w = GgufWriter::new();
     for (key, value) in chat.metadata_entries() {
         let value = match key {
-            "llama.context_length" => GgufValue::U32(4096),
+            "llama.context_length" => GgufValue::U32(16384),
             _ => value.clone(),
         };
         w.add_metadata(key, value).unwrap();
@@ -567,6 +568,37 @@ fn sessions_reuse_prefixes_queue_and_free_on_disconnect_behind_an_api_key() {
     );
     let log = server.log_text();
     assert!(log.contains("the client disconnected"), "{log}");
+}
+
+#[test]
+fn a_request_past_the_timeout_gets_504_and_frees_its_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_chat_model(dir.path());
+    let server = Server::start(&model, &["--timeout", "1", "--parallel", "1", "--ctx", "16384"]);
+    let chat = "/v1/chat/completions";
+    // 16000 tokens take well over a second on any device (one submission and read-back per token).
+    let mut long = json!({"model": MODEL_ID, "messages": user("go on"), "max_tokens": 16000, "temperature": 0,
+                          "ignore_eos": true});
+    let (s, v) = server.post(chat, &long);
+    assert_error(s, &v, 504, None, "a whole completion past --timeout 1");
+    assert_eq!(v["error"]["code"], "timeout");
+
+    // Streamed: text, then an error event instead of a finish reason, and no [DONE].
+    long["stream"] = json!(true);
+    let mut stream = server.open_stream(chat, &long, None);
+    let mut payloads = Vec::new();
+    while let Some(data) = stream.next_data() {
+        payloads.push(data);
+    }
+    let last: Value = serde_json::from_str(payloads.last().unwrap()).unwrap();
+    assert_eq!(last["error"]["code"], "timeout", "{last}");
+    assert!(payloads.len() > 2 && !payloads.contains(&"[DONE]".to_string()));
+
+    // Both sessions' jobs were dropped: the one session serves the next request.
+    let (status, v) = server.post(chat, &chat_body(user("hi"), 4));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(server.metric(None, "shaderlm_requests_cancelled_total"), 2.0);
+    assert_eq!(server.metric(None, "shaderlm_sessions"), 1.0);
 }
 
 /// Bounded load: 32 concurrent streams on 4 sessions; each gets the text it got alone, none is lost, and no more

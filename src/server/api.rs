@@ -47,6 +47,8 @@ pub struct Request {
     pub input: Input,
     /// `max_completion_tokens` or `max_tokens`; `None`: up to the end of the context.
     pub max_tokens: Option<usize>,
+    /// Which of the two the client sent (for error messages).
+    pub max_tokens_param: &'static str,
     pub sampling: SamplingParams,
     pub stop: Vec<String>,
     pub stream: bool,
@@ -289,6 +291,7 @@ impl Body {
             model,
             input,
             max_tokens: max_tokens.map(|n| n.min(usize::MAX as u64) as usize),
+            max_tokens_param: param,
             sampling,
             stop,
             stream: self.stream.unwrap_or(false),

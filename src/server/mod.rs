@@ -110,7 +110,11 @@ pub fn run(gpu: Gpu, loaded: LoadedModel, opts: ServerOptions, on_listen: impl F
         let listener = tokio::net::TcpListener::bind((host, port))
             .await
             .map_err(|e| io(&format!("listening on {host} port {port} (--host, --port)"), e))?;
-        on_listen(listener.local_addr().map_err(|e| io("the bound address", e))?);
+        let bound = listener.local_addr().map_err(|e| io("the bound address", e))?;
+        if !bound.ip().is_loopback() && state.opts.api_key.is_none() {
+            log::warn!("listening on {bound}, beyond loopback, without --api-key: anyone who reaches it can use it");
+        }
+        on_listen(bound);
         let app = routes::router(state);
         tokio::select! {
             served = axum::serve(listener, app) => served.map_err(|e| io("serving", e)),

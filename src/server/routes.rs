@@ -204,14 +204,15 @@ async fn submit(
         None => room,
         Some(n) if n <= room => n,
         Some(n) => {
+            let param = req.max_tokens_param;
             return Err(ApiError::context_length(
-                "max_tokens",
+                param,
                 format!(
-                    "the prompt ({} tokens) and max_tokens ({n}) are over the context of {ctx} tokens; ask for at \
-                     most {room}",
+                    "the prompt ({} tokens) and {param} ({n}) are over the context of {ctx} tokens; ask for at most \
+                     {room}",
                     prompt.len()
                 ),
-            ))
+            ));
         }
     };
     let (events, receiver) = mpsc::unbounded_channel();

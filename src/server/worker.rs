@@ -212,7 +212,12 @@ impl<'a> Scheduler<'a> {
             .iter()
             .enumerate()
             .filter(|(_, s)| s.active.is_none())
-            .map(|(i, s)| (common_prefix(&s.gen.tokens, prompt).min(prompt.len() - 1), i))
+            .map(|(i, s)| {
+                (
+                    common_prefix(&s.gen.tokens, prompt).min(prompt.len().saturating_sub(1)),
+                    i,
+                )
+            })
             .max_by_key(|&(shared, i)| {
                 let s = &self.slots[i];
                 (shared, s.gen.tokens.is_empty(), std::cmp::Reverse(s.last_used))
