@@ -1,7 +1,8 @@
 //! `shaderlm serve` end to end: the binary on an ephemeral loopback port with a tiny chat model, driven over HTTP.
 //! Greedy answers equal `shaderlm generate` on the same messages (whole, streamed, with stop strings, and after a
-//! cached prefix); bad requests get OpenAI error bodies with the right status; the API key is enforced; a client
-//! that disconnects mid-stream frees its session; 32 concurrent streams on 4 sessions each get their text alone.
+//! cached prefix); bad requests get OpenAI error bodies with the right status and bad flags a clear error; the API
+//! key is enforced; a client that disconnects mid-stream, or a request past the timeout, frees its session; 32
+//! concurrent streams on 4 sessions each get their text alone.
 
 mod common;
 
@@ -599,6 +600,29 @@ fn a_request_past_the_timeout_gets_504_and_frees_its_session() {
     assert_eq!(status, 200, "{v}");
     assert_eq!(server.metric(None, "shaderlm_requests_cancelled_total"), 2.0);
     assert_eq!(server.metric(None, "shaderlm_sessions"), 1.0);
+}
+
+#[test]
+fn bad_flags_are_refused_before_the_model_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&[&str], &str); 6] = [
+        (&["--parallel", "0"], "--parallel must be at least 1"),
+        (&["--queue", "99999999999"], "--queue 99999999999 is over the limit"),
+        (&["--timeout", "0"], "--timeout must be from 1"),
+        (&["--timeout", "18446744073709551615"], "--timeout must be from 1"),
+        (&["--api-key="], "--api-key must not be empty"),
+        (&["--max-body", "0"], "--max-body must be at least 1"),
+    ];
+    for (flags, message) in cases {
+        let args = [&["serve", "-m", "missing.gguf"], flags].concat();
+        let out = common::cli::run_within(&args, dir.path(), 60).expect("serve with a bad flag hung");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(message), "{flags:?}: {err}");
+        assert!(
+            !err.contains("panicked") && !err.contains("missing.gguf"),
+            "{flags:?}: {err}"
+        );
+    }
 }
 
 /// Bounded load: 32 concurrent streams on 4 sessions; each gets the text it got alone, none is lost, and no more

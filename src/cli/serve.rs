@@ -48,14 +48,6 @@ pub fn run(args: &ServeArgs, device: &DeviceArgs) -> anyhow::Result<()> {
             name.strip_suffix(".gguf").unwrap_or(&name).to_string()
         }
     };
-    let (gpu, loaded) = args.model.load(device)?;
-    let summary = format!(
-        "{model_id} ({}) on {}: up to {} sessions of {} tokens",
-        loaded.format,
-        gpu.describe(),
-        args.parallel,
-        loaded.ctx
-    );
     let opts = ServerOptions {
         host: args.host.clone(),
         port: args.port,
@@ -67,6 +59,16 @@ pub fn run(args: &ServeArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         timeout: Duration::from_secs(args.timeout),
         chunk: args.model.chunk,
     };
+    opts.check()?;
+    let (gpu, loaded) = args.model.load(device)?;
+    let summary = format!(
+        "{} ({}) on {}: up to {} sessions of {} tokens",
+        opts.model_id,
+        loaded.format,
+        gpu.describe(),
+        args.parallel,
+        loaded.ctx
+    );
     server::run(gpu, loaded, opts, |addr| {
         eprintln!("{summary}");
         eprintln!("listening on http://{addr} (OpenAI API under /v1; Ctrl-C stops)");

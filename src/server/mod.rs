@@ -41,6 +41,9 @@ pub struct ServerOptions {
     pub chunk: usize,
 }
 
+/// The longest `--timeout`: a week.
+const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// What every handler shares.
 pub struct AppState {
     pub opts: ServerOptions,
@@ -55,7 +58,8 @@ pub struct AppState {
 }
 
 impl ServerOptions {
-    fn check(&self) -> Result<()> {
+    /// Refuse options that cannot work (zero sessions, an empty key, limits past their bounds).
+    pub fn check(&self) -> Result<()> {
         let positive = [
             ("--parallel", self.parallel),
             ("--queue", self.queue),
@@ -65,8 +69,19 @@ impl ServerOptions {
         if let Some((flag, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(Error::Invalid(format!("{flag} must be at least 1")));
         }
-        if self.timeout.is_zero() {
-            return Err(Error::Invalid("--timeout must be at least 1 second".into()));
+        // Bounds that keep the channel and deadline arithmetic finite.
+        let bounded = [("--parallel", self.parallel, 1 << 10), ("--queue", self.queue, 1 << 20)];
+        if let Some((flag, v, max)) = bounded.iter().find(|(_, v, max)| v > max) {
+            return Err(Error::Invalid(format!("{flag} {v} is over the limit of {max}")));
+        }
+        if self.timeout.is_zero() || self.timeout > MAX_TIMEOUT {
+            return Err(Error::Invalid(format!(
+                "--timeout must be from 1 to {} seconds",
+                MAX_TIMEOUT.as_secs()
+            )));
+        }
+        if self.model_id.is_empty() {
+            return Err(Error::Invalid("--model-id must not be empty".into()));
         }
         if self.api_key.as_deref() == Some("") {
             return Err(Error::Invalid("--api-key must not be empty".into()));
