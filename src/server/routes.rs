@@ -235,6 +235,8 @@ async fn submit(
 }
 
 async fn complete(s: Shared, endpoint: Endpoint, body: Result<Bytes, BytesRejection>) -> Response {
+    // The timeout counts from the request's arrival: tokenizing and waiting for a session are part of it.
+    let (started, deadline) = (Instant::now(), tokio::time::Instant::now() + s.opts.timeout);
     let (req, receiver) = match submit(&s, endpoint, body).await {
         Ok(x) => x,
         Err(e) => return e.into_response(),
@@ -242,10 +244,9 @@ async fn complete(s: Shared, endpoint: Endpoint, body: Result<Bytes, BytesReject
     let log = RequestLog {
         endpoint,
         stream: req.stream,
-        started: Instant::now(),
+        started,
         done: false,
     };
-    let deadline = tokio::time::Instant::now() + s.opts.timeout;
     let reply = Reply::new(endpoint, &s.opts.model_id);
     let mut response = if req.stream {
         let stream = Streaming {
