@@ -16,7 +16,10 @@ import sys
 import threading
 from pathlib import Path
 
-import openai
+try:
+    import openai
+except ImportError:
+    sys.exit("the openai package is missing: `bash setup.sh --test` installs it (or `python3 -m pip install openai`)")
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"

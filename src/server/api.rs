@@ -206,23 +206,19 @@ impl Body {
         let model = self
             .model
             .ok_or_else(|| ApiError::invalid("model", "model is required (see GET /v1/models)"))?;
-        let other = match endpoint {
-            Endpoint::Chat => Endpoint::Completion,
-            Endpoint::Completion => Endpoint::Chat,
+        let misplaced = |field: &str, home: Endpoint| {
+            let message = format!(
+                "{field} is not a field of {} (it belongs to {})",
+                endpoint.path(),
+                home.path()
+            );
+            Err(ApiError::invalid(field, message))
         };
         let input = match (endpoint, self.messages, self.prompt) {
             (Endpoint::Chat, Some(messages), None) => Input::Messages(check_messages(messages)?),
             (Endpoint::Completion, None, Some(prompt)) => check_prompt(prompt)?,
-            (Endpoint::Chat, _, Some(_)) | (Endpoint::Completion, Some(_), _) => {
-                let (field, path) = match endpoint {
-                    Endpoint::Chat => ("prompt", other.path()),
-                    Endpoint::Completion => ("messages", other.path()),
-                };
-                return Err(ApiError::invalid(
-                    field,
-                    format!("{field} is not a field of {} (it belongs to {path})", endpoint.path()),
-                ));
-            }
+            (Endpoint::Chat, _, Some(_)) => return misplaced("prompt", Endpoint::Completion),
+            (Endpoint::Completion, Some(_), _) => return misplaced("messages", Endpoint::Chat),
             (Endpoint::Chat, None, None) => return Err(ApiError::invalid("messages", "messages is required")),
             (Endpoint::Completion, None, None) => return Err(ApiError::invalid("prompt", "prompt is required")),
         };
