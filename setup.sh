@@ -34,9 +34,15 @@ if [ "${1:-}" = "--test" ] && [ "$(uname -s)" = Linux ] && command -v apt-get >/
 fi
 
 bash models/fetch.sh
-# --test: also the real published files the tests check (Qwen2.5-Coder-0.5B and 1.5B, Gemma 3 270M; Q4_K_M GGUFs).
+# --test: also the real published files the tests check (Qwen2.5-Coder-0.5B and 1.5B, Gemma 3 270M; Q4_K_M GGUFs),
+# and the official OpenAI Python client that tests/openai_client.py drives `shaderlm serve` with.
 if [ "${1:-}" = "--test" ]; then
     bash models/fetch.sh qwen2.5-coder-0.5b
     bash models/fetch.sh qwen2.5-coder-1.5b
     bash models/fetch.sh gemma3-270m
+    python3 -m pip install --quiet --disable-pip-version-check "openai==3.57.0" || {
+        echo "setup: could not pip-install openai==3.57.0, which tests/openai_client.py needs; install it into" \
+            "the python3 that runs the tests (a virtual environment works)" >&2
+        exit 1
+    }
 fi

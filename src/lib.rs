@@ -10,6 +10,7 @@ pub mod ops;
 pub mod quant;
 pub mod quantize;
 pub mod sampling;
+pub mod server;
 pub mod tokenizer;
 
 pub use error::{Error, Result};

@@ -10,6 +10,7 @@ mod generate;
 mod info;
 mod quantize;
 mod spec;
+mod serve;
 
 use clap::{Args, Parser, Subcommand};
 use shaderlm::gpu::GpuOptions;
@@ -71,6 +72,8 @@ pub enum Command {
     Quantize(quantize::QuantizeArgs),
     /// Rank a model's tokens by frequency over a text, for a draft head restricted with --frspec-vocab (FR-Spec).
     Frspec(frspec::FrspecArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API (chat and text completions, streaming, sessions).
+    Serve(serve::ServeArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -82,5 +85,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Devices => devices::run(&cli.device),
         Command::Quantize(a) => quantize::run(a, &cli.device),
         Command::Frspec(a) => frspec::run(a),
+        Command::Serve(a) => serve::run(a, &cli.device),
     }
 }

@@ -1,0 +1,346 @@
+//! The GPU worker: one thread owns the device, the model and up to `parallel` sessions (each a `Generator` with its
+//! own KV cache over the shared weights). It takes jobs from a bounded queue, gives each the idle session whose
+//! cached tokens share the longest prefix with its prompt (only the rest is prefilled), and advances the active
+//! sessions in turn, one prefill chunk or one decoded token each, so that several streams progress together.
+//! A job whose receiver is gone (the client disconnected) is dropped before its session's next step.
+//!
+//! The sessions' decode steps are separate submissions: the engine has no step that decodes several sessions'
+//! tokens as rows of one matmul yet, so N active sessions share the device's decode rate.
+
+use super::decode::{Decoding, FinishReason, Next, StopRules};
+use super::error::ApiError;
+use super::metrics::Metrics;
+use crate::error::{Error, Result};
+use crate::generate::Generator;
+use crate::gpu::Gpu;
+use crate::model::{Llama, StepOutputs};
+use crate::sampling::SamplingParams;
+use crate::tokenizer::Tokenizer;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// One request for the worker.
+pub struct Job {
+    pub prompt: Vec<u32>,
+    pub sampling: SamplingParams,
+    pub rules: StopRules,
+    /// Where the text and the end go; dropped by the HTTP side when the client leaves.
+    pub events: mpsc::UnboundedSender<Event>,
+    pub received: Instant,
+}
+
+/// What the worker tells the HTTP side about a job.
+#[derive(Debug)]
+pub enum Event {
+    /// Text to append to the completion.
+    Text(String),
+    Done(Finish),
+    Failed(ApiError),
+}
+
+/// How a job ended, with its counts and timings.
+#[derive(Clone, Debug)]
+pub struct Finish {
+    pub reason: FinishReason,
+    pub prompt_tokens: usize,
+    /// Prompt tokens the session already held (prefix reuse); the rest were prefilled.
+    pub cached_tokens: usize,
+    pub completion_tokens: usize,
+    /// Waiting for a session; from the session to the last prompt token's step; from there to the end.
+    pub queued: Duration,
+    pub prefill: Duration,
+    pub decode: Duration,
+}
+
+/// Settings of the worker.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkerOptions {
+    /// Most sessions at once.
+    pub parallel: usize,
+    /// Jobs that may wait for a session beyond those.
+    pub queue: usize,
+    /// KV-cache positions of each session.
+    pub ctx: usize,
+    /// Prompt tokens per prefill step.
+    pub chunk: usize,
+}
+
+/// Start the worker thread on `gpu` and `model`; returns the queue's sending end once the first session is
+/// allocated and its decode plan built (so the first request pays no pipeline compile).
+pub fn spawn(
+    gpu: Gpu,
+    model: Llama,
+    tok: Arc<Tokenizer>,
+    opts: WorkerOptions,
+    metrics: Arc<Metrics>,
+) -> Result<mpsc::Sender<Job>> {
+    let (jobs_tx, jobs_rx) = mpsc::channel(opts.queue.max(1));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("shaderlm-gpu".into())
+        .spawn(move || {
+            let mut scheduler = Scheduler {
+                gpu: &gpu,
+                model: &model,
+                tok: &tok,
+                opts,
+                slots: Vec::new(),
+                jobs: jobs_rx,
+                metrics: &metrics,
+                clock: 0,
+            };
+            let first = scheduler.new_session().and_then(|mut s| {
+                s.gen.warm_up()?;
+                Ok(s)
+            });
+            match first {
+                Ok(s) => {
+                    scheduler.slots.push(s);
+                    metrics.sessions.set(1);
+                    let _ = ready_tx.send(Ok(()));
+                    scheduler.run();
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
+            }
+        })
+        .map_err(|e| Error::Invalid(format!("could not start the GPU worker thread: {e}")))?;
+    ready_rx
+        .recv()
+        .map_err(|_| Error::Invalid("the GPU worker stopped while starting".into()))??;
+    Ok(jobs_tx)
+}
+
+/// A session and what it is doing.
+struct Slot<'a> {
+    gen: Generator<'a>,
+    active: Option<Active>,
+    /// When it last started or finished a job (for least-recently-used reuse).
+    last_used: u64,
+}
+
+/// A job on a session.
+struct Active {
+    job: Job,
+    /// Prompt tokens in the cache: the reused prefix, then each prefilled chunk.
+    fed: usize,
+    cached: usize,
+    decoding: Decoding,
+    started: Instant,
+    prefilled: Option<Instant>,
+}
+
+struct Scheduler<'a> {
+    gpu: &'a Gpu,
+    model: &'a Llama,
+    tok: &'a Tokenizer,
+    opts: WorkerOptions,
+    slots: Vec<Slot<'a>>,
+    jobs: mpsc::Receiver<Job>,
+    metrics: &'a Metrics,
+    clock: u64,
+}
+
+/// Length of the common prefix of two token lists.
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+impl<'a> Scheduler<'a> {
+    /// Serve until the queue is closed and every job is done.
+    fn run(&mut self) {
+        while self.admit() {
+            for i in 0..self.slots.len() {
+                self.advance(i);
+            }
+            self.metrics.sessions_active.set(self.active() as i64);
+        }
+    }
+
+    fn active(&self) -> usize {
+        self.slots.iter().filter(|s| s.active.is_some()).count()
+    }
+
+    /// Start queued jobs while a session is free; waits for one when nothing is active. False when the queue is
+    /// closed and nothing is active.
+    fn admit(&mut self) -> bool {
+        loop {
+            let active = self.active();
+            if active == self.opts.parallel {
+                return true;
+            }
+            let job = if active == 0 {
+                match self.jobs.blocking_recv() {
+                    Some(job) => job,
+                    None => return false,
+                }
+            } else {
+                match self.jobs.try_recv() {
+                    Ok(job) => job,
+                    Err(_) => return true,
+                }
+            };
+            self.start(job);
+            self.metrics.sessions_active.set(self.active() as i64);
+        }
+    }
+
+    fn new_session(&self) -> Result<Slot<'a>> {
+        let outputs = StepOutputs {
+            logits: true,
+            argmax: true,
+            topk: 0,
+            router: false,
+        };
+        let mut gen = Generator::new(self.gpu, self.model, self.opts.ctx, outputs)?;
+        gen.chunk = self.opts.chunk;
+        Ok(Slot {
+            gen,
+            active: None,
+            last_used: 0,
+        })
+    }
+
+    /// The session for `prompt` and how many of its tokens that session holds: the idle one with the longest
+    /// common prefix (an empty one, else the least recently used, among equals), or a new one while there are
+    /// fewer than `parallel` and no idle session shares anything or is empty.
+    fn pick(&mut self, prompt: &[u32]) -> Result<(usize, usize)> {
+        let best = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.active.is_none())
+            .map(|(i, s)| {
+                (
+                    common_prefix(&s.gen.tokens, prompt).min(prompt.len().saturating_sub(1)),
+                    i,
+                )
+            })
+            .max_by_key(|&(shared, i)| {
+                let s = &self.slots[i];
+                (shared, s.gen.tokens.is_empty(), std::cmp::Reverse(s.last_used))
+            });
+        let reuse = |shared: usize, i: usize| {
+            shared > 0 || self.slots.len() >= self.opts.parallel || self.slots[i].gen.tokens.is_empty()
+        };
+        match best {
+            Some((shared, i)) if reuse(shared, i) => Ok((i, shared)),
+            _ => {
+                let slot = self.new_session()?;
+                self.slots.push(slot);
+                self.metrics.sessions.set(self.slots.len() as i64);
+                Ok((self.slots.len() - 1, 0))
+            }
+        }
+    }
+
+    fn start(&mut self, job: Job) {
+        if job.events.is_closed() {
+            self.metrics.cancelled.inc();
+            return;
+        }
+        let (i, shared) = match self.pick(&job.prompt) {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = job.events.send(Event::Failed(ApiError::internal(format!(
+                    "could not allocate a session: {e}"
+                ))));
+                return;
+            }
+        };
+        self.clock += 1;
+        self.metrics.prompt_tokens.inc_by(job.prompt.len() as u64);
+        self.metrics.cached_tokens.inc_by(shared as u64);
+        let slot = &mut self.slots[i];
+        slot.last_used = self.clock;
+        slot.gen.truncate(shared);
+        slot.active = Some(Active {
+            decoding: Decoding::new(job.sampling.clone(), job.rules.clone()),
+            job,
+            fed: shared,
+            cached: shared,
+            started: Instant::now(),
+            prefilled: None,
+        });
+    }
+
+    /// One unit of work for session `i`: a prefill chunk or a decoded token.
+    fn advance(&mut self, i: usize) {
+        let slot = &mut self.slots[i];
+        let Some(active) = &mut slot.active else {
+            return;
+        };
+        if active.job.events.is_closed() {
+            slot.active = None;
+            self.metrics.cancelled.inc();
+            return;
+        }
+        let t0 = Instant::now();
+        let outcome = if active.fed < active.job.prompt.len() {
+            prefill(&mut slot.gen, active).map(|n| {
+                self.metrics.prefill_tokens.inc_by(n as u64);
+                self.metrics.prefill_seconds.inc_by(t0.elapsed().as_secs_f64());
+                None
+            })
+        } else {
+            decode(&mut slot.gen, active, self.tok).inspect(|_| {
+                self.metrics.completion_tokens.inc();
+                self.metrics.decode_seconds.inc_by(t0.elapsed().as_secs_f64());
+            })
+        };
+        let event = match outcome {
+            Ok(None) => return,
+            Ok(Some(finish)) => Event::Done(finish),
+            Err(e) => {
+                // The cache may hold half a step: forget it.
+                slot.gen.truncate(0);
+                Event::Failed(ApiError::internal(format!("generation failed: {e}")))
+            }
+        };
+        let _ = active.job.events.send(event);
+        slot.active = None;
+        self.clock += 1;
+        slot.last_used = self.clock;
+    }
+}
+
+/// Run the next chunk of the prompt; returns how many tokens it held.
+fn prefill(gen: &mut Generator<'_>, a: &mut Active) -> Result<usize> {
+    let end = (a.fed + gen.chunk.max(1)).min(a.job.prompt.len());
+    gen.feed(&a.job.prompt[a.fed..end])?;
+    let n = end - a.fed;
+    a.fed = end;
+    if a.fed == a.job.prompt.len() {
+        a.prefilled = Some(Instant::now());
+    }
+    Ok(n)
+}
+
+/// Decode one token, send its text, and run the model on it unless the job ends (then returns how).
+fn decode(gen: &mut Generator<'_>, a: &mut Active, tok: &Tokenizer) -> Result<Option<Finish>> {
+    let room = gen.tokens.len() < gen.max_ctx();
+    let (text, next) = a.decoding.step(&mut gen.result, tok, room)?;
+    if !text.is_empty() {
+        let _ = a.job.events.send(Event::Text(text));
+    }
+    match next {
+        Next::Feed(token) => {
+            gen.feed(&[token])?;
+            Ok(None)
+        }
+        Next::Finish(reason) => {
+            let prefilled = a.prefilled.unwrap_or(a.started);
+            Ok(Some(Finish {
+                reason,
+                prompt_tokens: a.job.prompt.len(),
+                cached_tokens: a.cached,
+                completion_tokens: a.decoding.generated.len(),
+                queued: a.started - a.job.received,
+                prefill: prefilled - a.started,
+                decode: prefilled.elapsed(),
+            }))
+        }
+    }
+}
