@@ -9,8 +9,8 @@ mod frspec;
 mod generate;
 mod info;
 mod quantize;
-mod spec;
 mod serve;
+mod spec;
 
 use clap::{Args, Parser, Subcommand};
 use shaderlm::gpu::GpuOptions;

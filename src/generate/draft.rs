@@ -102,7 +102,9 @@ impl<'a> DraftModel<'a> {
             return Ok(self.best().0);
         };
         if self.gen.result.logits.is_empty() {
-            return Err(Error::Invalid("a sampling draft model needs its steps to read logits".into()));
+            return Err(Error::Invalid(
+                "a sampling draft model needs its steps to read logits".into(),
+            ));
         }
         let u = sampler.uniform(history.len(), 0);
         let ids = self.gen.model().head_ids();

@@ -10,12 +10,12 @@
 use super::draft::Drafter;
 use super::emit::Emitter;
 use super::{choose, record_topk, row_logits, GenOptions, GenOutput, Generator};
-use crate::sampling::pick;
-use std::collections::HashMap;
 use crate::error::Result;
 use crate::ops::attention_decode::MAX_TOKENS;
+use crate::sampling::pick;
 use crate::sampling::Sampler;
 use crate::tokenizer::Tokenizer;
+use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -302,8 +302,14 @@ mod tests {
             assert!(chi2 < 18.5, "q {q:?}: counts {counts:?}, chi-square {chi2:.1}");
             // The acceptance rate is sum_x min(p(x), q(x)): all of it when q = p.
             let rate = kept as f64 / n as f64;
-            let want: f32 = p.iter().map(|&(id, pp)| pp.min(q.iter().find(|x| x.0 == id).map_or(0.0, |x| x.1))).sum();
-            assert!((rate - want as f64).abs() < 0.02, "q {q:?}: acceptance {rate:.3}, expected {want:.3}");
+            let want: f32 = p
+                .iter()
+                .map(|&(id, pp)| pp.min(q.iter().find(|x| x.0 == id).map_or(0.0, |x| x.1)))
+                .sum();
+            assert!(
+                (rate - want as f64).abs() < 0.02,
+                "q {q:?}: acceptance {rate:.3}, expected {want:.3}"
+            );
         }
     }
 }
