@@ -685,3 +685,49 @@ fn thirty_two_concurrent_streams_on_four_sessions_each_get_their_text_alone() {
         tokens / concurrent.as_secs_f64()
     );
 }
+
+/// `--spec-lookup 3`: decode steps verify prompt-lookup drafts, and the answers are still `generate`'s, whole and
+/// streamed, greedy (SmolLM2 asked to repeat a text, so drafts are accepted) and seeded.
+#[test]
+fn prompt_lookup_speculation_keeps_the_answers() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        model.exists(),
+        "this test needs the default model: run `bash models/fetch.sh`"
+    );
+    let server = Server::start(&model, &["--spec-lookup", "3", "--ctx", "512"]);
+    let prompt =
+        "Repeat exactly: the quick brown fox jumps over the lazy dog, the quick brown fox jumps over the lazy dog.";
+    let want = cli_greedy(&model, &["--chat", "--prompt", prompt, "-n", "40", "--ctx", "512"]);
+    let model_id = "SmolLM2-135M-Instruct.Q4_1";
+    let body = json!({"model": model_id, "messages": user(prompt), "max_tokens": 40, "temperature": 0});
+    let (status, v) = server.post("/v1/chat/completions", &body);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["choices"][0]["message"]["content"], want.text.as_str());
+    assert_eq!(v["usage"]["completion_tokens"], want.generated.len());
+    let mut streaming = body.clone();
+    streaming["stream"] = json!(true);
+    let (text, finish, _) = streamed(&server.open_stream("/v1/chat/completions", &streaming, None).chunks());
+    assert_eq!((text.as_str(), finish.as_str()), (want.text.as_str(), want.finish));
+    let (drafted, accepted) = (
+        server.metric(None, "shaderlm_spec_drafted_total"),
+        server.metric(None, "shaderlm_spec_accepted_total"),
+    );
+    assert!(
+        accepted > 0.0 && accepted <= drafted,
+        "drafted {drafted}, accepted {accepted}"
+    );
+    // Seeded sampling: the same seed gives the same answer with or without speculation.
+    let plain = Server::start(&model, &["--ctx", "512"]);
+    let mut seeded = body.clone();
+    seeded["temperature"] = json!(0.8);
+    seeded["seed"] = json!(5);
+    let (a, b) = (
+        server.post("/v1/chat/completions", &seeded).1,
+        plain.post("/v1/chat/completions", &seeded).1,
+    );
+    assert_eq!(
+        a["choices"][0]["message"]["content"],
+        b["choices"][0]["message"]["content"]
+    );
+}

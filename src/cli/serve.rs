@@ -31,6 +31,10 @@ pub struct ServeArgs {
     /// Most seconds a request may take, waiting for a session included.
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
+    /// Speculative decoding with up to N prompt-lookup drafts per step (the output is unchanged; answers that
+    /// quote the prompt, such as code edits, come faster); 0 turns it off.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub spec_lookup: usize,
     /// The model's id in requests and /v1/models [default: the file or directory name without .gguf].
     #[arg(long)]
     pub model_id: Option<String>,
@@ -58,6 +62,7 @@ pub fn run(args: &ServeArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         max_body: args.max_body,
         timeout: Duration::from_secs(args.timeout),
         chunk: args.model.chunk,
+        lookup: args.spec_lookup,
     };
     opts.check()?;
     let (gpu, loaded) = args.model.load(device)?;

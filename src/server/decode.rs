@@ -71,17 +71,27 @@ impl Decoding {
         }
     }
 
-    /// Choose the next token from the outputs of the last step, and return the text that is now safe to send
-    /// with what comes next. `room`: the KV cache can take one more token.
-    pub fn step(&mut self, result: &mut StepResult, tok: &Tokenizer, room: bool) -> Result<(String, Next)> {
+    /// Tokens this request may still generate.
+    pub fn tokens_left(&self) -> usize {
+        self.rules.max_tokens.saturating_sub(self.generated.len())
+    }
+
+    /// Choose the next token from row `row` of the outputs of the last step (0 unless it was a verification step
+    /// with a row per token), and return the text that is now safe to send with what comes next. `room`: the KV
+    /// cache can take one more token.
+    pub fn step(&mut self, result: &mut StepResult, row: usize, tok: &Tokenizer, room: bool) -> Result<(String, Next)> {
+        let rows = result.row_argmax.len().max(1);
         let next = if self.use_argmax {
-            result
-                .argmax
+            *result
+                .row_argmax
+                .get(row)
                 .ok_or_else(|| Error::Invalid("greedy decoding needs the step's argmax".into()))?
-        } else if result.logits.is_empty() {
-            return Err(Error::Invalid("sampling needs the step's logits".into()));
         } else {
-            self.sampler.sample(&mut result.logits, &self.generated)
+            let vocab = result.logits.len() / rows;
+            match result.logits.get_mut(row * vocab..(row + 1) * vocab) {
+                Some(logits) if vocab > 0 => self.sampler.sample(logits, &self.generated),
+                _ => return Err(Error::Invalid("sampling needs the step's logits".into())),
+            }
         };
         self.generated.push(next);
         if self.rules.at_eos && tok.is_stop(next) {

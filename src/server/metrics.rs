@@ -33,6 +33,9 @@ pub struct Metrics {
     /// Tokens generated, and the worker's time in decode steps.
     pub completion_tokens: Counter,
     pub decode_seconds: FloatCounter,
+    /// Prompt-lookup drafts verified, and accepted (speculative decoding).
+    pub drafted: Counter,
+    pub accepted: Counter,
     pub queue_depth: Gauge,
     pub sessions_active: Gauge,
     /// Sessions (KV caches) allocated so far, at most `sessions_max`.
@@ -54,6 +57,8 @@ impl Metrics {
             prefill_seconds: FloatCounter::default(),
             completion_tokens: Counter::default(),
             decode_seconds: FloatCounter::default(),
+            drafted: Counter::default(),
+            accepted: Counter::default(),
             queue_depth: Gauge::default(),
             sessions_active: Gauge::default(),
             sessions: Gauge::default(),
@@ -96,6 +101,8 @@ impl Metrics {
             "Worker time in decode steps",
             m.decode_seconds.clone(),
         );
+        r.register("spec_drafted", "Prompt-lookup drafts verified", m.drafted.clone());
+        r.register("spec_accepted", "Prompt-lookup drafts accepted", m.accepted.clone());
         r.register("queue_depth", "Requests waiting for a session", m.queue_depth.clone());
         r.register("sessions_active", "Sessions generating now", m.sessions_active.clone());
         r.register("sessions", "Sessions (KV caches) allocated", m.sessions.clone());

@@ -39,6 +39,8 @@ pub struct ServerOptions {
     pub timeout: Duration,
     /// Prompt tokens per prefill step.
     pub chunk: usize,
+    /// Prompt-lookup drafts per step (speculative decoding, output unchanged); 0 decodes one token per step.
+    pub lookup: usize,
 }
 
 /// The longest `--timeout`: a week.
@@ -80,6 +82,13 @@ impl ServerOptions {
                 MAX_TIMEOUT.as_secs()
             )));
         }
+        if self.lookup > crate::generate::spec::MAX_DRAFT {
+            return Err(Error::Invalid(format!(
+                "--spec-lookup {} is over the limit of {}",
+                self.lookup,
+                crate::generate::spec::MAX_DRAFT
+            )));
+        }
         if self.model_id.is_empty() {
             return Err(Error::Invalid("--model-id must not be empty".into()));
         }
@@ -104,6 +113,7 @@ pub fn run(gpu: Gpu, loaded: LoadedModel, opts: ServerOptions, on_listen: impl F
         queue: opts.queue,
         ctx,
         chunk: opts.chunk,
+        lookup: opts.lookup,
     };
     let jobs = worker::spawn(gpu, model, tok.clone(), worker_opts, metrics.clone())?;
     let io = |what: &str, e: std::io::Error| Error::Invalid(format!("{what}: {e}"));

@@ -5,12 +5,15 @@
 //! A job whose receiver is gone (the client disconnected) is dropped before its session's next step.
 //!
 //! The sessions' decode steps are separate submissions: the engine has no step that decodes several sessions'
-//! tokens as rows of one matmul yet, so N active sessions share the device's decode rate.
+//! tokens as rows of one matmul yet, so N active sessions share the device's decode rate. With `lookup` > 0 a
+//! session's decode step is a speculative verification of prompt-lookup drafts when there are any (lossless: the
+//! text is the same), so one turn may produce several tokens.
 
 use super::decode::{Decoding, FinishReason, Next, StopRules};
 use super::error::ApiError;
 use super::metrics::Metrics;
 use crate::error::{Error, Result};
+use crate::generate::draft::{Drafter, Lookup};
 use crate::generate::Generator;
 use crate::gpu::Gpu;
 use crate::model::{Llama, StepOutputs};
@@ -64,6 +67,8 @@ pub struct WorkerOptions {
     pub ctx: usize,
     /// Prompt tokens per prefill step.
     pub chunk: usize,
+    /// Prompt-lookup drafts per step; 0: one token per step.
+    pub lookup: usize,
 }
 
 /// Start the worker thread on `gpu` and `model`; returns the queue's sending end once the first session is
@@ -128,6 +133,8 @@ struct Active {
     fed: usize,
     cached: usize,
     decoding: Decoding,
+    /// A chosen token the model has not run on yet.
+    pending: Option<u32>,
     started: Instant,
     prefilled: Option<Instant>,
 }
@@ -258,6 +265,7 @@ impl<'a> Scheduler<'a> {
         slot.gen.truncate(shared);
         slot.active = Some(Active {
             decoding: Decoding::new(job.sampling.clone(), job.rules.clone()),
+            pending: None,
             job,
             fed: shared,
             cached: shared,
@@ -285,8 +293,10 @@ impl<'a> Scheduler<'a> {
                 None
             })
         } else {
-            decode(&mut slot.gen, active, self.tok).inspect(|_| {
-                self.metrics.completion_tokens.inc();
+            let before = active.decoding.generated.len();
+            decode(&mut slot.gen, active, self.tok, self.opts.lookup, self.metrics).inspect(|_| {
+                let n = active.decoding.generated.len() - before;
+                self.metrics.completion_tokens.inc_by(n as u64);
                 self.metrics.decode_seconds.inc_by(t0.elapsed().as_secs_f64());
             })
         };
@@ -318,29 +328,66 @@ fn prefill(gen: &mut Generator<'_>, a: &mut Active) -> Result<usize> {
     Ok(n)
 }
 
-/// Decode one token, send its text, and run the model on it unless the job ends (then returns how).
-fn decode(gen: &mut Generator<'_>, a: &mut Active, tok: &Tokenizer) -> Result<Option<Finish>> {
-    let room = gen.tokens.len() < gen.max_ctx();
-    let (text, next) = a.decoding.step(&mut gen.result, tok, room)?;
-    if !text.is_empty() {
-        let _ = a.job.events.send(Event::Text(text));
-    }
-    match next {
-        Next::Feed(token) => {
-            gen.feed(&[token])?;
-            Ok(None)
+/// Run the model on the pending token (with up to `lookup` prompt-lookup drafts after it, as one verification
+/// step) or, right after the prefill, use its outputs; choose tokens row by row, sending their text, while they
+/// equal the drafts; the first other choice becomes the pending token. Returns how the job ended, if it did.
+fn decode(
+    gen: &mut Generator<'_>,
+    a: &mut Active,
+    tok: &Tokenizer,
+    lookup: usize,
+    metrics: &Metrics,
+) -> Result<Option<Finish>> {
+    let mut drafts = Vec::new();
+    if let Some(t) = a.pending.take() {
+        let room = gen.max_ctx() - gen.tokens.len();
+        let left = a.decoding.tokens_left();
+        let k = lookup.min(room.saturating_sub(1)).min(left.saturating_sub(1));
+        if k > 0 {
+            let mut history = gen.tokens.clone();
+            history.push(t);
+            Lookup::default().propose(&history, k, &mut drafts)?;
         }
-        Next::Finish(reason) => {
-            let prefilled = a.prefilled.unwrap_or(a.started);
-            Ok(Some(Finish {
-                reason,
-                prompt_tokens: a.job.prompt.len(),
-                cached_tokens: a.cached,
-                completion_tokens: a.decoding.generated.len(),
-                queued: a.started - a.job.received,
-                prefill: prefilled - a.started,
-                decode: prefilled.elapsed(),
-            }))
+        if drafts.is_empty() {
+            gen.feed(&[t])?;
+        } else {
+            let mut ids = vec![t];
+            ids.extend_from_slice(&drafts);
+            gen.verify(&ids)?;
+            metrics.drafted.inc_by(drafts.len() as u64);
         }
     }
+    // Tokens in the cache before row 0's token.
+    let base = gen.tokens.len() - drafts.len();
+    for row in 0..=drafts.len() {
+        let room = base + row < gen.max_ctx();
+        let (text, next) = a.decoding.step(&mut gen.result, row, tok, room)?;
+        if !text.is_empty() {
+            let _ = a.job.events.send(Event::Text(text));
+        }
+        match next {
+            Next::Feed(t) if drafts.get(row) == Some(&t) => {
+                metrics.accepted.inc();
+            }
+            Next::Feed(t) => {
+                gen.truncate(base + row);
+                a.pending = Some(t);
+                return Ok(None);
+            }
+            Next::Finish(reason) => {
+                gen.truncate(base + row);
+                let prefilled = a.prefilled.unwrap_or(a.started);
+                return Ok(Some(Finish {
+                    reason,
+                    prompt_tokens: a.job.prompt.len(),
+                    cached_tokens: a.cached,
+                    completion_tokens: a.decoding.generated.len(),
+                    queued: a.started - a.job.received,
+                    prefill: prefilled - a.started,
+                    decode: prefilled.elapsed(),
+                }));
+            }
+        }
+    }
+    unreachable!("the last row has no draft to equal")
 }
