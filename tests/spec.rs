@@ -423,7 +423,7 @@ impl Drafter for Wrong {
 }
 
 /// Drafts that are never right: the output is still plain decoding's, and speculation turns itself off after the
-/// first 4 verification steps (the rest are one-token steps).
+/// first 2 verification steps (the rest are one-token steps).
 #[test]
 fn speculation_that_does_not_pay_turns_itself_off() {
     let gpu = gpu();
@@ -463,8 +463,59 @@ fn speculation_that_does_not_pay_turns_itself_off() {
         .as_deref()
         .expect("speculation should have turned itself off");
     assert!(why.contains("drafts accepted per step"), "{why}");
-    assert_eq!(st.verify_steps, 4, "{st:?}");
+    assert_eq!(st.verify_steps, 2, "{st:?}");
     assert!(st.plain_steps >= 30, "{st:?}");
+}
+
+/// A layer-skipping self-draft: the target's own file with only its first layer drafts for it, losslessly; a cut
+/// to no layers or past the model's is refused.
+#[test]
+fn a_model_cut_to_its_first_layers_drafts_for_itself() {
+    let gpu = gpu();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chat.gguf");
+    write_gguf_chat_as(
+        &path,
+        Tiny {
+            tied: false,
+            ..Tiny::llama()
+        },
+        7,
+        GgmlType::Q8_0,
+    );
+    let target = open(gpu, &path, 128);
+    let cut = |layers| {
+        let opts = LoadOptions {
+            layers: Some(layers),
+            ..LoadOptions::with_ctx(128)
+        };
+        LoadedModel::open(gpu, &path, &opts, |_, _| {})
+    };
+    for bad in [0, 3] {
+        let e = cut(bad).err().expect("a bad cut is refused").to_string();
+        assert!(e.contains("--draft-layers"), "{e}");
+    }
+    let draft = cut(1).unwrap();
+    assert_eq!(draft.model.cfg.n_layers, 1);
+    let prompt = tokens(10, target.model.cfg.vocab, 15);
+    let mut gen = Generator::new(gpu, &target.model, target.ctx, LOGITS_AND_ARGMAX).unwrap();
+    let params = SamplingParams::greedy();
+    let (p1, p2, _) = run(&mut gen, &target, &params, &prompt, &[3, 4], 30, None);
+    gen.truncate(0);
+    let dgen = Generator::new(gpu, &draft.model, draft.ctx, LOGITS_AND_ARGMAX).unwrap();
+    let mut drafter = DraftModel::greedy(dgen, 0.0);
+    let (s1, s2, st) = run(
+        &mut gen,
+        &target,
+        &params,
+        &prompt,
+        &[3, 4],
+        30,
+        Some((&mut drafter, 3)),
+    );
+    assert_eq!((s1.generated, s2.generated), (p1.generated, p2.generated));
+    assert!(st.drafted > 0, "{st:?}");
+    println!("1-of-2-layer self-draft: {}/{} accepted", st.accepted, st.drafted);
 }
 
 /// Sampled drafts: a model sampling drafts for itself with the target's settings proposes from exactly the

@@ -156,6 +156,7 @@ impl ModelArgs {
             kv_type: KvType::F32,
             chunk: self.chunk,
             max_memory: self.max_memory,
+            layers: None,
         }
     }
 

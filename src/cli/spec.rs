@@ -32,6 +32,10 @@ pub struct SpecArgs {
     /// A draft model with the target's vocabulary (implies --spec draft).
     #[arg(long, value_name = "PATH")]
     pub draft_model: Option<PathBuf>,
+    /// The draft model keeps only its first N layers (with the target's own file as --draft-model: a
+    /// layer-skipping self-draft).
+    #[arg(long, value_name = "N")]
+    pub draft_layers: Option<usize>,
     /// Draft tokens per verification step (1..=7). The default, 3, makes a 4-token verification step, which the
     /// tiled 4-token GEMM serves (measured cheapest per accepted token on lavapipe).
     #[arg(long, default_value_t = 3, value_name = "N")]
@@ -73,6 +77,10 @@ impl SpecArgs {
             "--spec-min-accepted must be >= 0"
         );
         anyhow::ensure!(
+            self.draft_layers.is_none() || self.draft_model.is_some(),
+            "--draft-layers cuts a draft model: it needs --draft-model PATH"
+        );
+        anyhow::ensure!(
             self.frspec_vocab.is_none() || self.draft_model.is_some(),
             "--frspec-vocab restricts a draft model's head: it needs --draft-model PATH"
         );
@@ -111,8 +119,8 @@ impl SpecArgs {
             .context("--spec draft needs --draft-model PATH")?;
         let opts = LoadOptions {
             ctx: target.ctx,
-            attention: model.attention.mode(),
-            ..Default::default()
+            layers: self.draft_layers,
+            ..model.options()
         };
         let draft = LoadedModel::open(gpu, path, &opts, |_, _| {})
             .with_context(|| format!("loading the draft model {}", path.display()))?;

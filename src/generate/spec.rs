@@ -27,8 +27,8 @@ pub const MAX_DRAFT: usize = MAX_TOKENS - 1;
 pub struct SpecOptions {
     /// Draft tokens per step, 1..=[`MAX_DRAFT`].
     pub max_draft: usize,
-    /// Speculation turns itself off when, over the last `window` verification steps (or the first `window / 2`),
-    /// fewer than this many drafts were accepted per step (0 keeps it on): a verification step costs more than a
+    /// Speculation turns itself off when, over the last `window` verification steps (or the first `window / 2`; or
+    /// the first 2 if they kept no draft), fewer than this many drafts were accepted per step (0 keeps it on): a verification step costs more than a
     /// one-token step, so drafts that are rarely right make decoding slower than plain.
     pub min_accepted: f32,
     pub window: usize,
@@ -221,7 +221,10 @@ pub fn generate_spec(
                 recent.pop_front();
             }
             recent.push_back(accepted);
-            if recent.len() >= spec.window.div_ceil(2) && spec.min_accepted > 0.0 {
+            // Judged over the window's last half or more, or already after 2 steps that kept nothing.
+            let judged =
+                recent.len() >= spec.window.div_ceil(2) || (recent.len() >= 2 && recent.iter().all(|&a| a == 0));
+            if judged && spec.min_accepted > 0.0 {
                 let mean = recent.iter().sum::<usize>() as f32 / recent.len() as f32;
                 if mean < spec.min_accepted {
                     on = false;

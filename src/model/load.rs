@@ -100,7 +100,7 @@ impl LoadedModel {
         let budget = Budget::new(opts.max_memory, Some(&gpu.memory()));
         let (model, tokenizer, format, memory) = if is_gguf(path) {
             let f = GgufFile::open(path)?;
-            let cfg = opts.attention.apply(LlamaConfig::from_gguf(&f)?)?;
+            let cfg = opts.configure(LlamaConfig::from_gguf(&f)?)?;
             let mut tokenizer = tokenizer_from_gguf(&f)?;
             if tokenizer.chat_template.is_none() && cfg.arch == super::Arch::Gemma3 {
                 tokenizer.chat_template = Some(crate::tokenizer::chat::GEMMA3_TEMPLATE.into());
@@ -118,7 +118,7 @@ impl LoadedModel {
                 memory,
             )
         } else {
-            let cfg = opts.attention.apply(LlamaConfig::from_hf(&path.join("config.json"))?)?;
+            let cfg = opts.configure(LlamaConfig::from_hf(&path.join("config.json"))?)?;
             let tokenizer = Tokenizer::from_hf_dir(path)?;
             let st = SafetensorsModel::open(path)?;
             let sizing = sizing(&cfg, budget::safetensors_weights(&st), opts);
@@ -156,10 +156,10 @@ fn sizing<'a>(cfg: &'a LlamaConfig, weights: u64, opts: &LoadOptions) -> Sizing<
 pub fn describe_memory(path: &Path, opts: &LoadOptions, report: Option<&MemoryReport>) -> Result<String> {
     let (cfg, weights) = if is_gguf(path) {
         let f = GgufFile::open(path)?;
-        let cfg = opts.attention.apply(LlamaConfig::from_gguf(&f)?)?;
+        let cfg = opts.configure(LlamaConfig::from_gguf(&f)?)?;
         (cfg, budget::gguf_weights(&f))
     } else {
-        let cfg = opts.attention.apply(LlamaConfig::from_hf(&path.join("config.json"))?)?;
+        let cfg = opts.configure(LlamaConfig::from_hf(&path.join("config.json"))?)?;
         (cfg, budget::safetensors_weights(&SafetensorsModel::open(path)?))
     };
     Budget::new(opts.max_memory, report).report(&sizing(&cfg, weights, opts), session_ctx(&cfg, opts))

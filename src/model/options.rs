@@ -23,6 +23,9 @@ pub struct LoadOptions {
     /// Most device memory the model may take (weights, one session's KV cache, scratch); `None`: what the adapter
     /// reports (see [`super::budget::Budget`]).
     pub max_memory: Option<u64>,
+    /// Keep only the first N layers (the final norm and head stay): a layer-skipping self-draft for speculative
+    /// decoding. `None`: every layer.
+    pub layers: Option<usize>,
 }
 
 impl Default for LoadOptions {
@@ -40,7 +43,23 @@ impl LoadOptions {
             kv_type: KvType::F32,
             chunk: DEFAULT_CHUNK,
             max_memory: None,
+            layers: None,
         }
+    }
+
+    /// `cfg` as these options open it: the attention mode applied, the layers cut to `layers`.
+    pub fn configure(&self, cfg: LlamaConfig) -> Result<LlamaConfig> {
+        let mut cfg = self.attention.apply(cfg)?;
+        if let Some(n) = self.layers {
+            if n == 0 || n > cfg.n_layers {
+                return Err(Error::Invalid(format!(
+                    "keeping {n} layers of a model of {} (--draft-layers takes 1..={})",
+                    cfg.n_layers, cfg.n_layers
+                )));
+            }
+            cfg.n_layers = n;
+        }
+        Ok(cfg)
     }
 }
 
