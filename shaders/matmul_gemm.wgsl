@@ -15,6 +15,7 @@
 #include "lib/matmul_io.wgsl"
 
 #include "lib/matmul_w.wgsl"
+#include "lib/store_rows.wgsl"
 
 const TM = 8u;  // rows of x per invocation (4 and 16 are slower on lavapipe)
 
@@ -60,17 +61,7 @@ fn main(
     for (var i = 0u; i < TM; i++) {
         let m = m0 + i;
         if (m < p.m) {
-            let yb = m * p.n + p.row0;
-            for (var j = 0u; j < 4u; j++) {
-                let r = r0 + j;
-                if (r < p.rows) {
-#if BIAS
-                    y[yb + r] = acc[i][j] + bias[p.row0 + r];
-#else
-                    y[yb + r] = acc[i][j];
-#endif
-                }
-            }
+            store4(m, r0, acc[i]);
         }
     }
 }

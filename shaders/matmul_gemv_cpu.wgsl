@@ -49,6 +49,8 @@ struct Params {
 #endif
 @group(1) @binding(0) var<uniform> p: Params;
 
+#include "lib/store_rows.wgsl"
+
 #include "lib/matmul_w.wgsl"
 
 const R = 4u;  // rows of W per invocation (2 is as fast, 8 slower on lavapipe)
@@ -129,15 +131,5 @@ fn main(
         }
     }
 #endif
-    let yb = m * p.n + p.row0;
-    for (var j = 0u; j < R; j++) {
-        let r = r0 + j;
-        if (r < p.rows) {
-#if BIAS
-            y[yb + r] = sum[j] + bias[p.row0 + r];
-#else
-            y[yb + r] = sum[j];
-#endif
-        }
-    }
+    store4(m, r0, vec4<f32>(sum[0], sum[1], sum[2], sum[3]));
 }

@@ -11,6 +11,7 @@
 #include "lib/matmul_io.wgsl"
 
 #include "lib/matmul_w.wgsl"
+#include "lib/store_rows.wgsl"
 
 const WG = 64u;
 
@@ -94,16 +95,6 @@ fn main(
 #else
         let total = red[0];
 #endif
-        let yb = m * p.n + p.row0;
-        for (var j = 0u; j < 4u; j++) {
-            let r = r0 + j;
-            if (r < p.rows) {
-#if BIAS
-                y[yb + r] = total[j] + bias[p.row0 + r];
-#else
-                y[yb + r] = total[j];
-#endif
-            }
-        }
+        store4(m, r0, total);
     }
 }

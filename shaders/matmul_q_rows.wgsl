@@ -64,6 +64,8 @@ const NR = 4u;  // rows of W per workgroup
 #endif
 @group(1) @binding(0) var<uniform> p: Params;
 
+#include "lib/store_rows.wgsl"
+
 #include "lib/rows_word.wgsl"
 
 @compute @workgroup_size(64)
@@ -175,17 +177,7 @@ fn main(
         let total = wg_sum(acc[t], lanes);
         let m = m0 + t;
         if (li == 0u && m < p.m) {
-            let yb = m * p.n + p.row0;
-            for (var j = 0u; j < NR; j++) {
-                let r = r0 + j;
-                if (r < p.rows) {
-#if BIAS
-                    y[yb + r] = total[j] + bias[p.row0 + r];
-#else
-                    y[yb + r] = total[j];
-#endif
-                }
-            }
+            store4(m, r0, total);
         }
     }
 }

@@ -47,6 +47,8 @@
 #endif
 @group(1) @binding(0) var<uniform> p: Params;
 
+#include "lib/store_rows.wgsl"
+
 #include "lib/quant_tiled.wgsl"
 
 @compute @workgroup_size(WG)
@@ -158,16 +160,5 @@ fn main(
         si += 8u;
         xi += 8u;
     }
-    let r0 = c * 4u;
-    let yb = wg.z * p.n + p.row0;
-    for (var j = 0u; j < 4u; j++) {
-        let r = r0 + j;
-        if (r < p.rows) {
-#if BIAS
-            y[yb + r] = acc[j] + bias[p.row0 + r];
-#else
-            y[yb + r] = acc[j];
-#endif
-        }
-    }
+    store4(wg.z, c * 4u, acc);
 }

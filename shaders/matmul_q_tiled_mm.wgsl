@@ -37,23 +37,14 @@
 #endif
 @group(1) @binding(0) var<uniform> p: Params;
 
+#include "lib/store_rows.wgsl"
+
 #include "lib/quant_tiled.wgsl"
 #include "lib/tiled_tokens.wgsl"
 
 fn write4(m: u32, r0: u32, acc: vec4<f32>) {
-    if (m >= p.m) {
-        return;
-    }
-    let yb = m * p.n + p.row0;
-    for (var j = 0u; j < 4u; j++) {
-        let r = r0 + j;
-        if (r < p.rows) {
-#if BIAS
-            y[yb + r] = acc[j] + bias[p.row0 + r];
-#else
-            y[yb + r] = acc[j];
-#endif
-        }
+    if (m < p.m) {
+        store4(m, r0, acc);
     }
 }
 
