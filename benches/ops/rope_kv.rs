@@ -22,7 +22,7 @@ pub fn benches() -> Vec<Bench> {
                         let qkv = g.input("qkv", &[tokens, cols], DType::F32);
                         let (kc, vc) = (g.external(&kc), g.external(&vc));
                         let cfg = RopeConfig::new(RopeStyle::RotateHalf, 10000.0, head_dim);
-                        g.rope_kv(QkvSource::Stacked(qkv), None, cfg, kc, vc)?;
+                        g.rope_kv(QkvSource::stacked(qkv), None, cfg, kc, vc)?;
                         Ok(vec![(qkv, tokens * cols, DType::F32)])
                     })?;
                     Ok((plan, StepVars { pos: 1000 }))

@@ -11,7 +11,7 @@ use super::options::KvType;
 use super::rope_scaling::RopeSession;
 use super::sparse::{self, CompressedKeys};
 use super::step::{Step, StepOutputs};
-use super::weights::{load_concat, load_vector, load_vector_with, Linear, WeightSource};
+use super::weights::{load_concat, load_vector_with, Linear, WeightSource};
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Gpu, GpuTensor};
 use crate::graph::{Graph, Plan, Tap, TensorId};
@@ -28,24 +28,12 @@ enum FfnIn {
     Split { gate: Linear, up: Linear },
 }
 
-/// The attention's input projections: one matmul over q, k and v stacked by rows (`[(n_heads + 2 n_kv) head_dim,
-/// hidden]`, biases concatenated) when the three are stored alike; else three.
-enum QkvIn {
-    Stacked {
-        w: Linear,
-        bias: Option<GpuTensor>, // [(n_heads + 2 n_kv) head_dim]
-    },
-    Split(Box<SplitQkv>),
-}
-
-/// q, k and v stored differently: three matmuls.
-struct SplitQkv {
-    q: Linear, // [n_heads * head_dim, hidden]
-    k: Linear, // [n_kv * head_dim, hidden]
-    v: Linear, // [n_kv * head_dim, hidden]
-    q_bias: Option<GpuTensor>,
-    k_bias: Option<GpuTensor>,
-    v_bias: Option<GpuTensor>,
+/// The attention's input projections q, k and v in groups of consecutive ones stored alike, each group one matmul
+/// over its weights stacked by rows (biases concatenated): q|k|v (`[(n_heads + 2 n_kv) head_dim, hidden]`), or q|k
+/// and v, or q and k|v, or three.
+struct QkvIn {
+    /// (weights, bias, how many of q, k, v the group holds).
+    groups: Vec<(Linear, Option<GpuTensor>, usize)>,
 }
 
 struct Layer {
@@ -137,9 +125,6 @@ impl Llama {
         let norm_shift = c.arch == Arch::Gemma3 && names == Names::Hf;
         let stored = move |w: f32| if norm_shift { w + 1.0 } else { w };
         let vector = |name: String, len: usize| load_vector_with(gpu, &src.require(&name)?, len, stored);
-        let optional = |name: String, len: usize| -> Result<Option<GpuTensor>> {
-            src.tensor(&name)?.map(|t| load_vector(gpu, &t, len)).transpose()
-        };
         let qkv_in = |i: usize| -> Result<QkvIn> {
             let n = |role| names.layer(c.arch, i, role);
             let with_bias = c.qkv_bias || c.arch == Arch::Qwen2;
@@ -157,26 +142,28 @@ impl Llama {
                 }
                 ws.push(t);
             }
-            if let Some(w) = Linear::load_stacked(gpu, &format!("blk.{i}.attn_qkv"), &ws)? {
-                let biases = if with_bias {
-                    dims.iter()
-                        .map(|&(_, b, len)| Ok((src.tensor(&n(b))?, len)))
-                        .collect::<Result<Vec<_>>>()?
-                } else {
-                    Vec::new()
-                };
-                let bias = load_concat(gpu, &format!("blk.{i}.attn_qkv.bias"), &biases, |b| b)?;
-                return Ok(QkvIn::Stacked { w, bias });
+            // From each projection on, the longest run stored alike (a single one always stacks).
+            let mut groups = Vec::new();
+            let mut p = 0;
+            while p < 3 {
+                for end in (p + 1..=3).rev() {
+                    let name = format!("blk.{i}.attn_{}", ["q", "k", "v"][p..end].concat());
+                    let Some(w) = Linear::load_stacked(gpu, &name, &ws[p..end])? else {
+                        continue;
+                    };
+                    let biases = if with_bias {
+                        let part = |&(_, b, len)| Ok((src.tensor(&n(b))?, len));
+                        dims[p..end].iter().map(part).collect::<Result<Vec<_>>>()?
+                    } else {
+                        Vec::new()
+                    };
+                    let bias = load_concat(gpu, &format!("{name}.bias"), &biases, |b| b)?;
+                    groups.push((w, bias, end - p));
+                    p = end;
+                    break;
+                }
             }
-            let bias = |role, len| if with_bias { optional(n(role), len) } else { Ok(None) };
-            Ok(QkvIn::Split(Box::new(SplitQkv {
-                q: linear(n(Role::Q), q_dim, c.hidden)?,
-                k: linear(n(Role::K), kv_dim, c.hidden)?,
-                v: linear(n(Role::V), kv_dim, c.hidden)?,
-                q_bias: bias(Role::QBias, q_dim)?,
-                k_bias: bias(Role::KBias, kv_dim)?,
-                v_bias: bias(Role::VBias, kv_dim)?,
-            })))
+            Ok(QkvIn { groups })
         };
         let embed = linear(names.of(c.arch, Role::Embed, None), c.vocab, c.hidden)?;
         let head = if c.tie_embeddings {
@@ -355,10 +342,7 @@ impl Llama {
                     } => gate.bytes() + up.bytes() + down.bytes(),
                     Ffn::Block(b) => b.bytes(),
                 };
-                let qkv = match &l.qkv {
-                    QkvIn::Stacked { w, .. } => w.bytes(),
-                    QkvIn::Split(s) => s.q.bytes() + s.k.bytes() + s.v.bytes(),
-                };
+                let qkv: u64 = l.qkv.groups.iter().map(|(w, _, _)| w.bytes()).sum();
                 ffn + qkv + l.o.bytes()
             })
             .sum();
@@ -530,20 +514,14 @@ impl Llama {
     ) -> Result<TensorId> {
         let c = &self.cfg;
         let n = s.n_tokens;
-        let src = match &l.qkv {
-            QkvIn::Stacked { w, bias } => {
-                let qkv = w.forward(g, x, bias.as_ref())?; // [n, (n_heads + 2 n_kv) head_dim]
-                g.tap(qkv, Tap::Qkv(i));
-                QkvSource::Stacked(qkv)
+        let mut src = QkvSource(Vec::new());
+        for (w, bias, count) in &l.qkv.groups {
+            let y = w.forward(g, x, bias.as_ref())?; // [n, columns of its projections]
+            if src.0.is_empty() {
+                g.tap(y, Tap::Qkv(i));
             }
-            QkvIn::Split(w) => {
-                let q = w.q.forward(g, x, w.q_bias.as_ref())?; // [n, n_heads * head_dim]
-                g.tap(q, Tap::Qkv(i));
-                let k = w.k.forward(g, x, w.k_bias.as_ref())?; // [n, n_kv * head_dim]
-                let v = w.v.forward(g, x, w.v_bias.as_ref())?;
-                QkvSource::Split { q, k, v }
-            }
-        };
+            src.0.push((y, *count));
+        }
         let qk_norm = l.qk_norm.as_ref().map(|w| (g.external(w), c.rms_eps));
         let rope = s.ropes[usize::from(c.layer_window(i).is_some())];
         let (k_cache, v_cache) = &s.cache.layers[i];

@@ -1,4 +1,5 @@
-//! One step's attention inputs in one dispatch: from its q, k and v projections (one stacked q|k|v tensor, or three),
+//! One step's attention inputs in one dispatch: from its q, k and v projections (one stacked q|k|v tensor, or two, or
+//! three),
 //! RoPE of q and k (after Qwen3's and Gemma 3's per-head q/k RMSNorm), q written out, k and v appended to the layer's
 //! KV cache at positions `StepVars.pos + token`. The fused form of `rms_norm` + `rope_pair` + `kv_write_pair`, whose
 //! CPU references are its reference.
@@ -30,13 +31,22 @@ struct RopeKvParams {
     offset: [u32; 3],
 }
 
-/// Where a step's projections come from.
-#[derive(Clone, Copy, Debug)]
-pub enum QkvSource {
+/// Where a step's projections come from: tensors `[n_tokens, cols]`, each with how many of q, k and v it holds side
+/// by side, in that order (q `n_heads * head_dim` columns, k and v `n_kv * head_dim` each): one stacked q|k|v
+/// matmul's output, q|k and v, or three.
+#[derive(Clone, Debug)]
+pub struct QkvSource(pub Vec<(TensorId, usize)>);
+
+impl QkvSource {
     /// One matmul's output `[n_tokens, (n_heads + 2 n_kv) head_dim]`: each row q, then k, then v.
-    Stacked(TensorId),
-    /// Three matmuls' outputs: q `[n_tokens, n_heads head_dim]`, k and v `[n_tokens, n_kv head_dim]`.
-    Split { q: TensorId, k: TensorId, v: TensorId },
+    pub fn stacked(qkv: TensorId) -> QkvSource {
+        QkvSource(vec![(qkv, 3)])
+    }
+
+    /// Three matmuls' outputs.
+    pub fn split(q: TensorId, k: TensorId, v: TensorId) -> QkvSource {
+        QkvSource(vec![(q, 1), (k, 1), (v, 1)])
+    }
 }
 
 /// The sizes of a rope_kv step.
@@ -55,9 +65,10 @@ pub struct RopeKv {
     cfg: RopeConfig,
     /// The q/k norms' epsilon, when the heads are normed first.
     eps: Option<f32>,
-    /// Source tensors: 1 (stacked) or 3.
+    /// Source tensors (1 to 3).
     sources: usize,
-    /// (row stride, offset of token 0) of q, k and v in their sources, in elements.
+    /// The source of q, k and v, and their (row stride, offset of token 0) in it, in elements.
+    src_of: [usize; 3],
     layout: [(usize, usize); 3],
 }
 
@@ -79,7 +90,7 @@ impl RopeKv {
         let widths = [d.n_heads, d.n_kv, d.n_kv].map(|h| h * d.head_dim);
         let mut out: [Vec<f32>; 3] = Default::default();
         for (i, ((stride, offset), width)) in self.layout.iter().zip(widths).enumerate() {
-            let src = io[if self.sources == 1 { 0 } else { i }].f32()?;
+            let src = io[self.src_of[i]].f32()?;
             out[i] = (0..d.n_tokens)
                 .flat_map(|t| src[t * stride + offset..t * stride + offset + width].to_vec())
                 .collect();
@@ -94,7 +105,7 @@ impl Kernel for RopeKv {
     }
     fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
         let (norm, caches) = self.slots();
-        let src = |i: usize| Bind::Tensor(if self.sources == 1 { 0 } else { i });
+        let src = |i: usize| Bind::Tensor(self.src_of[i]);
         let mut bindings = vec![
             Bind::Tensor(caches),
             Bind::Tensor(caches + 1),
@@ -207,30 +218,43 @@ impl Graph {
             s => Err(bad(format!("want f32 [n_tokens, cols] sources, got {s:?} {:?}", g.dtype(t)))),
         };
         let kv_cols = n_kv * head_dim;
-        let (inputs, n_tokens, n_heads, layout) = match src {
-            QkvSource::Stacked(qkv) => {
-                let (n, cols) = rows(self, qkv)?;
-                if !cols.is_multiple_of(head_dim) || cols / head_dim <= 2 * n_kv {
-                    return Err(bad(format!("{cols} columns are not (n_heads + 2 * {n_kv}) * {head_dim}")));
-                }
-                let q_cols = cols - 2 * kv_cols;
-                let layout = [(cols, 0), (cols, q_cols), (cols, q_cols + kv_cols)];
-                (vec![qkv], n, q_cols / head_dim, layout)
+        let holds: Vec<usize> = src.0.iter().map(|s| s.1).collect();
+        if holds.iter().sum::<usize>() != 3 || holds.contains(&0) {
+            return Err(bad("the sources must hold q, k and v, each once".into()));
+        }
+        let mut inputs = Vec::new();
+        let (mut src_of, mut layout, mut n_tokens, mut q_cols) = ([0; 3], [(0, 0); 3], 0, 0);
+        let mut p = 0; // the projection: 0 q, 1 k, 2 v
+        for (i, &(t, count)) in src.0.iter().enumerate() {
+            let (n, cols) = rows(self, t)?;
+            // q's columns are the rest of its tensor's.
+            let widths: Vec<usize> = (p..p + count)
+                .map(|p| if p == 0 { cols.saturating_sub(kv_cols * (count - 1)) } else { kv_cols })
+                .collect();
+            if (i > 0 && n != n_tokens) || widths.iter().sum::<usize>() != cols || widths.contains(&0) {
+                return Err(bad(format!("source {i}: [{n}, {cols}] does not hold {count} of q, k, v")));
             }
-            QkvSource::Split { q, k, v } => {
-                let ((n, q_cols), kr, vr) = (rows(self, q)?, rows(self, k)?, rows(self, v)?);
-                if kr != (n, kv_cols) || vr != (n, kv_cols) || q_cols == 0 || !q_cols.is_multiple_of(head_dim) {
-                    return Err(bad(format!("want q [n, n_heads * {head_dim}], k and v [n, {kv_cols}]")));
+            let mut offset = 0;
+            for w in widths {
+                (src_of[p], layout[p]) = (i, (cols, offset));
+                if p == 0 {
+                    q_cols = w;
                 }
-                let layout = [(q_cols, 0), (kv_cols, 0), (kv_cols, 0)];
-                (vec![q, k, v], n, q_cols / head_dim, layout)
+                offset += w;
+                p += 1;
             }
-        };
+            n_tokens = n;
+            inputs.push(t);
+        }
+        if !q_cols.is_multiple_of(head_dim) {
+            return Err(bad(format!("q's {q_cols} columns are not n_heads * {head_dim}")));
+        }
+        let n_heads = q_cols / head_dim;
+        let sources = inputs.len();
         if n_tokens == 0 || n_tokens > max_ctx {
             return Err(bad(format!("{n_tokens} tokens (1..={max_ctx})")));
         }
         self.rope_config_check(&cfg, head_dim).map_err(|e| bad(format!("{cfg:?}: {e}")))?;
-        let mut inputs = inputs;
         if let Some((w, _)) = qk_norm {
             if self.shape(w).iter().product::<usize>() != 2 * head_dim || !f32s(self, &[w]) {
                 return Err(bad(format!("qk_norm must be f32 [2, {head_dim}], got {:?}", self.shape(w))));
@@ -250,7 +274,8 @@ impl Graph {
             dims,
             cfg,
             eps: qk_norm.map(|(_, eps)| eps),
-            sources: if matches!(src, QkvSource::Stacked(_)) { 1 } else { 3 },
+            sources,
+            src_of,
             layout,
         };
         let out = [n_tokens, n_heads, head_dim];

@@ -19,7 +19,8 @@ struct Setup {
     dims: QkvDims,
     style: RopeStyle,
     rot_dim: usize,
-    stacked: bool,
+    /// How many of q, k, v each source tensor holds: [3] one stacked tensor, [2, 1] q|k and v, [1, 1, 1] three.
+    groups: &'static [usize],
     norm: bool,
     factors: bool,
     attn_factor: f32,
@@ -59,6 +60,20 @@ impl Setup {
         }
     }
 
+    /// The source tensors' rows: each group's columns of the stacked rows.
+    fn group_rows(&self, qkv: &[f32]) -> Vec<Vec<f32>> {
+        let cols = self.cols();
+        let (mut p, mut from) = (0, 0);
+        let width: usize = cols.iter().sum();
+        let mut out = Vec::new();
+        for &count in self.groups {
+            let w: usize = cols[p..p + count].iter().sum();
+            out.push(qkv.chunks(width).flat_map(|r| r[from..from + w].to_vec()).collect());
+            (p, from) = (p + count, from + w);
+        }
+        out
+    }
+
     /// q, k, v `[n_tokens, cols]` from the stacked rows.
     fn split(&self, qkv: &[f32]) -> [Vec<f32>; 3] {
         let [q, k, v] = self.cols();
@@ -94,16 +109,14 @@ struct Io {
 
 fn inputs(g: &mut Graph, s: &Setup, kc: &GpuTensor, vc: &GpuTensor) -> Io {
     let d = s.dims;
-    let sources = if s.stacked {
-        vec![g.input("qkv", &[d.n_tokens, s.cols().iter().sum()], DType::F32)]
-    } else {
-        let [q, k, v] = s.cols();
-        vec![
-            g.input("q", &[d.n_tokens, q], DType::F32),
-            g.input("k", &[d.n_tokens, k], DType::F32),
-            g.input("v", &[d.n_tokens, v], DType::F32),
-        ]
-    };
+    let cols = s.cols();
+    let mut p = 0;
+    let mut sources = Vec::new();
+    for &count in s.groups {
+        let w: usize = cols[p..p + count].iter().sum();
+        sources.push(g.input(&format!("source{p}"), &[d.n_tokens, w], DType::F32));
+        p += count;
+    }
     Io {
         sources,
         qk_norm: g.input("qk_norm", &[2, d.head_dim], DType::F32),
@@ -113,8 +126,7 @@ fn inputs(g: &mut Graph, s: &Setup, kc: &GpuTensor, vc: &GpuTensor) -> Io {
 }
 
 fn write_inputs(gpu: &Gpu, plan: &Plan, s: &Setup, io: &Io, data: &Data) -> shaderlm::Result<()> {
-    let parts = if s.stacked { vec![data.qkv.clone()] } else { s.split(&data.qkv).to_vec() };
-    for (&t, v) in io.sources.iter().zip(&parts) {
+    for (&t, v) in io.sources.iter().zip(&s.group_rows(&data.qkv)) {
         plan.write_input(gpu, t, bytemuck::cast_slice(v))?;
     }
     plan.write_input(gpu, io.qk_norm, bytemuck::cast_slice(&data.qk_norm))?;
@@ -130,17 +142,17 @@ fn caches(gpu: &Gpu, s: &Setup, data: &Data) -> shaderlm::Result<(GpuTensor, Gpu
     ))
 }
 
+fn source(s: &Setup, io: &Io) -> QkvSource {
+    QkvSource(io.sources.iter().copied().zip(s.groups.iter().copied()).collect())
+}
+
 /// The fused kernel through one plan at each of `positions` (caches carried over), against the CPU references.
 fn vs_reference(gpu: &Gpu, s: &Setup, positions: &[u32], seed: u64) -> shaderlm::Result<Check> {
     let data = s.data(seed);
     let (kc, vc) = caches(gpu, s, &data)?;
     let mut g = Graph::new();
     let io = inputs(&mut g, s, &kc, &vc);
-    let src = match io.sources[..] {
-        [qkv] => QkvSource::Stacked(qkv),
-        [q, k, v] => QkvSource::Split { q, k, v },
-        _ => unreachable!("one or three sources"),
-    };
+    let src = source(s, &io);
     let norm = s.norm.then_some((io.qk_norm, 1e-6));
     let cfg = s.cfg(s.factors.then_some(io.factors));
     let q = g.rope_kv(src, norm, cfg, io.caches.0, io.caches.1)?;
@@ -185,7 +197,7 @@ fn vs_unfused(gpu: &Gpu, s: &Setup, pos: u32, seed: u64) -> shaderlm::Result<Che
         unreachable!("split sources")
     };
     let fused = g.rope_kv(
-        QkvSource::Split { q: tq, k: tk, v: tv },
+        QkvSource::split(tq, tk, tv),
         s.norm.then_some((io.qk_norm, eps)),
         cfg,
         io.caches.0,
@@ -241,7 +253,7 @@ fn batch_rows_equal_one_row(gpu: &Gpu, s: &Setup, pos: u32, seed: u64) -> shader
         let io = inputs(&mut g, &one, kc, vc);
         let cfg = one.cfg(one.factors.then_some(io.factors));
         let q = g.rope_kv(
-            QkvSource::Stacked(io.sources[0]),
+            QkvSource::stacked(io.sources[0]),
             one.norm.then_some((io.qk_norm, 1e-6)),
             cfg,
             io.caches.0,
@@ -284,7 +296,7 @@ fn setup(n_tokens: usize, n_heads: usize, n_kv: usize, head_dim: usize, max_ctx:
         },
         style: RopeStyle::RotateHalf,
         rot_dim: head_dim,
-        stacked: true,
+        groups: &[3],
         norm: false,
         factors: false,
         attn_factor: 1.0,
@@ -301,7 +313,12 @@ pub fn cases() -> Vec<Case> {
             s.dims.n_heads,
             s.dims.n_kv,
             s.dims.head_dim,
-            if s.stacked { "" } else { "_split" },
+            match s.groups {
+                [3] => "",
+                [2, 1] => "_qk_v",
+                [1, 2] => "_q_kv",
+                _ => "_split",
+            },
             if s.norm { "_norm" } else { "" },
             if s.factors { "_factors" } else { "" },
         );
@@ -310,10 +327,12 @@ pub fn cases() -> Vec<Case> {
     let smol = setup(1, 9, 3, 64, 40);
     add("decode_steps_reuse_plan", smol, &[0, 1, 2, 39]);
     add("interleaved", Setup { style: RopeStyle::Interleaved, ..smol }, &[5]);
-    add("split", Setup { stacked: false, ..smol }, &[7]);
+    add("split", Setup { groups: &[1, 1, 1], ..smol }, &[7]);
+    add("qk_then_v", Setup { groups: &[2, 1], ..setup(3, 14, 2, 64, 40) }, &[9]);
+    add("q_then_kv", Setup { groups: &[1, 2], norm: true, ..setup(2, 8, 4, 64, 40) }, &[4]);
     add("chunk", setup(37, 14, 2, 64, 300), &[0, 100]);
     add("qk_norm", Setup { norm: true, ..setup(5, 8, 2, 128, 64) }, &[3]);
-    add("qk_norm_split_factors", Setup { norm: true, stacked: false, factors: true, ..setup(3, 4, 1, 256, 32) }, &[20]);
+    add("qk_norm_split_factors", Setup { norm: true, groups: &[1, 1, 1], factors: true, ..setup(3, 4, 1, 256, 32) }, &[20]);
     add("factors_attn_factor", Setup { factors: true, attn_factor: 1.2, ..setup(4, 6, 2, 96, 64) }, &[30000 % 60]);
     // Phi-3's partial rotation: dims from rot_dim on pass through (normed with the q/k norms).
     add("partial_rotary", Setup { rot_dim: 24, ..setup(3, 4, 2, 80, 16) }, &[2]);
@@ -322,9 +341,9 @@ pub fn cases() -> Vec<Case> {
     add("past_end_dropped", setup(5, 3, 3, 64, 20), &[18]);
     add("long_prefill", setup(130, 9, 3, 64, 130), &[0]);
     for (name, s, pos) in [
-        ("unfused", Setup { stacked: false, ..setup(3, 9, 3, 64, 40) }, 11u32),
-        ("unfused_norm_factors", Setup { stacked: false, norm: true, factors: true, ..setup(5, 8, 2, 128, 64) }, 7),
-        ("unfused_interleaved_partial", Setup { stacked: false, style: RopeStyle::Interleaved, rot_dim: 32, ..setup(2, 4, 4, 64, 8) }, 3),
+        ("unfused", Setup { groups: &[1, 1, 1], ..setup(3, 9, 3, 64, 40) }, 11u32),
+        ("unfused_norm_factors", Setup { groups: &[1, 1, 1], norm: true, factors: true, ..setup(5, 8, 2, 128, 64) }, 7),
+        ("unfused_interleaved_partial", Setup { groups: &[1, 1, 1], style: RopeStyle::Interleaved, rot_dim: 32, ..setup(2, 4, 4, 64, 8) }, 3),
     ] {
         v.push(Case::new("rope_kv", name, move |gpu| vs_unfused(gpu, &s, pos, 900)));
     }
@@ -334,5 +353,29 @@ pub fn cases() -> Vec<Case> {
     ] {
         v.push(Case::new("rope_kv", name, move |gpu| batch_rows_equal_one_row(gpu, &s, 17, 901)));
     }
+    // The builder rejects sources that do not hold q, k and v once each in whole heads, and bad caches or norms.
+    v.push(Case::new("rope_kv", "rejects_bad_sources", |gpu| {
+        let cache = GpuTensor::zeros(gpu, "c", &[2, 16, 8], DType::F32)?;
+        let mut g = Graph::new();
+        let (kc, vc) = (g.external(&cache), g.external(&cache));
+        let qkv = g.input("qkv", &[3, 6 * 8], DType::F32);
+        let odd = g.input("odd", &[3, 6 * 8 + 3], DType::F32);
+        let kv = g.input("kv", &[3, 2 * 16], DType::F32);
+        let kv4 = g.input("kv4", &[4, 2 * 16], DType::F32);
+        let small_cache = g.input("small", &[2, 2, 8], DType::F32);
+        let norm = g.input("norm", &[8], DType::F32);
+        let cfg = RopeConfig::new(RopeStyle::RotateHalf, 10000.0, 8);
+        let mut errs = vec![
+            g.rope_kv(QkvSource(vec![(qkv, 2)]), None, cfg, kc, vc).is_err(),
+            g.rope_kv(QkvSource(vec![(qkv, 3), (kv, 0)]), None, cfg, kc, vc).is_err(),
+            g.rope_kv(QkvSource::stacked(odd), None, cfg, kc, vc).is_err(),
+            g.rope_kv(QkvSource(vec![(qkv, 1), (kv4, 2)]), None, cfg, kc, vc).is_err(),
+            g.rope_kv(QkvSource::stacked(qkv), Some((norm, 1e-6)), cfg, kc, vc).is_err(),
+            g.rope_kv(QkvSource::stacked(qkv), None, cfg, kc, small_cache).is_err(),
+            g.rope_kv(QkvSource::stacked(qkv), None, RopeConfig::new(RopeStyle::RotateHalf, 1e4, 10), kc, vc).is_err(),
+        ];
+        errs.push(g.rope_kv(QkvSource(vec![(qkv, 1), (kv, 2)]), None, cfg, kc, vc).is_ok());
+        Ok(exact(&errs, &[true; 8]))
+    }));
     v
 }
