@@ -8,7 +8,8 @@
 //   | 2 or 3 y [M, N] f32 (written: columns row0..row0+rows).
 // Defs: WG workgroup size (8 on CPU adapters: one SIMD chunk, so a workgroup's 32 rows of W stay in cache while
 //   consecutive workgroups walk M; 64 on GPUs), WH f16 weights, VEC rows vector-aligned (K % 4 == 0 for f32,
-//   K % 8 == 0 for f16), BIAS.
+//   K % 8 == 0 for f16), BIAS,
+//   GLU with GELU (act(gate) * up over row pairs, y [M, N/2]: lib/store_rows.wgsl).
 // Grid: ceil(M / 8) x ceil(rows / (4 * WG)) x 1 workgroups: blocks of x vary fastest, so workgroups that run
 // together share their rows of W.
 

@@ -5,7 +5,8 @@
 // Bindings: 0 x [M, K] f32 (a uniform array of 4096 vec4s when XU, else storage) | 1 w [rows, K] f32, or f16 pairs
 //   (see lib/matmul_w.wgsl) | 2 bias [N] f32 (BIAS only) | 2 or 3 y [M, N] f32 (written: columns row0..row0+rows).
 // Defs: WH f16 weights, VEC rows vector-aligned (K % 4 == 0 for f32, K % 8 == 0 for f16), XU x in a uniform buffer
-//   (M*K/4 <= 4096 vec4s), BIAS.
+//   (M*K/4 <= 4096 vec4s), BIAS,
+//   GLU with GELU (act(gate) * up over row pairs, y [M, N/2]: lib/store_rows.wgsl).
 // Grid: ceil(rows / 64) workgroups of 16 (folded into y past the per-dimension limit) x 1 x M. Small workgroups
 // keep llvmpipe's threads evenly loaded at small N (576 rows are 9 workgroups, not 3).
 

@@ -21,7 +21,8 @@
 //   Q2_K's min n) formed in f32 from the 16-bit code pair in ws and the super-block factors: Q2_K a sum q x - n sum x,
 //   Q3_K a (sum q x - 4 sum x).
 // Defs: TM, Q8, HB1, HB2, NL, MIN, S16, PAIR (MIN or S16), SUPER, Q2K, Q3K, QC, XSUM and XSUM2 (unused here),
-//   SUBGROUPS, BIAS, F16.
+//   SUBGROUPS, BIAS, F16,
+//   GLU with GELU (act(gate) * up over row pairs, y [M, N/2]: lib/store_rows.wgsl).
 //   Workgroup size 64.
 // Grid: ceil(rows / 4) workgroups (folded into y past the per-dimension limit) x 1 x ceil(M / TM).
 

@@ -19,7 +19,8 @@
 //   NL (codebook nibbles), MIN (a min per block), S16 (a second scale for weights 16..32), PAIR (MIN or S16: two
 //   constants per block), XSUM (block sums of x: an offset or a min; XSUM2 each half's), SUPER with Q2K or Q3K
 //   (2-bit words, sub-block codes, super-block factors: lib/quant_tiled.wgsl), QC (the offset), XU, SUBGROUPS,
-//   BIAS, WG (workgroup size, a multiple of 8).
+//   BIAS, WG (workgroup size, a multiple of 8),
+//   GLU with GELU (act(gate) * up over row pairs, y [M, N/2]: lib/store_rows.wgsl).
 // Grid: ceil(tiles * 8 / WG) workgroups of WG (folded into y past the per-dimension limit) x 1 x M.
 
 #include "lib/quant_params.wgsl"
