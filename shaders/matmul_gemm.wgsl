@@ -8,13 +8,15 @@
 //   | 2 or 3 y [M, N] f32 (written: columns row0..row0+rows).
 // Defs: WG workgroup size (8 on CPU adapters: one SIMD chunk, so a workgroup's 32 rows of W stay in cache while
 //   consecutive workgroups walk M; 64 on GPUs), WH f16 weights, VEC rows vector-aligned (K % 4 == 0 for f32,
-//   K % 8 == 0 for f16), BIAS.
+//   K % 8 == 0 for f16), BIAS,
+//   GLU with GELU (act(gate) * up over row pairs, y [M, N/2]: lib/store_rows.wgsl).
 // Grid: ceil(M / 8) x ceil(rows / (4 * WG)) x 1 workgroups: blocks of x vary fastest, so workgroups that run
 // together share their rows of W.
 
 #include "lib/matmul_io.wgsl"
 
 #include "lib/matmul_w.wgsl"
+#include "lib/store_rows.wgsl"
 
 const TM = 8u;  // rows of x per invocation (4 and 16 are slower on lavapipe)
 
@@ -60,17 +62,7 @@ fn main(
     for (var i = 0u; i < TM; i++) {
         let m = m0 + i;
         if (m < p.m) {
-            let yb = m * p.n + p.row0;
-            for (var j = 0u; j < 4u; j++) {
-                let r = r0 + j;
-                if (r < p.rows) {
-#if BIAS
-                    y[yb + r] = acc[i][j] + bias[p.row0 + r];
-#else
-                    y[yb + r] = acc[i][j];
-#endif
-                }
-            }
+            store4(m, r0, acc[i]);
         }
     }
 }

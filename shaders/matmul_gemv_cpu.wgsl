@@ -5,7 +5,8 @@
 // Bindings: 0 x [M, K] f32 (a uniform array of 4096 vec4s when XU, else storage) | 1 w [rows, K] f32, or f16 pairs
 //   (see lib/matmul_w.wgsl) | 2 bias [N] f32 (BIAS only) | 2 or 3 y [M, N] f32 (written: columns row0..row0+rows).
 // Defs: WH f16 weights, VEC rows vector-aligned (K % 4 == 0 for f32, K % 8 == 0 for f16), XU x in a uniform buffer
-//   (M*K/4 <= 4096 vec4s), BIAS.
+//   (M*K/4 <= 4096 vec4s), BIAS,
+//   GLU with GELU (act(gate) * up over row pairs, y [M, N/2]: lib/store_rows.wgsl).
 // Grid: ceil(rows / 64) workgroups of 16 (folded into y past the per-dimension limit) x 1 x M. Small workgroups
 // keep llvmpipe's threads evenly loaded at small N (576 rows are 9 workgroups, not 3).
 
@@ -48,6 +49,8 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;   // [M, N]
 #endif
 @group(1) @binding(0) var<uniform> p: Params;
+
+#include "lib/store_rows.wgsl"
 
 #include "lib/matmul_w.wgsl"
 
@@ -129,15 +132,5 @@ fn main(
         }
     }
 #endif
-    let yb = m * p.n + p.row0;
-    for (var j = 0u; j < R; j++) {
-        let r = r0 + j;
-        if (r < p.rows) {
-#if BIAS
-            y[yb + r] = sum[j] + bias[p.row0 + r];
-#else
-            y[yb + r] = sum[j];
-#endif
-        }
-    }
+    store4(m, r0, vec4<f32>(sum[0], sum[1], sum[2], sum[3]));
 }

@@ -5,12 +5,14 @@
 // tree. Same weights and bindings as matmul_gemv_cpu.
 // Bindings: 0 x [M, K] f32 | 1 w [rows, K] f32, or f16 pairs (see lib/matmul_w.wgsl) | 2 bias [N] f32 (BIAS only)
 //   | 2 or 3 y [M, N] f32 (written: columns row0..row0+rows).
-// Defs: WH f16 weights, VEC rows vector-aligned (K % 4 == 0 for f32, K % 8 == 0 for f16), BIAS, SUBGROUPS.
+// Defs: WH f16 weights, VEC rows vector-aligned (K % 4 == 0 for f32, K % 8 == 0 for f16), BIAS, SUBGROUPS,
+//   GLU with GELU (act(gate) * up over row pairs, y [M, N/2]: lib/store_rows.wgsl).
 // Grid: ceil(rows / 4) workgroups of 64 (folded into y past the per-dimension limit) x 1 x M.
 
 #include "lib/matmul_io.wgsl"
 
 #include "lib/matmul_w.wgsl"
+#include "lib/store_rows.wgsl"
 
 const WG = 64u;
 
@@ -94,16 +96,6 @@ fn main(
 #else
         let total = red[0];
 #endif
-        let yb = m * p.n + p.row0;
-        for (var j = 0u; j < 4u; j++) {
-            let r = r0 + j;
-            if (r < p.rows) {
-#if BIAS
-                y[yb + r] = total[j] + bias[p.row0 + r];
-#else
-                y[yb + r] = total[j];
-#endif
-            }
-        }
+        store4(m, r0, total);
     }
 }

@@ -21,7 +21,8 @@
 //   Q2_K's min n) formed in f32 from the 16-bit code pair in ws and the super-block factors: Q2_K a sum q x - n sum x,
 //   Q3_K a (sum q x - 4 sum x).
 // Defs: TM, Q8, HB1, HB2, NL, MIN, S16, PAIR (MIN or S16), SUPER, Q2K, Q3K, QC, XSUM and XSUM2 (unused here),
-//   SUBGROUPS, BIAS, F16.
+//   SUBGROUPS, BIAS, F16,
+//   GLU with GELU (act(gate) * up over row pairs, y [M, N/2]: lib/store_rows.wgsl).
 //   Workgroup size 64.
 // Grid: ceil(rows / 4) workgroups (folded into y past the per-dimension limit) x 1 x ceil(M / TM).
 
@@ -63,6 +64,8 @@ const NR = 4u;  // rows of W per workgroup
 #endif
 #endif
 @group(1) @binding(0) var<uniform> p: Params;
+
+#include "lib/store_rows.wgsl"
 
 #include "lib/rows_word.wgsl"
 
@@ -175,17 +178,7 @@ fn main(
         let total = wg_sum(acc[t], lanes);
         let m = m0 + t;
         if (li == 0u && m < p.m) {
-            let yb = m * p.n + p.row0;
-            for (var j = 0u; j < NR; j++) {
-                let r = r0 + j;
-                if (r < p.rows) {
-#if BIAS
-                    y[yb + r] = total[j] + bias[p.row0 + r];
-#else
-                    y[yb + r] = total[j];
-#endif
-                }
-            }
+            store4(m, r0, total);
         }
     }
 }

@@ -19,7 +19,8 @@
 //   NL (codebook nibbles), MIN (a min per block), S16 (a second scale for weights 16..32), PAIR (MIN or S16: two
 //   constants per block), XSUM (block sums of x: an offset or a min; XSUM2 each half's), SUPER with Q2K or Q3K
 //   (2-bit words, sub-block codes, super-block factors: lib/quant_tiled.wgsl), QC (the offset), XU, SUBGROUPS,
-//   BIAS, WG (workgroup size, a multiple of 8).
+//   BIAS, WG (workgroup size, a multiple of 8),
+//   GLU with GELU (act(gate) * up over row pairs, y [M, N/2]: lib/store_rows.wgsl).
 // Grid: ceil(tiles * 8 / WG) workgroups of WG (folded into y past the per-dimension limit) x 1 x M.
 
 #include "lib/quant_params.wgsl"
@@ -46,6 +47,8 @@
 #endif
 #endif
 @group(1) @binding(0) var<uniform> p: Params;
+
+#include "lib/store_rows.wgsl"
 
 #include "lib/quant_tiled.wgsl"
 
@@ -158,16 +161,5 @@ fn main(
         si += 8u;
         xi += 8u;
     }
-    let r0 = c * 4u;
-    let yb = wg.z * p.n + p.row0;
-    for (var j = 0u; j < 4u; j++) {
-        let r = r0 + j;
-        if (r < p.rows) {
-#if BIAS
-            y[yb + r] = acc[j] + bias[p.row0 + r];
-#else
-            y[yb + r] = acc[j];
-#endif
-        }
-    }
+    store4(wg.z, c * 4u, acc);
 }

@@ -12,7 +12,7 @@
 //   factors (FACT only: vec4<u32> Q2K, K4, vec2<u32> Q3K) (1..3: lib/quant_tiled_w.wgsl) | then bias [N] f32 (BIAS only) | then y [M, N] f32
 //   (written: columns row0..row0+rows).
 // Defs: TM (rows of x per invocation: 4 with T4, or 8 with T4 and T8; lib/tiled_tokens.wgsl), Q8, HB1, HB2, NL,
-//   MIN, S16, PAIR, XSUM, XSUM2, SUPER, Q2K, Q3K, QC (as in matmul_q_tiled), SUBGROUPS, BIAS, WG (workgroup size,
+//   MIN, S16, PAIR, XSUM, XSUM2, SUPER, Q2K, Q3K, QC (as in matmul_q_tiled), SUBGROUPS, BIAS, GLU, GELU, WG (workgroup size,
 //   a multiple of 8).
 // Grid: ceil(tiles * 8 / WG) workgroups of WG (folded into y past the per-dimension limit) x 1 x ceil(M / TM).
 
@@ -37,23 +37,14 @@
 #endif
 @group(1) @binding(0) var<uniform> p: Params;
 
+#include "lib/store_rows.wgsl"
+
 #include "lib/quant_tiled.wgsl"
 #include "lib/tiled_tokens.wgsl"
 
 fn write4(m: u32, r0: u32, acc: vec4<f32>) {
-    if (m >= p.m) {
-        return;
-    }
-    let yb = m * p.n + p.row0;
-    for (var j = 0u; j < 4u; j++) {
-        let r = r0 + j;
-        if (r < p.rows) {
-#if BIAS
-            y[yb + r] = acc[j] + bias[p.row0 + r];
-#else
-            y[yb + r] = acc[j];
-#endif
-        }
+    if (m < p.m) {
+        store4(m, r0, acc);
     }
 }
 

@@ -9,8 +9,8 @@
 // Params: see Params. Grid: n_tokens * (rot_dim / 2 + head_dim - rot_dim) invocations in workgroups of 64 (folded
 // into y past the per-dimension limit); each handles one pair (or one pass-through dim) across all heads, so cos
 // and sin are computed once per (token, pair).
-// Precision: the angle is formed in f32 as in HF, then reduced to [-pi, pi] exactly (Cody-Waite with 2*pi split
-// into an 8-bit head and a tail) before cos/sin, whose accuracy GPUs only promise in [-pi, pi].
+// Precision: the angle is formed in f32 as in HF, then reduced to [-pi, pi] exactly before cos/sin
+// (lib/rope_angle.wgsl, shared with rope_kv).
 
 struct Params {
     n_tokens: u32,
@@ -48,9 +48,7 @@ struct Params {
 #endif
 @group(1) @binding(0) var<uniform> p: Params;
 
-const INV_TAU: f32 = 0.15915494309189535;
-const TAU_HI: f32 = 6.28125;                 // 201 / 32: k * TAU_HI is exact for k < 2^16
-const TAU_LO: f32 = 0.0019353071795864769;   // 2 pi - TAU_HI
+#include "lib/rope_angle.wgsl"
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -77,22 +75,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 #endif
         return;
     }
-    let j = k;
-    var inv_freq = exp2(-(f32(2u * j) / f32(p.rot_dim)) * p.log2_theta);
-#if FACTORS
-    inv_freq = inv_freq / factors[j];
-#endif
-    let a = (f32(p.pos + t) * p.freq_scale) * inv_freq;
-    let turns = round(a * INV_TAU);
-    let r = (a - turns * TAU_HI) - turns * TAU_LO;
-    let c = cos(r) * p.attn_factor;
-    let s = sin(r) * p.attn_factor;
-    var i0 = j;
-    var i1 = j + half;
-    if (p.style == 1u) {
-        i0 = 2u * j;
-        i1 = 2u * j + 1u;
-    }
+    let cs = rope_cs(k, p.pos + t);
+    let c = cs.x;
+    let s = cs.y;
+    let dims = rope_dims(k);
+    let i0 = dims.x;
+    let i1 = dims.y;
     for (var h = 0u; h < p.n_heads; h++) {
         let b = row + h * p.head_dim;
         let x0 = x[b + i0];

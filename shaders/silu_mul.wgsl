@@ -4,9 +4,7 @@
 //   0 gate [n] f32 | 1 up [n] f32 | 2 y [n] f32 (written)
 // Params: units (n, or n / 4 with VEC4). Grid: ceil(units / 256) workgroups of 256 (folded into y past the
 // per-dimension limit), one unit per invocation.
-// gate below about -88: exp(-gate) overflows to +inf and silu(gate) is -0, as in IEEE (no NaN).
-// GELU (GeGLU, Gemma): gelu_tanh(gate) * up instead, with gelu_tanh(x) = 0.5 x (1 + tanh(u)),
-// u = sqrt(2 / pi) (x + 0.044715 x^3), computed as x / (1 + exp(-2u)) (the same identity, no tanh overflow).
+// The activation is lib/glu.wgsl's (shared with the matmul kernels' GLU epilogue); GELU: gelu_tanh(gate) * up.
 
 struct Params {
     units: u32,
@@ -18,6 +16,9 @@ alias V = vec4<f32>;
 #else
 alias V = f32;
 #endif
+
+alias GV = V;
+#include "lib/glu.wgsl"
 
 #if FUSED
 // The output of one matmul over concatenated [gate; up] weights: 0 gu [rows, 2F] | 1 y [rows, F] (written).
@@ -43,12 +44,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let i = gid.x + gid.y * nwg.x * 256u;
     if (i < p.units) {
         let gu = gate_up(i);
-        let g = gu[0];
-#if GELU
-        let u2 = 1.5957691216057308 * (g + 0.044715 * g * g * g);  // 2 u
-        y[i] = g / (1.0 + exp(-u2)) * gu[1];
-#else
-        y[i] = g / (1.0 + exp(-g)) * gu[1];
-#endif
+        y[i] = glu(gu[0], gu[1]);
     }
 }

@@ -6,7 +6,9 @@ mod common;
 use common::gpu::{gpu, nmse};
 use common::steps::{prefill_then_decode, run_steps, LOGITS_AND_ARGMAX};
 
-use common::tiny::{phi3, write_gguf, write_gguf_types, write_hf, Tiny, GEMMA_WINDOW, PHI3_ROPE_DIM, PHI3_WINDOW};
+use common::tiny::{
+    phi3, write_gguf, write_gguf_typed, write_gguf_types, write_hf, Tiny, GEMMA_WINDOW, PHI3_ROPE_DIM, PHI3_WINDOW,
+};
 use shaderlm::loader::gguf::GgufFile;
 use shaderlm::loader::safetensors::SafetensorsModel;
 use shaderlm::model::weights::WeightSource;
@@ -91,6 +93,27 @@ fn tiny_llama_gguf_with_gate_and_up_stored_differently() {
     let f = GgufFile::open(&path).unwrap();
     let cfg = LlamaConfig::from_gguf(&f).unwrap();
     check(&f, cfg, Names::Gguf, &tokens(12, 101), 10);
+}
+
+#[test]
+fn tiny_llama_gguf_with_q_k_v_stored_in_two_groups() {
+    // v in another type than q and k (Qwen2.5's Q4_K_M mixes do this): q|k is one matmul and v another; then q alone
+    // and k|v stacked. rope_kv reads q, k and v from the two outputs.
+    for odd_one in ["attn_v", "attn_q"] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.gguf");
+        let ty_of = |name: &str| {
+            if name.contains(odd_one) {
+                GgmlType::F32
+            } else {
+                GgmlType::F16
+            }
+        };
+        write_gguf_typed(&path, &Tiny::llama(), 8, &ty_of);
+        let f = GgufFile::open(&path).unwrap();
+        let cfg = LlamaConfig::from_gguf(&f).unwrap();
+        check(&f, cfg, Names::Gguf, &tokens(12, 101), 10);
+    }
 }
 
 #[test]

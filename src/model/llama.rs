@@ -11,31 +11,38 @@ use super::options::KvType;
 use super::rope_scaling::RopeSession;
 use super::sparse::{self, CompressedKeys};
 use super::step::{Step, StepOutputs};
-use super::weights::{load_vector, load_vector_with, Linear, WeightSource};
+use super::weights::{load_concat, load_vector_with, Linear, WeightSource};
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Gpu, GpuTensor};
 use crate::graph::{Graph, Plan, Tap, TensorId};
 use crate::ops::rope::RopeConfig;
+use crate::ops::rope_kv::QkvSource;
 
-/// The FFN's input projections: one stacked matmul (`[2 * ffn, hidden]`, gate rows then up rows) when both are
-/// stored alike, which saves a dispatch per layer; else two.
+/// The FFN's input projections: when both are stored alike, one matmul over (gate, up) row pairs
+/// (`[2 * ffn, hidden]`) whose epilogue applies the activation (one dispatch, no `[n, 2 * ffn]` intermediate); else
+/// stacked (gate rows then up rows: one matmul and the activation) where a dense matrix's row parts would split a
+/// pair; else two matmuls and the activation.
 enum FfnIn {
+    Paired(Linear),
     Stacked(Linear),
     Split { gate: Linear, up: Linear },
 }
 
+/// The attention's input projections q, k and v in groups of consecutive ones stored alike, each group one matmul
+/// over its weights stacked by rows (biases concatenated): q|k|v (`[(n_heads + 2 n_kv) head_dim, hidden]`), or q|k
+/// and v, or q and k|v, or three.
+struct QkvIn {
+    /// (weights, bias, how many of q, k, v the group holds).
+    groups: Vec<(Linear, Option<GpuTensor>, usize)>,
+}
+
 struct Layer {
     attn_norm: GpuTensor, // [hidden]
-    q: Linear,            // [n_heads * head_dim, hidden]
-    k: Linear,            // [n_kv * head_dim, hidden]
-    v: Linear,            // [n_kv * head_dim, hidden]
-    o: Linear,            // [hidden, n_heads * head_dim]
-    q_bias: Option<GpuTensor>,
-    k_bias: Option<GpuTensor>,
-    v_bias: Option<GpuTensor>,
-    q_norm: Option<GpuTensor>, // [head_dim]
-    k_norm: Option<GpuTensor>, // [head_dim]
-    ffn_norm: GpuTensor,       // [hidden]
+    qkv: QkvIn,
+    o: Linear, // [hidden, n_heads * head_dim]
+    /// Qwen3's and Gemma 3's q and k norms, `[2, head_dim]`: q's weights, then k's.
+    qk_norm: Option<GpuTensor>,
+    ffn_norm: GpuTensor, // [hidden]
     /// Gemma 3's norms of the attention and FFN outputs, `[hidden]` each.
     post_norms: Option<(GpuTensor, GpuTensor)>,
     ffn: Ffn,
@@ -118,8 +125,45 @@ impl Llama {
         let norm_shift = c.arch == Arch::Gemma3 && names == Names::Hf;
         let stored = move |w: f32| if norm_shift { w + 1.0 } else { w };
         let vector = |name: String, len: usize| load_vector_with(gpu, &src.require(&name)?, len, stored);
-        let optional = |name: String, len: usize| -> Result<Option<GpuTensor>> {
-            src.tensor(&name)?.map(|t| load_vector(gpu, &t, len)).transpose()
+        let qkv_in = |i: usize| -> Result<QkvIn> {
+            let n = |role| names.layer(c.arch, i, role);
+            let with_bias = c.qkv_bias || c.arch == Arch::Qwen2;
+            let dims = [
+                (Role::Q, Role::QBias, q_dim),
+                (Role::K, Role::KBias, kv_dim),
+                (Role::V, Role::VBias, kv_dim),
+            ];
+            let mut ws = Vec::new();
+            for (role, _, rows) in dims {
+                let t = src.require(&n(role))?;
+                if t.shape != [rows, c.hidden] {
+                    let want = format!("{}: {:?}, expected [{rows}, {}]", t.name, t.shape, c.hidden);
+                    return Err(Error::shape("load", want));
+                }
+                ws.push(t);
+            }
+            // From each projection on, the longest run stored alike (a single one always stacks).
+            let mut groups = Vec::new();
+            let mut p = 0;
+            while p < 3 {
+                for end in (p + 1..=3).rev() {
+                    let name = format!("blk.{i}.attn_{}", ["q", "k", "v"][p..end].concat());
+                    let Some(w) = Linear::load_stacked(gpu, &name, &ws[p..end])? else {
+                        continue;
+                    };
+                    let biases = if with_bias {
+                        let part = |&(_, b, len)| Ok((src.tensor(&n(b))?, len));
+                        dims[p..end].iter().map(part).collect::<Result<Vec<_>>>()?
+                    } else {
+                        Vec::new()
+                    };
+                    let bias = load_concat(gpu, &format!("{name}.bias"), &biases, |b| b)?;
+                    groups.push((w, bias, end - p));
+                    p = end;
+                    break;
+                }
+            }
+            Ok(QkvIn { groups })
         };
         let embed = linear(names.of(c.arch, Role::Embed, None), c.vocab, c.hidden)?;
         let head = if c.tie_embeddings {
@@ -131,35 +175,16 @@ impl Llama {
         for i in 0..c.n_layers {
             progress(i, c.n_layers);
             let n = |role| names.layer(c.arch, i, role);
-            let with_bias = c.qkv_bias || c.arch == Arch::Qwen2;
             layers.push(Layer {
                 attn_norm: vector(n(Role::AttnNorm), c.hidden)?,
-                q: linear(n(Role::Q), q_dim, c.hidden)?,
-                k: linear(n(Role::K), kv_dim, c.hidden)?,
-                v: linear(n(Role::V), kv_dim, c.hidden)?,
+                qkv: qkv_in(i)?,
                 o: linear(n(Role::O), c.hidden, q_dim)?,
-                q_bias: if with_bias {
-                    optional(n(Role::QBias), q_dim)?
-                } else {
-                    None
-                },
-                k_bias: if with_bias {
-                    optional(n(Role::KBias), kv_dim)?
-                } else {
-                    None
-                },
-                v_bias: if with_bias {
-                    optional(n(Role::VBias), kv_dim)?
-                } else {
-                    None
-                },
-                q_norm: if c.qk_norm {
-                    Some(vector(n(Role::QNorm), c.head_dim)?)
-                } else {
-                    None
-                },
-                k_norm: if c.qk_norm {
-                    Some(vector(n(Role::KNorm), c.head_dim)?)
+                qk_norm: if c.qk_norm {
+                    let parts = [
+                        (Some(src.require(&n(Role::QNorm))?), c.head_dim),
+                        (Some(src.require(&n(Role::KNorm))?), c.head_dim),
+                    ];
+                    load_concat(gpu, &format!("blk.{i}.attn_qk_norm"), &parts, stored)?
                 } else {
                     None
                 },
@@ -183,12 +208,16 @@ impl Llama {
                                     return Err(Error::shape("load", want));
                                 }
                             }
-                            match Linear::load_stacked(gpu, &format!("blk.{i}.ffn_gate_up"), &[gate, up])? {
-                                Some(l) => FfnIn::Stacked(l),
-                                None => FfnIn::Split {
+                            let name = format!("blk.{i}.ffn_gate_up");
+                            if let Some(l) = Linear::load_paired(gpu, &name, &gate, &up)? {
+                                FfnIn::Paired(l)
+                            } else if let Some(l) = Linear::load_stacked(gpu, &name, &[gate, up])? {
+                                FfnIn::Stacked(l)
+                            } else {
+                                FfnIn::Split {
                                     gate: linear(n(Role::Gate), c.ffn, c.hidden)?,
                                     up: linear(n(Role::Up), c.ffn, c.hidden)?,
-                                },
+                                }
                             }
                         },
                         down: linear(n(Role::Down), c.hidden, c.ffn)?,
@@ -304,7 +333,7 @@ impl Llama {
             .map(|l| {
                 let ffn = match &l.ffn {
                     Ffn::SwiGlu {
-                        input: FfnIn::Stacked(w),
+                        input: FfnIn::Paired(w) | FfnIn::Stacked(w),
                         down,
                     } => w.bytes() + down.bytes(),
                     Ffn::SwiGlu {
@@ -313,7 +342,8 @@ impl Llama {
                     } => gate.bytes() + up.bytes() + down.bytes(),
                     Ffn::Block(b) => b.bytes(),
                 };
-                ffn + [&l.q, &l.k, &l.v, &l.o].iter().map(|w| w.bytes()).sum::<u64>()
+                let qkv: u64 = l.qkv.groups.iter().map(|(w, _, _)| w.bytes()).sum();
+                ffn + qkv + l.o.bytes()
             })
             .sum();
         head + layers
@@ -484,24 +514,21 @@ impl Llama {
     ) -> Result<TensorId> {
         let c = &self.cfg;
         let n = s.n_tokens;
-        let q = l.q.forward(g, x, l.q_bias.as_ref())?; // [n, n_heads * head_dim]
-        g.tap(q, Tap::Qkv(i));
-        let k = l.k.forward(g, x, l.k_bias.as_ref())?; // [n, n_kv * head_dim]
-        let v = l.v.forward(g, x, l.v_bias.as_ref())?;
-        let mut q = g.reshape(q, &[n, c.n_heads, c.head_dim])?;
-        let mut k = g.reshape(k, &[n, c.n_kv_heads, c.head_dim])?;
-        let v = g.reshape(v, &[n, c.n_kv_heads, c.head_dim])?;
-        if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
-            let (qn, kn) = (g.external(qn), g.external(kn));
-            q = g.rms_norm(q, qn, c.rms_eps)?;
-            k = g.rms_norm(k, kn, c.rms_eps)?;
+        let mut src = QkvSource(Vec::new());
+        for (w, bias, count) in &l.qkv.groups {
+            let y = w.forward(g, x, bias.as_ref())?; // [n, columns of its projections]
+            if src.0.is_empty() {
+                g.tap(y, Tap::Qkv(i));
+            }
+            src.0.push((y, *count));
         }
+        let qk_norm = l.qk_norm.as_ref().map(|w| (g.external(w), c.rms_eps));
         let rope = s.ropes[usize::from(c.layer_window(i).is_some())];
-        let (q, k) = g.rope_pair(q, k, rope)?;
-        g.tap(q, Tap::Rope(i));
         let (k_cache, v_cache) = &s.cache.layers[i];
         let (kc, vc) = (g.external(k_cache), g.external(v_cache));
-        g.kv_write_pair(k, v, kc, vc)?;
+        // Norms, rotation and the cache write in one dispatch: q [n, n_heads, head_dim].
+        let q = g.rope_kv(src, qk_norm, rope, kc, vc)?;
+        g.tap(q, Tap::Rope(i));
         let a = self.attend(g, s, i, q, kc, vc)?;
         g.tap(a, Tap::AttnOut(i));
         let a = g.reshape(a, &[n, c.n_heads * c.head_dim])?;
@@ -547,6 +574,7 @@ impl Llama {
         match &l.ffn {
             Ffn::SwiGlu { input, down } => {
                 let m = match input {
+                    FfnIn::Paired(w) => w.forward_glu(g, x, c.ffn_act)?, // [n, ffn]
                     FfnIn::Stacked(w) => {
                         let gu = w.forward(g, x, None)?; // [n, 2 * ffn]: gate then up
                         g.glu_fused(gu, c.ffn_act)?

@@ -8,6 +8,7 @@ use crate::gpu::{DType, Gpu, GpuTensor};
 use crate::graph::{Graph, TensorId};
 use crate::loader::gguf::GgufFile;
 use crate::loader::safetensors::{to_f32, SafetensorsModel, StDtype};
+use crate::ops::silu_mul::Glu;
 use crate::quant::gptq::{self, GptqTensors, Method, RawTensor};
 use crate::quant::GgmlType;
 
@@ -315,29 +316,56 @@ impl Linear {
         }
     }
 
-    /// Matrices of one width and storage type stacked by rows into one (gate and up: one matmul instead of two,
+    /// Matrices of one width and storage type stacked by rows into one (q, k and v: one matmul instead of three,
     /// the output holding each part's columns side by side). `None` when the parts differ in type, width or
     /// column permutation (act-order GPTQ layers quantized with different orders).
     pub fn load_stacked(gpu: &Gpu, name: &str, parts: &[HostTensor<'_>]) -> Result<Option<Linear>> {
+        Self::load_joined(gpu, name, &parts.iter().collect::<Vec<_>>(), false)
+    }
+
+    /// Gate and up, stored alike, as one matrix of (gate, up) row pairs: row 2i is gate row i, row 2i + 1 up row
+    /// i, the layout of the matmuls' GLU epilogue ([`Linear::forward_glu`]), in which the rows of one output are
+    /// summed by one invocation. `None` as for [`Linear::load_stacked`], for shapes that differ, and for a dense
+    /// matrix whose binding-sized row parts would split a pair.
+    pub fn load_paired(gpu: &Gpu, name: &str, gate: &HostTensor<'_>, up: &HostTensor<'_>) -> Result<Option<Linear>> {
+        if gate.shape != up.shape {
+            return Ok(None);
+        }
+        let paired = Self::load_joined(gpu, name, &[gate, up], true)?;
+        Ok(paired.filter(Linear::pairs_whole))
+    }
+
+    /// Whether every row part starts at an even row (so no part splits a (gate, up) pair).
+    fn pairs_whole(&self) -> bool {
+        match self {
+            Linear::Dense(t) => t.parts.iter().all(|p| p.row0 % 2 == 0),
+            Linear::Quant { w, .. } => w.parts().iter().all(|p| p.0 % 2 == 0),
+        }
+    }
+
+    /// [`Linear::load_stacked`], or with `pair` the parts' rows interleaved one by one (parts of equal rows).
+    fn load_joined(gpu: &Gpu, name: &str, parts: &[&HostTensor<'_>], pair: bool) -> Result<Option<Linear>> {
         let Some(first) = parts.first() else { return Ok(None) };
         let k = first.shape.get(1).copied().unwrap_or(0);
         if parts.iter().any(|t| t.shape.len() != 2 || t.shape[1] != k) {
             return Ok(None);
         }
-        let n: usize = parts.iter().map(|t| t.shape[0]).sum();
+        let rows: Vec<usize> = parts.iter().map(|t| t.shape[0]).collect();
+        let n: usize = rows.iter().sum();
         let shape = [n, k];
         let mut bytes = Vec::new();
         let mut floats = Vec::new();
         for t in parts {
             match (&first.data, &t.data) {
-                (HostData::F32(_), HostData::F32(v)) => floats.extend_from_slice(v),
-                (HostData::F16(_), HostData::F16(b)) if k % 2 == 0 => bytes.extend_from_slice(b),
+                (HostData::F32(_), HostData::F32(v)) => floats.push(v.as_slice()),
+                (HostData::F16(_), HostData::F16(b)) if k % 2 == 0 => bytes.push(*b),
                 (a, b) => match (a.blocks(), b.blocks()) {
-                    (Some((ta, _, pa)), Some((tb, raw, pb))) if ta == tb && pa == pb => bytes.extend_from_slice(raw),
+                    (Some((ta, _, pa)), Some((tb, raw, pb))) if ta == tb && pa == pb => bytes.push(raw),
                     _ => return Ok(None),
                 },
             }
         }
+        let (bytes, floats) = (join_rows(&bytes, &rows, pair), join_rows(&floats, &rows, pair));
         Ok(Some(match first.data.blocks() {
             Some((ty, _, perm)) => {
                 if perm.is_some_and(|p| p.len() != k) {
@@ -356,6 +384,21 @@ impl Linear {
             }
             None => Linear::Dense(GpuTensor::upload(gpu, name, &shape, DType::F16, &bytes)?),
         }))
+    }
+
+    /// `act(x W_gate^T) * (x W_up^T)` `[.., n / 2]` of a [`Linear::load_paired`] weight: one matmul with a GLU
+    /// epilogue.
+    pub fn forward_glu(&self, g: &mut Graph, x: TensorId, act: Glu) -> Result<TensorId> {
+        match self {
+            Linear::Dense(w) => {
+                let w = g.external(w);
+                g.matmul_glu(x, w, act)
+            }
+            Linear::Quant { w, perm } => {
+                let x = gather_perm(g, x, perm.as_ref())?;
+                g.matmul_q_glu(x, w, act)
+            }
+        }
     }
 
     /// `[n, k]` of the weight.
@@ -383,13 +426,7 @@ impl Linear {
                 g.matmul(x, w, bias)
             }
             Linear::Quant { w, perm } => {
-                let x = match perm {
-                    Some(p) => {
-                        let p = g.external(p);
-                        g.gather_cols(x, p)?
-                    }
-                    None => x,
-                };
+                let x = gather_perm(g, x, perm.as_ref())?;
                 g.matmul_q(x, w, bias)
             }
         }
@@ -410,6 +447,63 @@ impl Linear {
             ))),
         }
     }
+}
+
+/// `x[.., perm]` with an act-order permutation, else `x`.
+fn gather_perm(g: &mut Graph, x: TensorId, perm: Option<&GpuTensor>) -> Result<TensorId> {
+    match perm {
+        Some(p) => {
+            let p = g.external(p);
+            g.gather_cols(x, p)
+        }
+        None => Ok(x),
+    }
+}
+
+/// The rows of `parts` (row-major matrices of `rows[i]` rows each, as elements of any size) one part after the
+/// other, or with `pair` row i of every part in turn (parts of equal rows).
+fn join_rows<T: Copy>(parts: &[&[T]], rows: &[usize], pair: bool) -> Vec<T> {
+    if !pair || parts.is_empty() {
+        return parts.concat();
+    }
+    let widths: Vec<usize> = parts.iter().zip(rows).map(|(p, &r)| p.len() / r.max(1)).collect();
+    let mut out = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for i in 0..rows[0] {
+        for (p, &w) in parts.iter().zip(&widths) {
+            out.extend_from_slice(&p[i * w..(i + 1) * w]);
+        }
+    }
+    out
+}
+
+/// Vectors (the biases or norms of stacked parts) concatenated into one f32 tensor `[sum of lens]`, `f` applied to
+/// every value; a missing part reads as zeros (an exact no-op for a bias). `None` when every part is missing.
+pub fn load_concat(
+    gpu: &Gpu,
+    name: &str,
+    parts: &[(Option<HostTensor<'_>>, usize)],
+    f: impl Fn(f32) -> f32,
+) -> Result<Option<GpuTensor>> {
+    if parts.iter().all(|(t, _)| t.is_none()) {
+        return Ok(None);
+    }
+    let mut v = Vec::new();
+    for (t, len) in parts {
+        match t {
+            Some(t) => {
+                let part = t.to_f32()?;
+                if part.len() != *len {
+                    return Err(Error::shape(
+                        "weights",
+                        format!("{}: {} values, expected {len}", t.name, part.len()),
+                    ));
+                }
+                v.extend(part.into_iter().map(&f));
+            }
+            None => v.resize(v.len() + len, 0.0),
+        }
+    }
+    GpuTensor::upload_f32(gpu, name, &[v.len()], &v).map(Some)
 }
 
 /// A vector weight (norm scale or bias) as f32 on the device.

@@ -1,12 +1,14 @@
 //! Dense layer `y[.., N] = x[.., K] · W[N, K]^T (+ bias[N])` (PyTorch `Linear` layout), W in f32 or f16:
 //! a GEMV for one token (CPU-adapter or GPU flavour) and a register-blocked GEMM for more; one dispatch per row part
-//! of W, so weights larger than one binding (an LM head) work.
+//! of W, so weights larger than one binding (an LM head) work. With a GLU epilogue (`matmul_glu`) W's rows are
+//! (gate, up) pairs and the kernels write `act(gate) * up`.
 
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars, UNIFORM_ARRAY_BYTES};
 use crate::graph::{Graph, TensorId};
+use crate::ops::silu_mul::{epilogue_flags, reference_paired, Glu};
 
 /// The kernel a matmul runs. `Auto` picks a GEMV per row of x for up to [`GEMV_MAX_M`] rows (the CPU-adapter
 /// flavour on software adapters such as lavapipe, the GPU flavour elsewhere) and the GEMM for more; the others
@@ -73,6 +75,8 @@ pub struct Matmul {
     /// (first row, rows) of each part of W.
     parts: Vec<(usize, usize)>,
     path: MatmulPath,
+    /// GLU epilogue: W's rows are (gate, up) pairs and y `[M, N / 2]` is `act(gate) * up`.
+    glu: Option<Glu>,
 }
 
 impl Matmul {
@@ -110,7 +114,19 @@ impl Matmul {
         if name == "matmul_gemm" {
             key = key.def("WG", format!("{}u", gemm_workgroup(caps)));
         }
-        key.flag("SUBGROUPS", subgroups).flag("XU", self.x_uniform(caps))
+        epilogue_flags(
+            key.flag("SUBGROUPS", subgroups).flag("XU", self.x_uniform(caps)),
+            self.glu,
+        )
+    }
+
+    /// Columns of y: N, or N / 2 with the GLU epilogue.
+    fn y_cols(&self) -> usize {
+        if self.glu.is_some() {
+            self.n / 2
+        } else {
+            self.n
+        }
     }
 
     /// Elements of the shader's `w` array per row, and of `x` per row.
@@ -183,20 +199,32 @@ impl Kernel for Matmul {
     /// Compulsory traffic: W once, x once, bias once, y once (the GEMM re-reads W once per 8 rows of x from cache).
     fn cost(&self) -> Cost {
         let w = self.wdtype.bytes(self.k) * self.n as u64;
-        let (m, k, n) = (self.m as u64, self.k as u64, self.n as u64);
+        let (m, k, n, cols) = (self.m as u64, self.k as u64, self.n as u64, self.y_cols() as u64);
         Cost {
             bytes_read: w + 4 * m * k + if self.bias { 4 * n } else { 0 },
-            bytes_written: 4 * m * n,
-            flops: 2 * m * n * k + if self.bias { m * n } else { 0 },
+            bytes_written: 4 * m * cols,
+            flops: 2 * m * n * k + if self.bias { m * n } else { 0 } + if self.glu.is_some() { 5 * m * cols } else { 0 },
         }
     }
     /// Node tensors: x, W (row parts), (bias), y. An f16 W is exact in f32; the bound is f32's.
     fn reference(&self, io: &[HostIo], _: &StepVars) -> Option<Result<Vec<Expected>>> {
         expect(|| {
             let bias = if self.bias { Some(io[2].f32()?) } else { None };
-            let y = reference(&io[0].f32()?, &io[1].f32()?, bias.as_deref(), self.m, self.k, self.n);
+            let mut y = reference(&io[0].f32()?, &io[1].f32()?, bias.as_deref(), self.m, self.k, self.n);
+            if let Some(act) = self.glu {
+                y = reference_paired(&y, act);
+            }
             Ok(vec![Expected::at(2 + usize::from(self.bias), y)])
         })
+    }
+    /// The default bound (f32 sums in another order); the GLU multiplies the two sums' relative errors into one
+    /// output (about twice the NMSE) and adds exp's few ulp.
+    fn check_bound(&self, _: &Caps) -> f64 {
+        if self.glu.is_some() {
+            4e-8
+        } else {
+            1e-8
+        }
     }
 }
 
@@ -213,6 +241,28 @@ impl Graph {
         w: TensorId,
         bias: Option<TensorId>,
         path: MatmulPath,
+    ) -> Result<TensorId> {
+        self.matmul_node(x, w, bias, path, None)
+    }
+
+    /// `act(x · W_gate^T) * (x · W_up^T)` → `[.., N / 2]` in one dispatch per part: W's rows are (gate, up) pairs
+    /// (row 2i the gate of output i, row 2i + 1 its up: [`crate::model::weights::Linear::load_paired`]).
+    pub fn matmul_glu(&mut self, x: TensorId, w: TensorId, act: Glu) -> Result<TensorId> {
+        self.matmul_node(x, w, None, MatmulPath::Auto, Some(act))
+    }
+
+    /// [`Graph::matmul_glu`] with the kernel chosen by the caller.
+    pub fn matmul_glu_with(&mut self, x: TensorId, w: TensorId, path: MatmulPath, act: Glu) -> Result<TensorId> {
+        self.matmul_node(x, w, None, path, Some(act))
+    }
+
+    fn matmul_node(
+        &mut self,
+        x: TensorId,
+        w: TensorId,
+        bias: Option<TensorId>,
+        path: MatmulPath,
+        glu: Option<Glu>,
     ) -> Result<TensorId> {
         let xs = self.shape(x).to_vec();
         let ws = self.shape(w).to_vec();
@@ -250,6 +300,9 @@ impl Graph {
         if parts.iter().map(|p| p.1).sum::<usize>() != n || parts.iter().any(|p| p.1 == 0) {
             return Err(bad("W's row parts do not cover its rows"));
         }
+        if glu.is_some() && (bias.is_some() || !n.is_multiple_of(2) || parts.iter().any(|p| p.0 % 2 == 1)) {
+            return Err(bad("a GLU epilogue needs (gate, up) row pairs: N even, parts at even rows, no bias"));
+        }
         let kernel = Matmul {
             m,
             k,
@@ -258,9 +311,10 @@ impl Graph {
             bias: bias.is_some(),
             parts,
             path,
+            glu,
         };
         let mut out = xs.clone();
-        *out.last_mut().expect("x has a last dim") = n;
+        *out.last_mut().expect("x has a last dim") = kernel.y_cols();
         let inputs: Vec<TensorId> = [x, w].into_iter().chain(bias).collect();
         Ok(self.add_node(kernel, &inputs, &[("matmul", &out, DType::F32)])?[0])
     }
@@ -280,21 +334,25 @@ pub fn reference(x: &[f32], w: &[f32], bias: Option<&[f32]>, m: usize, k: usize,
     y
 }
 
-/// Every variant: the three kernels by weight type, row alignment, bias, subgroups and (GEMV CPU) x in a uniform.
+/// Every variant: the three kernels by weight type, row alignment, bias or a GLU epilogue, subgroups and (GEMV CPU)
+/// x in a uniform.
 pub fn variants() -> Vec<ShaderKey> {
     let mut v = Vec::new();
+    let epilogues = [(false, None), (true, None), (false, Some(Glu::Silu)), (false, Some(Glu::GeluTanh))];
     for wh in [false, true] {
         for vec in [false, true] {
-            for bias in [false, true] {
+            for (bias, glu) in epilogues {
+                let mut keys = Vec::new();
                 for wg in ["8u", "64u"] {
-                    v.push(variant("matmul_gemm", wh, vec, bias).def("WG", wg));
+                    keys.push(variant("matmul_gemm", wh, vec, bias).def("WG", wg));
                 }
-                v.push(variant("matmul_gemv_gpu", wh, vec, bias));
-                v.push(variant("matmul_gemv_gpu", wh, vec, bias).flag("SUBGROUPS", true));
-                v.push(variant("matmul_gemv_cpu", wh, vec, bias));
+                keys.push(variant("matmul_gemv_gpu", wh, vec, bias));
+                keys.push(variant("matmul_gemv_gpu", wh, vec, bias).flag("SUBGROUPS", true));
+                keys.push(variant("matmul_gemv_cpu", wh, vec, bias));
                 if vec {
-                    v.push(variant("matmul_gemv_cpu", wh, vec, bias).flag("XU", true));
+                    keys.push(variant("matmul_gemv_cpu", wh, vec, bias).flag("XU", true));
                 }
+                v.extend(keys.into_iter().map(|k| epilogue_flags(k, glu)));
             }
         }
     }

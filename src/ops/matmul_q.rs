@@ -3,6 +3,7 @@
 //! blocks) and dequantized in registers (W4A16 / W8A16, f32 accumulation; f16 products on GPUs with SHADER_F16,
 //! [`QMath`]): a GEMV for one token and a GEMM that reuses each weight load for several tokens, in the kernel
 //! family of W's layout (chunk-tiled for CPU adapters, row-major for GPUs). One dispatch per row part of W.
+//! With a GLU epilogue (`matmul_q_glu`) W's rows are (gate, up) pairs and the kernel writes `act(gate) * up`.
 
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
@@ -10,6 +11,7 @@ use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars, UNIFORM_ARRAY_BYTES};
 use crate::graph::{Graph, TensorId};
 use crate::gpu::packed::PackedWeight;
+use crate::ops::silu_mul::{epilogue_flags, reference_paired, Glu};
 use crate::quant::pack::{kernel_formats, unpack, Format, HostPart, Layout, QK, TILE};
 use crate::quant::GgmlType;
 
@@ -92,6 +94,8 @@ pub struct MatmulQ {
     wbytes: u64,
     path: QPath,
     math: QMath,
+    /// GLU epilogue: W's rows are (gate, up) pairs and y `[M, N / 2]` is `act(gate) * up`.
+    glu: Option<Glu>,
 }
 
 /// The subgroup broadcast of x in the tiled kernels needs 8 lanes per subgroup.
@@ -164,7 +168,7 @@ impl MatmulQ {
 
     fn key(&self, caps: &Caps) -> ShaderKey {
         let gemm = self.path() == QPath::Gemm;
-        match self.layout {
+        let key = match self.layout {
             Layout::Tiled => tiled_key(
                 self.format,
                 self.bias,
@@ -173,6 +177,16 @@ impl MatmulQ {
                 gemm.then_some(self.tm()),
             ),
             Layout::Rows => rows_key(self.format, self.bias, caps.subgroups, self.tm(), self.f16(caps)),
+        };
+        epilogue_flags(key, self.glu)
+    }
+
+    /// Columns of y: N, or N / 2 with the GLU epilogue.
+    fn y_cols(&self) -> usize {
+        if self.glu.is_some() {
+            self.n / 2
+        } else {
+            self.n
         }
     }
 }
@@ -219,13 +233,13 @@ impl Kernel for MatmulQ {
             tiles: rows.div_ceil(TILE) as u32,
         })
     }
-    /// Compulsory traffic: packed W once, x once, bias once, y once.
+    /// Compulsory traffic: packed W once, x once, bias once, y once (the GLU: 5 flops per output).
     fn cost(&self) -> Cost {
-        let (m, k, n) = (self.m as u64, self.k as u64, self.n as u64);
+        let (m, k, n, cols) = (self.m as u64, self.k as u64, self.n as u64, self.y_cols() as u64);
         Cost {
             bytes_read: self.wbytes + 4 * m * k + if self.bias { 4 * n } else { 0 },
-            bytes_written: 4 * m * n,
-            flops: 2 * m * n * k + if self.bias { m * n } else { 0 },
+            bytes_written: 4 * m * cols,
+            flops: 2 * m * n * k + if self.bias { m * n } else { 0 } + if self.glu.is_some() { 5 * m * cols } else { 0 },
         }
     }
     /// Node tensors: x, the packed buffers (row parts), (bias), y; W as the CPU dequantization of those very words.
@@ -234,17 +248,18 @@ impl Kernel for MatmulQ {
         expect(|| {
             let w = dequantize_io(self.format, self.layout, self.n, self.k, &self.parts, &io[1..=nw])?;
             let bias = if self.bias { Some(io[1 + nw].f32()?) } else { None };
-            let y = reference(&io[0].f32()?, &w, bias.as_deref(), self.m, self.k, self.n);
+            let mut y = reference(&io[0].f32()?, &w, bias.as_deref(), self.m, self.k, self.n);
+            if let Some(act) = self.glu {
+                y = reference_paired(&y, act);
+            }
             Ok(vec![Expected::at(1 + nw + usize::from(self.bias), y)])
         })
     }
-    /// f32 products: the op tests' 1e-9; f16 products: x rounded to f16 (about 1e-7 at K = 4096) with margin.
+    /// f32 products: the op tests' 1e-9; f16 products: x rounded to f16 (about 1e-7 at K = 4096) with margin. The
+    /// GLU multiplies the two sums' relative errors into one output (about twice the NMSE) and adds exp's few ulp.
     fn check_bound(&self, caps: &Caps) -> f64 {
-        if self.f16(caps) {
-            1e-5
-        } else {
-            1e-9
-        }
+        let glu = if self.glu.is_some() { 4.0 } else { 1.0 };
+        glu * if self.f16(caps) { 1e-5 } else { 1e-9 }
     }
 }
 
@@ -273,6 +288,36 @@ impl Graph {
         bias: Option<TensorId>,
         path: QPath,
         math: QMath,
+    ) -> Result<TensorId> {
+        self.matmul_q_node(x, w, bias, path, math, None)
+    }
+
+    /// `act(x · W_gate^T) * (x · W_up^T)` → `[.., N / 2]` in one dispatch per part: W's rows are (gate, up) pairs
+    /// (row 2i the gate of output i, row 2i + 1 its up: [`crate::model::weights::Linear::load_paired`]).
+    pub fn matmul_q_glu(&mut self, x: TensorId, w: &PackedWeight, act: Glu) -> Result<TensorId> {
+        self.matmul_q_node(x, w, None, QPath::Auto, QMath::Auto, Some(act))
+    }
+
+    /// [`Graph::matmul_q_glu`] with the kernel and arithmetic chosen by the caller.
+    pub fn matmul_q_glu_with(
+        &mut self,
+        x: TensorId,
+        w: &PackedWeight,
+        path: QPath,
+        math: QMath,
+        act: Glu,
+    ) -> Result<TensorId> {
+        self.matmul_q_node(x, w, None, path, math, Some(act))
+    }
+
+    fn matmul_q_node(
+        &mut self,
+        x: TensorId,
+        w: &PackedWeight,
+        bias: Option<TensorId>,
+        path: QPath,
+        math: QMath,
+        glu: Option<Glu>,
     ) -> Result<TensorId> {
         let xs = self.shape(x).to_vec();
         let bs = bias.map(|b| self.shape(b).to_vec());
@@ -314,6 +359,9 @@ impl Graph {
         if !covered || !same || (w.mins.is_some() != w.format.third_buffer(w.layout)) {
             return Err(bad("the packed buffers' row parts do not cover W's rows"));
         }
+        if glu.is_some() && (bias.is_some() || !n.is_multiple_of(2) || parts.iter().any(|p| p.0 % 2 == 1)) {
+            return Err(bad("a GLU epilogue needs (gate, up) row pairs: N even, parts at even rows, no bias"));
+        }
         let kernel = MatmulQ {
             m,
             k,
@@ -325,14 +373,16 @@ impl Graph {
             wbytes: w.bytes(),
             path,
             math,
+            glu,
         };
+        let cols = kernel.y_cols();
         let mut inputs = vec![x];
         for t in tensors.into_iter().flatten() {
             inputs.push(self.external(t));
         }
         inputs.extend(bias);
         let mut out = xs.clone();
-        *out.last_mut().expect("x has a last dim") = n;
+        *out.last_mut().expect("x has a last dim") = cols;
         Ok(self.add_node(kernel, &inputs, &[("matmul_q", &out, DType::F32)])?[0])
     }
 }
@@ -376,26 +426,29 @@ pub fn dequantize_io(
 /// packed weights.
 pub use super::matmul::reference;
 
-/// Every variant: layout x path x format x bias x subgroups (x f16 in the rows layout); the tiled GEMV also with x
-/// in a uniform.
+/// Every variant: layout x path x format x (bias or a GLU epilogue) x subgroups (x f16 in the rows layout); the
+/// tiled GEMV also with x in a uniform.
 /// Formats with the same kernel blocks (Q4_K and Q4_1, Q5_K and Q5_1, IQ4_XS and IQ4_NL) share variants.
 pub fn variants() -> Vec<ShaderKey> {
     let mut v = Vec::new();
+    let epilogues = [(false, None), (true, None), (false, Some(Glu::Silu)), (false, Some(Glu::GeluTanh))];
     for format in kernel_formats() {
-        for bias in [false, true] {
+        for (bias, glu) in epilogues {
             for sg in [false, true] {
-                v.push(tiled_key(format, bias, false, sg, None));
+                let mut keys = vec![tiled_key(format, bias, false, sg, None)];
                 for tm in [TM_TILED_SMALL, TM_TILED] {
-                    v.push(tiled_key(format, bias, false, sg, Some(tm)));
+                    keys.push(tiled_key(format, bias, false, sg, Some(tm)));
                 }
-                v.push(tiled_key(format, bias, true, sg, None));
+                keys.push(tiled_key(format, bias, true, sg, None));
                 for tm in [1, TM_ROWS] {
                     for f16 in [false, format.f16_kernels()] {
-                        v.push(rows_key(format, bias, sg, tm, f16));
+                        keys.push(rows_key(format, bias, sg, tm, f16));
                     }
                 }
+                v.extend(keys.into_iter().map(|k| epilogue_flags(k, glu)));
             }
         }
     }
+    v.dedup();
     v
 }

@@ -29,6 +29,7 @@ macro_rules! for_each_op {
             read_sum,
             rms_norm,
             rope,
+            rope_kv,
             rows,
             silu_mul,
             softmax,

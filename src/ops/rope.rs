@@ -34,7 +34,22 @@ pub struct RopeConfig {
     pub attn_factor: f32,
 }
 
+impl RopeStyle {
+    /// The shaders' `style` parameter (lib/rope_angle.wgsl).
+    pub(crate) fn code(self) -> u32 {
+        match self {
+            RopeStyle::RotateHalf => 0,
+            RopeStyle::Interleaved => 1,
+        }
+    }
+}
+
 impl RopeConfig {
+    /// The shaders' `log2_theta` parameter.
+    pub(crate) fn log2_theta(&self) -> f32 {
+        (self.theta as f64).log2() as f32
+    }
+
     /// Plain RoPE over `rot_dim` dims: no scaling, no factors.
     pub fn new(style: RopeStyle, theta: f32, rot_dim: usize) -> Self {
         RopeConfig {
@@ -105,11 +120,8 @@ impl Kernel for Rope {
             head_dim: head_dim as u32,
             rot_dim: self.cfg.rot_dim as u32,
             pos: vars.pos,
-            style: match self.cfg.style {
-                RopeStyle::RotateHalf => 0,
-                RopeStyle::Interleaved => 1,
-            },
-            log2_theta: (self.cfg.theta as f64).log2() as f32,
+            style: self.cfg.style.code(),
+            log2_theta: self.cfg.log2_theta(),
             freq_scale: self.cfg.freq_scale,
             attn_factor: self.cfg.attn_factor,
             n_heads2: self.heads2 as u32,
@@ -196,24 +208,28 @@ impl Graph {
         if n_tokens == 0 || n_heads == 0 || self.dtype(x) != DType::F32 {
             return Err(bad(format!("want a non-empty f32 tensor, got {:?}", self.dtype(x))));
         }
+        self.rope_config_check(cfg, head_dim).map_err(bad)?;
+        Ok([n_tokens, n_heads, head_dim])
+    }
+
+    /// Why `cfg` cannot rotate heads of `head_dim` dims (rope and rope_kv), if it cannot.
+    pub(crate) fn rope_config_check(&self, cfg: &RopeConfig, head_dim: usize) -> std::result::Result<(), String> {
         if cfg.rot_dim < 2 || !cfg.rot_dim.is_multiple_of(2) || cfg.rot_dim > head_dim {
-            return Err(bad("rot_dim must be even, at least 2 and at most head_dim".into()));
+            return Err("rot_dim must be even, at least 2 and at most head_dim".into());
         }
         if !(cfg.theta.is_finite() && cfg.theta > 0.0 && cfg.freq_scale.is_finite() && cfg.attn_factor.is_finite()) {
-            return Err(bad(
-                "theta must be finite and positive; freq_scale and attn_factor finite".into(),
-            ));
+            return Err("theta must be finite and positive; freq_scale and attn_factor finite".into());
         }
         if let Some(f) = cfg.factors {
             if self.shape(f) != [cfg.rot_dim / 2] || self.dtype(f) != DType::F32 {
-                return Err(bad(format!(
+                return Err(format!(
                     "factors must be f32 [rot_dim / 2], got {:?} {:?}",
                     self.shape(f),
                     self.dtype(f)
-                )));
+                ));
             }
         }
-        Ok([n_tokens, n_heads, head_dim])
+        Ok(())
     }
 }
 

@@ -150,6 +150,19 @@ impl Graph {
     }
 }
 
+/// The shader flags of a matmul's GLU epilogue (`lib/store_rows.wgsl`): `GLU`, and `GELU` for GeGLU.
+pub fn epilogue_flags(key: ShaderKey, glu: Option<Glu>) -> ShaderKey {
+    key.flag("GLU", glu.is_some()).flag("GELU", glu == Some(Glu::GeluTanh))
+}
+
+/// CPU reference of a GLU epilogue: `y` `[.., 2F]` holds (gate, up) pairs side by side (a matmul over rows of gate
+/// and up interleaved); returns `act(gate) * up` `[.., F]`.
+pub fn reference_paired(y: &[f32], act: Glu) -> Vec<f32> {
+    let gate: Vec<f32> = y.iter().step_by(2).copied().collect();
+    let up: Vec<f32> = y.iter().skip(1).step_by(2).copied().collect();
+    reference_act(&gate, &up, act)
+}
+
 /// CPU reference in f64.
 pub fn reference(gate: &[f32], up: &[f32]) -> Vec<f32> {
     reference_act(gate, up, Glu::Silu)

@@ -14,9 +14,12 @@ use shaderlm::gpu::{DType, Gpu, GpuOptions, GpuTensor};
 use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::matmul::{self, MatmulPath};
+use shaderlm::ops::silu_mul::{reference_paired, Glu};
 use std::sync::OnceLock;
 
 const BOUND: f64 = 1e-10;
+/// The GLU epilogue's bound over the matmul's (see GLU_FACTOR in tests/ops/matmul_q.rs).
+const GLU_FACTOR: f64 = 4.0;
 
 /// A device whose storage bindings are capped at 64 KiB, so small weights split into several row parts.
 fn gpu_split() -> &'static Gpu {
@@ -60,6 +63,11 @@ impl Shape {
 
 /// Run one matmul on `gpu` and compare with the reference; returns (check, parts of W).
 fn run(gpu: &Gpu, s: Shape) -> shaderlm::Result<(Check, usize)> {
+    run_act(gpu, s, None)
+}
+
+/// [`run`], with a GLU epilogue when `glu` (W's rows (gate, up) pairs; the bias is not used).
+fn run_act(gpu: &Gpu, s: Shape, glu: Option<Glu>) -> shaderlm::Result<(Check, usize)> {
     let (m, k, n) = (s.m(), s.k, s.n);
     let mut rng = Rng::new((m * 1_000_003 + k * 1009 + n) as u64);
     let x = rng.vec(m * k, 1.0);
@@ -82,14 +90,21 @@ fn run(gpu: &Gpu, s: Shape) -> shaderlm::Result<(Check, usize)> {
     let tx = g.input("x", &shape, DType::F32);
     let tw = g.external(&wt);
     let tb = s.bias.then(|| g.external(&bt));
-    let y = g.matmul_with(tx, tw, tb, s.path)?;
+    let y = match glu {
+        Some(act) => g.matmul_glu_with(tx, tw, s.path, act)?,
+        None => g.matmul_with(tx, tw, tb, s.path)?,
+    };
     g.output(y);
     let mut plan = Plan::new(gpu, g)?;
     plan.write_input(gpu, tx, bytemuck::cast_slice(&x))?;
     plan.run(gpu, &StepVars::default())?;
     let got = plan.read_f32(y)?;
-    let want = matmul::reference(&x, &w, s.bias.then_some(b.as_slice()), m, k, n);
-    Ok((nmse(&got, &want, BOUND), wt.parts.len()))
+    let bias = (s.bias && glu.is_none()).then_some(b.as_slice());
+    let want = matmul::reference(&x, &w, bias, m, k, n);
+    Ok(match glu {
+        Some(act) => (nmse(&got, &reference_paired(&want, act), GLU_FACTOR * BOUND), wt.parts.len()),
+        None => (nmse(&got, &want, BOUND), wt.parts.len()),
+    })
 }
 
 fn case(prefix: &str, s: Shape, on: fn() -> Option<&'static Gpu>) -> Case {
@@ -199,8 +214,52 @@ pub fn cases() -> Vec<Case> {
     for dtype in dtypes {
         for (k, n) in [(576, 129), (64, 1000), (12, 7)] {
             let name = format!("batch_rows_equal_one_row_{dtype:?}_k{k}_n{n}");
-            v.push(Case::new("matmul", name, move |gpu| batch_rows(gpu, dtype, k, n)));
+            v.push(Case::new("matmul", name, move |gpu| batch_rows(gpu, dtype, k, n, None)));
         }
+        let name = format!("batch_rows_equal_one_row_{dtype:?}_k576_n130_silu");
+        v.push(Case::new("matmul", name, move |gpu| {
+            batch_rows(gpu, dtype, 576, 130, Some(Glu::Silu))
+        }));
+    }
+    // The GLU epilogue (W's rows (gate, up) pairs, y = act(gate) * up) on every kernel, f32 and f16 weights, both
+    // activations; N = 2 * 13 and 2 * 65 end inside a 4-row group; K = 7 and 12 take the unaligned kernels;
+    // W split into row parts (f32 [700, 96]: 170 rows per part: even part starts); the fallback device.
+    for (i, (k, n)) in [(64, 26), (7, 130), (576, 130), (12, 26)].into_iter().enumerate() {
+        for dtype in dtypes {
+            for (m, path) in [(1, GemvCpu), (1, GemvGpu), (3, GemvCpu), (5, Gemm), (33, Gemm), (1, Auto)] {
+                let act = if (i + m) % 2 == 0 { Glu::Silu } else { Glu::GeluTanh };
+                let s = Shape {
+                    lead: [1, m],
+                    k,
+                    n,
+                    dtype,
+                    bias: false,
+                    path,
+                };
+                let name = format!("{}_{act:?}", s.name());
+                v.push(Case::new("matmul", name, move |gpu| Ok(run_act(gpu, s, Some(act))?.0)));
+            }
+        }
+    }
+    for (m, path) in [(1, GemvCpu), (1, GemvGpu), (5, Gemm)] {
+        let s = Shape {
+            lead: [1, m],
+            k: 96,
+            n: 700,
+            dtype: DType::F32,
+            bias: false,
+            path,
+        };
+        v.push(Case::new("matmul", format!("split5_{}_silu", s.name()), move |_| {
+            let (check, got) = run_act(gpu_split(), s, Some(Glu::Silu))?;
+            if got != 5 {
+                return Ok(exact(&[got], &[5]));
+            }
+            Ok(check)
+        }));
+        v.push(Case::new("matmul", format!("fallback_{}_gelu", s.name()), move |_| {
+            Ok(run_act(gpu_fallback(), s, Some(Glu::GeluTanh))?.0)
+        }));
     }
     // The fallback device: the shared-memory reduction of the GPU GEMV, f16 weights without the f16 feature.
     for (k, dtype, path, m) in [
@@ -317,8 +376,9 @@ pub fn cases() -> Vec<Case> {
     v
 }
 
-/// Bitwise: M-row matmuls (Auto, M = 2..=GEMV_MAX_M) against one-row matmuls of each row.
-fn batch_rows(gpu: &Gpu, dtype: DType, k: usize, n: usize) -> shaderlm::Result<Check> {
+/// Bitwise: M-row matmuls (Auto, M = 2..=GEMV_MAX_M) against one-row matmuls of each row (with a GLU epilogue
+/// when `glu`).
+fn batch_rows(gpu: &Gpu, dtype: DType, k: usize, n: usize, glu: Option<Glu>) -> shaderlm::Result<Check> {
     let most = matmul::GEMV_MAX_M;
     let mut rng = Rng::new(77);
     let x = rng.vec(most * k, 1.0);
@@ -331,7 +391,10 @@ fn batch_rows(gpu: &Gpu, dtype: DType, k: usize, n: usize) -> shaderlm::Result<C
         let mut g = Graph::new();
         let tx = g.input("x", &[m, k], DType::F32);
         let tw = g.external(&wt);
-        let y = g.matmul(tx, tw, None)?;
+        let y = match glu {
+            Some(act) => g.matmul_glu(tx, tw, act)?,
+            None => g.matmul(tx, tw, None)?,
+        };
         g.output(y);
         let mut plan = Plan::new(gpu, g)?;
         plan.write_input(gpu, tx, bytemuck::cast_slice(x))?;
@@ -343,7 +406,8 @@ fn batch_rows(gpu: &Gpu, dtype: DType, k: usize, n: usize) -> shaderlm::Result<C
         want.extend(run(1, &x[r * k..(r + 1) * k])?);
     }
     for m in 2..=most {
-        let check = exact(&run(m, &x[..m * k])?, &want[..m * n]);
+        let cols = if glu.is_some() { n / 2 } else { n };
+        let check = exact(&run(m, &x[..m * k])?, &want[..m * cols]);
         if !check.passed() {
             println!("{m} rows differ from one row at a time");
             return Ok(check);

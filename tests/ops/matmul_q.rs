@@ -36,12 +36,18 @@ use shaderlm::gpu::{DType, Gpu, GpuOptions, GpuTensor};
 use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::matmul_q::{self, QMath, QPath};
+use shaderlm::ops::silu_mul::{reference_paired, Glu};
 use shaderlm::gpu::packed::PackedWeight;
 use shaderlm::quant::pack::{dequantize_packed, Format, Layout, PACKABLE};
 use shaderlm::quant::GgmlType;
 use std::sync::OnceLock;
 
 const BOUND: f64 = 1e-9;
+/// The GLU epilogue's bound over the matmul's: y = act(g) u has error act'(g) u dg + act(g) du with |act'| < 1.13
+/// (SiLU and tanh-GELU), so for gate and up sums of one distribution its NMSE is at most about
+/// NMSE_sum * (1.3 E[g^2] / E[act(g)^2] + 1), and E[g^2] / E[act(g)^2] is about 2 for symmetric gates (the
+/// negative half nearly vanishes); exp's few ulp are negligible. Cases measure well inside the matmul bound.
+const GLU_FACTOR: f64 = 4.0;
 /// f16's unit roundoff (11-bit significand).
 const U16: f64 = 1.0 / 2048.0;
 /// Most products in one f16 partial sum of the f16 kernels.
@@ -116,6 +122,8 @@ struct Shape {
     bias: bool,
     path: QPath,
     math: QMath,
+    /// The GLU epilogue: W's n rows are (gate, up) pairs, y is `[m, n / 2]`.
+    glu: Option<Glu>,
 }
 
 impl Shape {
@@ -135,8 +143,13 @@ impl Shape {
             QMath::F32 => "_f32",
             QMath::F16 => "_f16",
         };
+        let glu = match self.glu {
+            None => "",
+            Some(Glu::Silu) => "_silu",
+            Some(Glu::GeluTanh) => "_gelu",
+        };
         format!(
-            "{}_{layout}_{path}_m{}_k{}_n{}{b}{math}",
+            "{}_{layout}_{path}_m{}_k{}_n{}{b}{math}{glu}",
             self.ty, self.m, self.k, self.n
         )
     }
@@ -167,7 +180,10 @@ fn run_with(
     let mut g = Graph::new();
     let tx = g.input("x", &[m, k], DType::F32);
     let tb = s.bias.then(|| g.external(&bt));
-    let y = g.matmul_q_math(tx, &w, tb, s.path, s.math)?;
+    let y = match s.glu {
+        Some(act) => g.matmul_q_glu_with(tx, &w, s.path, s.math, act)?,
+        None => g.matmul_q_math(tx, &w, tb, s.path, s.math)?,
+    };
     g.output(y);
     let mut plan = Plan::new(gpu, g)?;
     plan.write_input(gpu, tx, bytemuck::cast_slice(&x))?;
@@ -180,7 +196,10 @@ fn run_with(
     } else {
         bound(s.math, &x, &wf, &want, k)
     };
-    Ok((nmse(&got, &want, max), w.parts().len()))
+    match s.glu {
+        Some(act) => Ok((nmse(&got, &reference_paired(&want, act), GLU_FACTOR * max), w.parts().len())),
+        None => Ok((nmse(&got, &want, max), w.parts().len())),
+    }
 }
 
 fn case(prefix: &str, s: Shape, on: fn() -> Option<&'static Gpu>) -> Case {
@@ -208,6 +227,7 @@ fn shape(ty: GgmlType, layout: Layout, (m, k, n): (usize, usize, usize), bias: b
         bias,
         path,
         math: QMath::Auto,
+        glu: None,
     }
 }
 
@@ -490,6 +510,7 @@ pub fn cases() -> Vec<Case> {
         }
     }
     batch_rows(&mut v);
+    glu_cases(&mut v);
     // Forcing f16 takes effect where the adapter has f16: Q4_0 at K = 4096 then has an NMSE of about 2e-7 (f16
     // rounding), far above what f32 arithmetic gives (about 1e-11). Without f16 the same run must match f32's bound.
     v.push(Case::new("matmul_q", "f16_forced_rounds_in_f16", |gpu| {
@@ -566,6 +587,14 @@ fn batch_rows(v: &mut Vec<Case>) {
             v.push(Case::new("matmul_q", format!("batch_rows_equal_one_row_{}", s.name()), move |gpu| {
                 batch_rows_check(gpu, s)
             }));
+            let glu = Shape {
+                glu: Some(Glu::Silu),
+                bias: false,
+                ..s
+            };
+            v.push(Case::new("matmul_q", format!("batch_rows_equal_one_row_{}", glu.name()), move |gpu| {
+                batch_rows_check(gpu, glu)
+            }));
             // The fallback device (no subgroups: x at uniform indices, from a uniform buffer in the GEMV).
             if math == QMath::Auto && matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_K | GgmlType::Q6_K | GgmlType::Q3_K) {
                 let name = format!("fallback_batch_rows_equal_one_row_{}", s.name());
@@ -576,7 +605,7 @@ fn batch_rows(v: &mut Vec<Case>) {
 }
 
 fn batch_rows_check(gpu: &Gpu, s: Shape) -> shaderlm::Result<Check> {
-    let (k, n) = (s.k, s.n);
+    let (k, n, cols) = (s.k, s.n, if s.glu.is_some() { s.n / 2 } else { s.n });
     let most = BATCH_ROWS[BATCH_ROWS.len() - 1];
     let raw = random_blocks(s.ty, n, k, 11);
     let w = PackedWeight::upload_with(gpu, "w", s.ty, s.layout, n, k, &raw)?;
@@ -586,7 +615,10 @@ fn batch_rows_check(gpu: &Gpu, s: Shape) -> shaderlm::Result<Check> {
         let mut g = Graph::new();
         let tx = g.input("x", &[m, k], DType::F32);
         let tb = g.external(&bias);
-        let y = g.matmul_q_math(tx, &w, Some(tb), QPath::Auto, s.math)?;
+        let y = match s.glu {
+            Some(act) => g.matmul_q_glu_with(tx, &w, QPath::Auto, s.math, act)?,
+            None => g.matmul_q_math(tx, &w, Some(tb), QPath::Auto, s.math)?,
+        };
         g.output(y);
         Ok((Plan::new(gpu, g)?, tx, y))
     };
@@ -602,11 +634,46 @@ fn batch_rows_check(gpu: &Gpu, s: Shape) -> shaderlm::Result<Check> {
         plan.write_input(gpu, tx, bytemuck::cast_slice(&x[..m * k]))?;
         plan.run(gpu, &StepVars::default())?;
         let got: Vec<u32> = plan.read_f32(y)?.iter().map(|v| v.to_bits()).collect();
-        let check = exact(&got, &want[..m * n]);
+        let check = exact(&got, &want[..m * cols]);
         if !check.passed() {
             println!("batch of {m} rows differs from one row at a time");
             return Ok(check);
         }
     }
     Ok(exact(&want[..0], &want[..0]))
+}
+
+/// The GLU epilogue (W's rows (gate, up) pairs, y = act(gate) * up) against the CPU reference, for every format in
+/// both layouts: the GEMV, the GEMM with 4 and 8 rows of x (tiled) or 4 per workgroup (rows), f16 arithmetic in the
+/// rows layout, both activations, output counts that end inside a 4-row group and inside a 32-row tile (n = 2 * 13,
+/// 2 * 45); W split into row parts; the fallback device.
+fn glu_cases(v: &mut Vec<Case>) {
+    for (i, ty) in FORMATS.into_iter().enumerate() {
+        let act = if i % 2 == 0 { Glu::Silu } else { Glu::GeluTanh };
+        for layout in [Layout::Tiled, Layout::Rows] {
+            for (m, n, path) in [(1, 26, QPath::Auto), (3, 90, QPath::Gemm), (9, 26, QPath::Gemm)] {
+                let s = Shape {
+                    glu: Some(act),
+                    ..shape(ty, layout, (m, 64, n), false, path)
+                };
+                both_maths(v, s);
+            }
+        }
+    }
+    for (ty, layout) in [(GgmlType::Q4_0, Layout::Tiled), (GgmlType::Q4_K, Layout::Rows)] {
+        for m in [1, 5] {
+            let s = Shape {
+                glu: Some(Glu::Silu),
+                ..shape(ty, layout, (m, 1024, 600), false, QPath::Auto)
+            };
+            v.push(Case::new("matmul_q", format!("split_{}", s.name()), move |_| {
+                let (check, parts) = run(gpu_split(), s)?;
+                if parts < 2 {
+                    return Ok(exact(&[parts], &[2]));
+                }
+                Ok(check)
+            }));
+            v.push(case("fallback_", s, fallback_gpu));
+        }
+    }
 }
