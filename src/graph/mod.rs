@@ -62,7 +62,7 @@ pub enum Tap {
     Embed,
     /// Layer `l`'s normed input to attention `[t, hidden]`.
     AttnNorm(usize),
-    /// Layer `l`'s q|k|v projections `[t, (nq + 2 nkv) hd]`, or q alone where they are separate.
+    /// Layer `l`'s first projection group: q|k|v `[t, (nq + 2 nkv) hd]`, q|k, or q alone (as they are stored).
     Qkv(usize),
     /// Layer `l`'s q and k after RoPE.
     Rope(usize),
