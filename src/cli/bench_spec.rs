@@ -129,34 +129,13 @@ pub fn run(
                 m.tokens += plain.generated.len();
                 m.plain += plain.decode_time;
                 m.spec += spec.decode_time;
-                merge(&mut m.stats, &stats);
+                m.stats.merge(&stats);
             }
         }
         rows.push(m);
     }
     print_table(&rows, name, kind, reps);
     Ok(())
-}
-
-fn merge(a: &mut SpecStats, b: &SpecStats) {
-    a.verify_steps += b.verify_steps;
-    a.plain_steps += b.plain_steps;
-    a.drafted += b.drafted;
-    a.accepted += b.accepted;
-    if a.drafted_at.len() < b.drafted_at.len() {
-        a.drafted_at.resize(b.drafted_at.len(), 0);
-        a.accepted_at.resize(b.drafted_at.len(), 0);
-    }
-    for (i, (&d, &c)) in b.drafted_at.iter().zip(&b.accepted_at).enumerate() {
-        a.drafted_at[i] += d;
-        a.accepted_at[i] += c;
-    }
-    a.draft_time += b.draft_time;
-    a.verify_time += b.verify_time;
-    a.plain_time += b.plain_time;
-    if a.turned_off.is_none() {
-        a.turned_off.clone_from(&b.turned_off);
-    }
 }
 
 fn print_table(rows: &[Measured], source: &str, kind: SpecKind, reps: usize) {
@@ -176,7 +155,7 @@ fn print_table(rows: &[Measured], source: &str, kind: SpecKind, reps: usize) {
         total.tokens += m.tokens;
         total.plain += m.plain;
         total.spec += m.spec;
-        merge(&mut total.stats, &m.stats);
+        total.stats.merge(&m.stats);
     }
     for m in rows.iter().chain([&total]) {
         let (p, s) = (tps(m.tokens, m.plain), tps(m.tokens, m.spec));

@@ -150,7 +150,12 @@ impl Drafter for DraftModel<'_> {
         self.gen.truncate(keep);
         self.gen.feed(&history[keep..])?;
         self.dists.clear();
-        let mut seen = history.to_vec();
+        // The history each sampled draft follows (its penalties and its position-keyed draw).
+        let mut seen = if self.sampler.is_some() {
+            history.to_vec()
+        } else {
+            Vec::new()
+        };
         for i in 0..max {
             let (mut id, p) = self.best();
             if p < self.p_min {

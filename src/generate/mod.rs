@@ -185,16 +185,6 @@ impl<'a> Generator<'a> {
         self.gpu
     }
 
-    /// The model's vocabulary size.
-    pub fn vocab(&self) -> usize {
-        self.model.cfg.vocab
-    }
-
-    /// Whether the steps read back logits (else only argmax and top-k).
-    pub fn reads_logits(&self) -> bool {
-        self.outputs.logits
-    }
-
     /// Run the model over `ids` (appended after the cached tokens); `self.result` then holds the last token's outputs.
     pub fn feed(&mut self, ids: &[u32]) -> Result<()> {
         self.check_fits(ids)?;

@@ -96,6 +96,28 @@ impl SpecStats {
         s
     }
 
+    /// Add another generation's stats to these (the first turn-off reason is kept).
+    pub fn merge(&mut self, other: &SpecStats) {
+        self.verify_steps += other.verify_steps;
+        self.plain_steps += other.plain_steps;
+        self.drafted += other.drafted;
+        self.accepted += other.accepted;
+        if self.drafted_at.len() < other.drafted_at.len() {
+            self.drafted_at.resize(other.drafted_at.len(), 0);
+            self.accepted_at.resize(other.drafted_at.len(), 0);
+        }
+        for (i, (&d, &a)) in other.drafted_at.iter().zip(&other.accepted_at).enumerate() {
+            self.drafted_at[i] += d;
+            self.accepted_at[i] += a;
+        }
+        self.draft_time += other.draft_time;
+        self.verify_time += other.verify_time;
+        self.plain_time += other.plain_time;
+        if self.turned_off.is_none() {
+            self.turned_off.clone_from(&other.turned_off);
+        }
+    }
+
     fn record(&mut self, drafted: usize, accepted: usize) {
         self.verify_steps += 1;
         self.drafted += drafted;

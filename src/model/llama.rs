@@ -454,7 +454,6 @@ impl Llama {
         Ok(Step {
             plan: Plan::new(gpu, g)?,
             n_tokens,
-            rows,
             vocab_ids: self.head_ids().map(<[u32]>::to_vec),
             ids,
             logits,

@@ -49,8 +49,6 @@ pub struct StepResult {
 pub struct Step {
     pub(super) plan: Plan,
     pub(super) n_tokens: usize,
-    /// Tokens whose outputs are read back: the last one (1), or all `n_tokens` of a verification step.
-    pub(super) rows: usize,
     /// The token id of each logit when the head is restricted (FR-Spec): argmax and top-k ids are mapped through it.
     pub(super) vocab_ids: Option<Vec<u32>>,
     /// Token ids `[n_tokens]`.
@@ -80,16 +78,6 @@ impl Step {
     pub fn check(&mut self, gpu: &Gpu, inputs: StepInputs<'_>, opts: &CheckOptions) -> Result<Vec<NodeCheck>> {
         self.write_tokens(gpu, inputs.tokens)?;
         self.plan.check(gpu, &vars(inputs.pos), opts)
-    }
-
-    /// Tokens of one run.
-    pub fn n_tokens(&self) -> usize {
-        self.n_tokens
-    }
-
-    /// Tokens whose outputs are read back (1, or every token of a verification step).
-    pub fn rows(&self) -> usize {
-        self.rows
     }
 
     /// Dispatches of one run.
