@@ -14,7 +14,9 @@
 //
 // Dispatch 1 (default): bindings 0 q [n_q, n_heads, HD] | 1 k_cache [n_kv, max_ctx, HD] | 2 v_cache [n_kv, max_ctx, HD]
 //   | 3 part_o [n_q, n_heads, splits, HD] (written: unnormalized sum p * v) | 4 part_ml [n_q, n_heads, splits, 2]
-//   (written: running max m and sum l). Grid (splits, n_kv, ceil(n_q * group / ROWS)), workgroups of 64.
+//   (written: running max m and sum l) | 5 out [n_q, n_heads, HD] (written instead of the partials when only one
+//   split is launched: `single`; the combine dispatch then does not run). Grid (splits, n_kv, ceil(n_q * group /
+//   ROWS)), workgroups of 64.
 //   Workgroup (s, h, z) serves split s of kv head h for up to ROWS rows r = token * group + g (query head
 //   h * group + g), so every row of a GQA group shares each key and value read. Per tile of TK = 64 keys
 //   (lib/attn_tile.wgsl): (1) invocation t computes the scores of key t for every row (its K row streamed once,
@@ -43,6 +45,7 @@ struct Params {
     window: u32,
     chunk: u32,   // keys per split
     first: u32,   // the split of workgroup x = 0
+    single: u32,  // 1: split `first` is the only one launched; it writes the normalized output, no combine runs
 }
 
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;             // [n_q, n_heads, HD]
@@ -50,6 +53,7 @@ struct Params {
 @group(0) @binding(2) var<storage, read> vc: array<vec4<f32>>;            // [n_kv, max_ctx, HD]
 @group(0) @binding(3) var<storage, read_write> part_o: array<vec4<f32>>;  // [n_q, n_heads, splits, HD]
 @group(0) @binding(4) var<storage, read_write> part_ml: array<vec2<f32>>; // [n_q, n_heads, splits, 2]
+@group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>;     // [n_q, n_heads, HD]
 @group(1) @binding(0) var<uniform> p: Params;
 
 #include "lib/attn_tile.wgsl"
@@ -100,17 +104,31 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let lo = min(select(0u, my_begin - t0, my_begin > t0), vis);
         attn_tile(t0, n, nr, cbase, lid, lo, vis, &m, &l, &acc);
     }
+    if (p.single == 1u) {
+        // Row sums to the invocations that hold the rows' columns, through `alpha` (the last tile has read it).
+        workgroupBarrier();
+        if (lid < nr) {
+            alpha[lid] = l;
+        }
+        workgroupBarrier();
+    }
     if (rsub < NSUB) {
         for (var k = 0u; k < OWNR; k++) {
             let r = rsub + k * NSUB;
             if (r < nr) {
                 let gr = r0 + r;
-                let slot = (row_token(gr) * p.n_heads + row_head(kvh, gr)) * p.splits + split;
-                part_o[slot * HD4 + c] = acc[k];
+                let row = row_token(gr) * p.n_heads + row_head(kvh, gr);
+                if (p.single == 1u) {
+                    // The combine's arithmetic for one split (weight exp2(0) = 1): bit for bit the same output.
+                    let l_r = alpha[r];
+                    out[row * HD4 + c] = select(vec4<f32>(0.0), acc[k] / l_r, l_r > 0.0);
+                } else {
+                    part_o[(row * p.splits + split) * HD4 + c] = acc[k];
+                }
             }
         }
     }
-    if (lid < nr) {
+    if (lid < nr && p.single == 0u) {
         let gr = r0 + lid;
         let slot = (row_token(gr) * p.n_heads + row_head(kvh, gr)) * p.splits + split;
         part_ml[slot] = vec2<f32>(m, l);

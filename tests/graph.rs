@@ -27,7 +27,7 @@ fn intermediates_share_buffers_and_results_stay_right() {
     let mut plan = Plan::new(gpu, g).unwrap();
     // 1 input + at most 3 rotating intermediates (the output is kept alive to the end).
     assert!(plan.allocated.0 <= 4, "allocated {:?}", plan.allocated);
-    assert_eq!(plan.dispatch_count(), 40);
+    assert_eq!(plan.dispatch_count(&StepVars::default()), 40);
     for step in 0..3 {
         let data: Vec<f32> = (0..1000).map(|i| (i + step) as f32 * 0.5).collect();
         plan.write_input(gpu, a, bytemuck::cast_slice(&data)).unwrap();

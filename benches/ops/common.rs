@@ -85,7 +85,7 @@ pub fn measure(gpu: &Gpu, b: &Bench) -> shaderlm::Result<Measured> {
         ms: median * 1e3,
         gflops: cost.flops as f64 / median / 1e9,
         gbps: (cost.bytes_read + cost.bytes_written) as f64 / median / 1e9,
-        dispatches: plan.dispatch_count(),
+        dispatches: plan.dispatch_count(&vars),
     })
 }
 

@@ -343,8 +343,9 @@ impl Generator<'_> {
         Ok(verdicts)
     }
 
-    /// Dispatches of one decode step.
+    /// Dispatches of one decode step at the current position.
     pub fn decode_dispatches(&mut self) -> Result<usize> {
-        Ok(self.plan(1, self.tokens.len())?.dispatch_count())
+        let pos = self.tokens.len();
+        Ok(self.plan(1, pos)?.dispatch_count(pos))
     }
 }

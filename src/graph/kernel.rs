@@ -68,7 +68,7 @@ pub trait Kernel: std::fmt::Debug + Send + Sync {
     /// The parameter block of dispatch `i` for a step.
     fn params(&self, i: usize, vars: &StepVars) -> Params;
     /// Workgroup counts of dispatch `i` that depend on the step (e.g. the key splits a context length needs);
-    /// `Some` makes the plan dispatch it indirectly with counts the host writes each run. At most the static
+    /// `Some` makes the plan recompute them each run (a direct dispatch; none when a count is 0). At most the static
     /// counts of `dispatches`. Most kernels keep the default: fixed counts.
     fn step_workgroups(&self, _i: usize, _vars: &StepVars) -> Option<[u32; 3]> {
         None

@@ -17,8 +17,8 @@ pub(super) struct Step {
     workgroups: [u32; 3],
     node: usize,
     index: u32,
-    /// Slot in the indirect-arguments buffer when the counts change per step.
-    indirect: Option<u32>,
+    /// Whether the counts change per step ([`Kernel::step_workgroups`]).
+    dynamic: bool,
 }
 
 pub(super) struct NodeInfo {
@@ -58,9 +58,9 @@ pub struct Plan {
     pub(super) tensors: Vec<TensorDesc>,
     params_buf: wgpu::Buffer,
     params_bg: wgpu::BindGroup,
-    /// Workgroup counts of the indirect steps, `[x, y, z]` u32 each, written with the params.
-    indirect_buf: Option<wgpu::Buffer>,
-    indirect_staging: Vec<u32>,
+    /// Workgroup counts of every step for the current vars (the dynamic steps' recomputed with the params); a
+    /// step with a zero count is not recorded.
+    counts: Vec<[u32; 3]>,
     stride: u64,
     staging: Vec<u8>,
     last_vars: Option<StepVars>,
@@ -146,17 +146,14 @@ impl Plan {
                     )));
                 }
                 let bind_group = bind_dispatch(gpu, &tensors, &buffers, &io, &node.label, &d.bindings, &pipeline)?;
-                let indirect = node
-                    .kernel
-                    .step_workgroups(index, &StepVars::default())
-                    .map(|_| steps.iter().filter(|s: &&Step| s.indirect.is_some()).count() as u32);
+                let dynamic = node.kernel.step_workgroups(index, &StepVars::default()).is_some();
                 steps.push(Step {
                     pipeline,
                     bind_group,
                     workgroups: d.workgroups,
                     node: n,
                     index: index as u32,
-                    indirect,
+                    dynamic,
                 });
             }
             // Release what this node was the last to use (after its outputs took their buffers).
@@ -181,15 +178,7 @@ impl Plan {
         let stride = PARAMS_BYTES.next_multiple_of(gpu.caps.uniform_align as u64);
         let params_size = stride * steps.len().max(1) as u64;
         let (params_buf, params_bg) = params_block(gpu, &params_layout, params_size);
-        let n_indirect = steps.iter().filter(|s| s.indirect.is_some()).count();
-        let indirect_buf = (n_indirect > 0).then(|| {
-            gpu.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("indirect"),
-                size: 12 * n_indirect as u64,
-                usage: wgpu::BufferUsages::INDIRECT | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            })
-        });
+        let counts = steps.iter().map(|s| s.workgroups).collect();
         let readbacks = readbacks(gpu, &tensors, &buffers, readback)?;
         gpu.check("plan")?;
         Ok(Plan {
@@ -198,8 +187,7 @@ impl Plan {
             tensors,
             params_buf,
             params_bg,
-            indirect_buf,
-            indirect_staging: vec![0; 3 * n_indirect],
+            counts,
             stride,
             staging: vec![0; params_size as usize],
             last_vars: None,
@@ -210,8 +198,27 @@ impl Plan {
         })
     }
 
-    pub fn dispatch_count(&self) -> usize {
-        self.steps.len()
+    /// Dispatches a run at `vars` records (a step whose counts this position sets to zero is left out).
+    pub fn dispatch_count(&self, vars: &StepVars) -> usize {
+        (0..self.steps.len()).filter(|&s| self.recorded(s, vars)).count()
+    }
+
+    /// Workgroup counts of step `s` at `vars`.
+    fn counts_at(&self, s: usize, vars: &StepVars) -> [u32; 3] {
+        let step = &self.steps[s];
+        if !step.dynamic {
+            return step.workgroups;
+        }
+        let kernel = &self.nodes[step.node].kernel;
+        let want = kernel
+            .step_workgroups(step.index as usize, vars)
+            .unwrap_or(step.workgroups);
+        // Never more than the static grid the kernel was planned (and its bindings sized) for.
+        [0, 1, 2].map(|d| want[d].min(step.workgroups[d]))
+    }
+
+    fn recorded(&self, s: usize, vars: &StepVars) -> bool {
+        self.counts_at(s, vars).iter().all(|&c| c > 0)
     }
 
     pub fn node_count(&self) -> usize {
@@ -260,35 +267,21 @@ impl Plan {
             self.staging[at..at + 128].copy_from_slice(bytemuck::cast_slice(&p.0));
         }
         gpu.queue.write_buffer(&self.params_buf, 0, &self.staging);
-        if let Some(buf) = &self.indirect_buf {
-            for step in &self.steps {
-                if let Some(slot) = step.indirect {
-                    let kernel = &self.nodes[step.node].kernel;
-                    let counts = kernel
-                        .step_workgroups(step.index as usize, vars)
-                        .unwrap_or(step.workgroups);
-                    // Never more than the static grid the kernel was planned (and its bindings sized) for.
-                    let counts = [0, 1, 2].map(|d| counts[d].min(step.workgroups[d]));
-                    self.indirect_staging[3 * slot as usize..3 * slot as usize + 3].copy_from_slice(&counts);
-                }
-            }
-            gpu.queue
-                .write_buffer(buf, 0, bytemuck::cast_slice(&self.indirect_staging));
+        for s in 0..self.steps.len() {
+            self.counts[s] = self.counts_at(s, vars);
         }
         self.last_vars = Some(*vars);
     }
 
     pub(super) fn record(&self, pass: &mut wgpu::ComputePass<'_>, step: &Step, s: usize) {
+        let [x, y, z] = self.counts[s];
+        if x == 0 || y == 0 || z == 0 {
+            return;
+        }
         pass.set_pipeline(&step.pipeline.pipeline);
         pass.set_bind_group(0, &step.bind_group, &[]);
         pass.set_bind_group(1, &self.params_bg, &[(s as u64 * self.stride) as u32]);
-        match (step.indirect, &self.indirect_buf) {
-            (Some(slot), Some(buf)) => pass.dispatch_workgroups_indirect(buf, 12 * slot as u64),
-            _ => {
-                let [x, y, z] = step.workgroups;
-                pass.dispatch_workgroups(x, y, z);
-            }
-        }
+        pass.dispatch_workgroups(x, y, z);
     }
 
     /// Run the whole graph: one pass, one submit, one wait; read-back tensors are then available from `read`.
@@ -409,7 +402,7 @@ impl Plan {
             .zip(micros)
             .map(|(node, micros)| NodeProfile {
                 label: node.label.clone(),
-                dispatches: node.steps.len(),
+                dispatches: node.steps.clone().filter(|&s| self.recorded(s, vars)).count(),
                 cost: node.kernel.cost(),
                 micros,
                 timed_on_gpu: on_gpu,

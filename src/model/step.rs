@@ -80,9 +80,9 @@ impl Step {
         self.plan.check(gpu, &vars(inputs.pos), opts)
     }
 
-    /// Dispatches of one run.
-    pub fn dispatch_count(&self) -> usize {
-        self.plan.dispatch_count()
+    /// Dispatches of a run at position `pos`.
+    pub fn dispatch_count(&self, pos: usize) -> usize {
+        self.plan.dispatch_count(&vars(pos))
     }
 
     fn write_tokens(&self, gpu: &Gpu, tokens: &[u32]) -> Result<()> {

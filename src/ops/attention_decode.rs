@@ -10,6 +10,8 @@
 //! equals the one-query step at the same position bit for bit (keys a row does not see add exact zeros): speculative
 //! verification computes what plain decoding would. Dispatch 1 writes each split's unnormalized output with its
 //! running max and sum (the node's extra outputs `attn_partial_o` and `attn_partial_ml`); dispatch 2 combines them.
+//! When one split holds every key of the step (short contexts), that split writes the output and dispatch 2 is
+//! not recorded: the same arithmetic as the combine of one split, one dispatch fewer per layer.
 
 use super::attention_prefill::{check_window, AttnShape, DENSE_HEAD_DIMS};
 use crate::error::{Error, Result};
@@ -58,6 +60,7 @@ struct SplitParams {
     window: u32,
     chunk: u32,
     first: u32,
+    single: u32,
 }
 
 /// The combine dispatch's parameters (lib/attn_combine.wgsl), shared with `attention_sparse`.
@@ -114,6 +117,11 @@ impl AttentionDecode {
     fn rows(&self) -> usize {
         rows_for(self.shape.head_dim)
     }
+    /// Whether one split holds every key of this step: it then writes the output itself.
+    fn single(&self, vars: &StepVars) -> bool {
+        let (first, end) = self.active_splits(vars);
+        end - first == 1
+    }
 }
 
 impl Kernel for AttentionDecode {
@@ -127,7 +135,7 @@ impl Kernel for AttentionDecode {
         vec![
             Dispatch {
                 shader: split_key(s.head_dim),
-                bindings: [0, 1, 2, 4, 5].map(Bind::Tensor).to_vec(),
+                bindings: [0, 1, 2, 4, 5, 3].map(Bind::Tensor).to_vec(),
                 workgroups: [self.splits as u32, s.n_kv as u32, row_blocks as u32],
             },
             Dispatch {
@@ -152,6 +160,7 @@ impl Kernel for AttentionDecode {
                 window: self.window as u32,
                 chunk: self.chunk() as u32,
                 first: self.active_splits(vars).0 as u32,
+                single: u32::from(self.single(vars)),
             })
         } else {
             let (first, end) = self.active_splits(vars);
@@ -163,13 +172,18 @@ impl Kernel for AttentionDecode {
             })
         }
     }
-    /// Only the splits this step's keys fill are launched (the shader's `chunk` rule, mirrored here).
+    /// Only the splits this step's keys fill are launched (the shader's `chunk` rule, mirrored here); the combine
+    /// only when there are several.
     fn step_workgroups(&self, i: usize, vars: &StepVars) -> Option<[u32; 3]> {
         let s = &self.shape;
-        (i == 0).then(|| {
+        let (first, end) = self.active_splits(vars);
+        Some(if i == 0 {
             let row_blocks = (s.n_tokens * s.group()).div_ceil(self.rows());
-            let (first, end) = self.active_splits(vars);
             [(end - first) as u32, s.n_kv as u32, row_blocks as u32]
+        } else if self.single(vars) {
+            [0, 0, 0]
+        } else {
+            [u32::MAX; 3] // the static grid
         })
     }
     /// Assumes a full cache (`kv_len = max_ctx`; cost has no step variables). Flops: QK^T and PV over the pairs

@@ -11,7 +11,7 @@
 //!
 //! Two variants, by chunk size: decode (`n_tokens <= MAX_TOKENS`) splits each selection's slots across workgroups
 //! (each writes a partial output with its running max and sum) and a second dispatch combines them, launching only
-//! the splits that can hold a selected block at this step (indirect dispatch, like `attention_decode`); prefill
+//! the splits that can hold a selected block at this step (counts set per step, like `attention_decode`); prefill
 //! (longer chunks) runs one workgroup per (token, KV head, group of up to 16 query heads) over the whole selection.
 
 use super::attention_decode::CombineParams;
