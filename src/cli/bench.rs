@@ -28,6 +28,10 @@ pub struct BenchArgs {
     /// Tokens to generate (comma-separated); 0 skips.
     #[arg(short = 'n', long = "n-gen", value_delimiter = ',', default_value = "128")]
     pub gen: Vec<usize>,
+    /// Tokens already in the cache before each test (comma-separated), like llama-bench's depth: the context is
+    /// filled once (untimed) and each repetition starts from it. The profile runs at the last depth (or 64).
+    #[arg(short = 'd', long = "n-depth", value_delimiter = ',', default_value = "0")]
+    pub depth: Vec<usize>,
     /// Repetitions of each test.
     #[arg(short = 'r', long, default_value_t = 5)]
     pub repetitions: usize,
@@ -122,11 +126,14 @@ pub fn run(args: &BenchArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         return super::bench_spec::run(&mut gen, &loaded, &args.spec, draft.as_ref(), set, n, reps);
     }
     let mut rows = Vec::new();
-    for &p in args.prompt.iter().filter(|&&p| p > 0) {
-        rows.push(prompt_processing(&mut gen, &ids(p), args.repetitions)?);
-    }
-    for &n in args.gen.iter().filter(|&&n| n > 0) {
-        rows.push(generation(&mut gen, n, args.repetitions)?);
+    for &d in &args.depth {
+        let filled = Depth::fill(&mut gen, &ids(d))?;
+        for &p in args.prompt.iter().filter(|&&p| p > 0) {
+            rows.push(prompt_processing(&mut gen, &filled, &ids(p), args.repetitions)?);
+        }
+        for &n in args.gen.iter().filter(|&&n| n > 0) {
+            rows.push(generation(&mut gen, &filled, n, args.repetitions)?);
+        }
     }
     let report = Report {
         name: loaded
@@ -156,49 +163,84 @@ pub fn run(args: &BenchArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         Output::Csv => report.print_csv(),
     }
     if args.profile {
+        let at = args.depth.last().copied().filter(|&d| d > 0).unwrap_or(64);
         gen.truncate(0);
-        gen.feed(&ids(64))?;
-        print_profile(&gen.profile_decode()?);
+        gen.feed(&ids(at))?;
+        print_profile(&gen.profile_decode()?, at);
     }
     Ok(())
 }
 
-/// ppN: prefill `prompt` from an empty cache, after one warm-up run that builds and compiles the plans.
-fn prompt_processing(gen: &mut Generator<'_>, prompt: &[u32], repetitions: usize) -> anyhow::Result<Row> {
+/// The tokens a test starts after (`-d`), filled into the cache once.
+struct Depth(usize);
+
+impl Depth {
+    fn fill(gen: &mut Generator<'_>, ids: &[u32]) -> anyhow::Result<Depth> {
+        anyhow::ensure!(
+            ids.len() < gen.max_ctx(),
+            "-d {} leaves no room in the context of {} (--ctx)",
+            ids.len(),
+            gen.max_ctx()
+        );
+        gen.truncate(0);
+        if !ids.is_empty() {
+            gen.feed(ids)?;
+        }
+        Ok(Depth(ids.len()))
+    }
+
+    /// The test name with llama-bench's depth suffix.
+    fn name(&self, test: String) -> String {
+        match self.0 {
+            0 => test,
+            d => format!("{test} @ d{d}"),
+        }
+    }
+
+    fn check_room(&self, gen: &Generator<'_>, flag: &str, n: usize) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.0 + n <= gen.max_ctx(),
+            "{flag} {n} after -d {} is over the context of {} (--ctx)",
+            self.0,
+            gen.max_ctx()
+        );
+        Ok(())
+    }
+}
+
+/// ppN: prefill `prompt` after the depth's tokens, after one warm-up run that builds and compiles the plans.
+fn prompt_processing(
+    gen: &mut Generator<'_>,
+    depth: &Depth,
+    prompt: &[u32],
+    repetitions: usize,
+) -> anyhow::Result<Row> {
     let p = prompt.len();
-    anyhow::ensure!(
-        p <= gen.max_ctx(),
-        "-p {p} is over the context of {} (--ctx)",
-        gen.max_ctx()
-    );
-    gen.truncate(0);
+    depth.check_room(gen, "-p", p)?;
+    gen.truncate(depth.0);
     gen.feed(prompt)?;
     let mut samples = Vec::new();
     for _ in 0..repetitions {
-        gen.truncate(0);
+        gen.truncate(depth.0);
         let t = Instant::now();
         gen.feed(prompt)?;
         samples.push(p as f64 / t.elapsed().as_secs_f64());
     }
     Ok(Row {
-        test: format!("pp{p}"),
+        test: depth.name(format!("pp{p}")),
         tokens: p,
         samples,
     })
 }
 
-/// tgN: decode `n` greedy tokens one step each from an empty cache, after one warm-up step.
-fn generation(gen: &mut Generator<'_>, n: usize, repetitions: usize) -> anyhow::Result<Row> {
-    anyhow::ensure!(
-        n <= gen.max_ctx(),
-        "-n {n} is over the context of {} (--ctx)",
-        gen.max_ctx()
-    );
-    gen.truncate(0);
+/// tgN: decode `n` greedy tokens one step each after the depth's tokens, after one warm-up step.
+fn generation(gen: &mut Generator<'_>, depth: &Depth, n: usize, repetitions: usize) -> anyhow::Result<Row> {
+    depth.check_room(gen, "-n", n)?;
+    gen.truncate(depth.0);
     gen.feed(&[1])?;
     let mut samples = Vec::new();
     for _ in 0..repetitions {
-        gen.truncate(0);
+        gen.truncate(depth.0);
         let mut token = 1;
         let t = Instant::now();
         for _ in 0..n {
@@ -208,7 +250,7 @@ fn generation(gen: &mut Generator<'_>, n: usize, repetitions: usize) -> anyhow::
         samples.push(n as f64 / t.elapsed().as_secs_f64());
     }
     Ok(Row {
-        test: format!("tg{n}"),
+        test: depth.name(format!("tg{n}")),
         tokens: n,
         samples,
     })
@@ -287,7 +329,7 @@ impl Report<'_> {
 }
 
 /// The per-op table of one profiled decode step: nodes, dispatches, time, share and bandwidth per op.
-fn print_profile(prof: &[shaderlm::graph::NodeProfile]) {
+fn print_profile(prof: &[shaderlm::graph::NodeProfile], pos: usize) {
     let mut by_op: BTreeMap<String, (usize, usize, f64, u64)> = BTreeMap::new();
     for p in prof {
         let op = p.label.rsplit('.').next().unwrap_or(&p.label).to_string();
@@ -305,7 +347,7 @@ fn print_profile(prof: &[shaderlm::graph::NodeProfile]) {
     };
     println!();
     println!(
-        "decode step at position 64, {clock}: {:.2} ms in {} nodes",
+        "decode step at position {pos}, {clock}: {:.2} ms in {} nodes",
         total / 1e3,
         prof.len()
     );

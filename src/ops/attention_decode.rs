@@ -90,6 +90,20 @@ fn split_key(head_dim: usize) -> ShaderKey {
         .def("ROWS", rows_for(head_dim))
 }
 
+/// The split kernel for CPU adapters with subgroups of 8 or more (attention_decode_cpu.wgsl): one 8-lane workgroup
+/// per query row and split, no workgroup memory or barriers. On lavapipe a decode step's attention at position 64
+/// took about 230 us per layer in the workgroup kernel, mostly its barriers.
+fn cpu_key(head_dim: usize) -> ShaderKey {
+    ShaderKey::new("attention_decode_cpu")
+        .def("HD", head_dim)
+        .flag("SUBGROUPS", true)
+}
+
+/// Whether the adapter runs the CPU split kernel.
+fn cpu_kernel(caps: &Caps) -> bool {
+    caps.cpu_adapter && caps.subgroups && caps.subgroup_size >= 8
+}
+
 fn combine_key(head_dim: usize) -> ShaderKey {
     ShaderKey::new("attention_decode")
         .def("HD", head_dim)
@@ -131,12 +145,16 @@ impl Kernel for AttentionDecode {
     /// Node tensors: 0 q, 1 k_cache, 2 v_cache, 3 out, 4 partial_o, 5 partial_ml.
     fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
         let s = &self.shape;
-        let row_blocks = (s.n_tokens * s.group()).div_ceil(self.rows());
+        let (shader, z) = if cpu_kernel(caps) {
+            (cpu_key(s.head_dim), s.n_tokens * s.group())
+        } else {
+            (split_key(s.head_dim), (s.n_tokens * s.group()).div_ceil(self.rows()))
+        };
         vec![
             Dispatch {
-                shader: split_key(s.head_dim),
+                shader,
                 bindings: [0, 1, 2, 4, 5, 3].map(Bind::Tensor).to_vec(),
-                workgroups: [self.splits as u32, s.n_kv as u32, row_blocks as u32],
+                workgroups: [self.splits as u32, s.n_kv as u32, z as u32],
             },
             Dispatch {
                 shader: combine_key(s.head_dim),
@@ -175,11 +193,10 @@ impl Kernel for AttentionDecode {
     /// Only the splits this step's keys fill are launched (the shader's `chunk` rule, mirrored here); the combine
     /// only when there are several.
     fn step_workgroups(&self, i: usize, vars: &StepVars) -> Option<[u32; 3]> {
-        let s = &self.shape;
         let (first, end) = self.active_splits(vars);
         Some(if i == 0 {
-            let row_blocks = (s.n_tokens * s.group()).div_ceil(self.rows());
-            [(end - first) as u32, s.n_kv as u32, row_blocks as u32]
+            // y and z: the static grid of the adapter's kernel.
+            [(end - first) as u32, u32::MAX, u32::MAX]
         } else if self.single(vars) {
             [0, 0, 0]
         } else {
@@ -299,6 +316,6 @@ pub fn reference(q: &[f32], k_cache: &[f32], v_cache: &[f32], s: AttnShape, pos:
 pub fn variants() -> Vec<ShaderKey> {
     DENSE_HEAD_DIMS
         .iter()
-        .flat_map(|&d| [split_key(d), combine_key(d)])
+        .flat_map(|&d| [split_key(d), cpu_key(d), combine_key(d)])
         .collect()
 }

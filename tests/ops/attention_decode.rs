@@ -6,7 +6,7 @@
 //! past the current length fails the case.
 
 use crate::attention_prefill::{caches, AMP, NMSE_MAX};
-use crate::common::{exact, nmse, Case, Check, Rng};
+use crate::common::{exact, gpu_fallback, nmse, Case, Check, Rng};
 use shaderlm::gpu::{DType, Gpu, GpuTensor};
 use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
@@ -167,6 +167,7 @@ pub fn cases() -> Vec<Case> {
         // Gemma 3 270M's shape: the last 3 tokens of a 1,411-token prompt, the window 512 keys behind.
         ("gemma3_tail_past_window", 3, 4, 1, 256, 1411, 2048, AMP, Some(512)),
     ];
+    // Each also on the device without subgroups, which runs the workgroup kernel instead of the CPU-adapter one.
     for (name, n_tokens, n_heads, n_kv, head_dim, kv_len, max_ctx, amp, window) in extra {
         seed += 1;
         let s = AttnShape {
@@ -178,6 +179,9 @@ pub fn cases() -> Vec<Case> {
         };
         v.push(Case::new("attention_decode", name, move |gpu| {
             run_window(gpu, s, kv_len, amp, seed, window)
+        }));
+        v.push(Case::new("attention_decode", format!("{name}_no_subgroups"), move |_| {
+            run_window(gpu_fallback(), s, kv_len, amp, seed, window)
         }));
     }
     // Batch invariance: row r of an n-query step equals the one-query step at position pos + r bit for bit
@@ -203,6 +207,9 @@ pub fn cases() -> Vec<Case> {
         };
         v.push(Case::new("attention_decode", name, move |gpu| {
             batch_rows(gpu, s, kv_len, seed, window)
+        }));
+        v.push(Case::new("attention_decode", format!("{name}_no_subgroups"), move |_| {
+            batch_rows(gpu_fallback(), s, kv_len, seed, window)
         }));
     }
     // One plan, successive decode steps (positions 0..20, then a jump past a split boundary).
@@ -234,7 +241,7 @@ pub fn cases() -> Vec<Case> {
         "spec_steps_reuse_plan_t3_h8_kv2_d128",
         move |gpu| steps(gpu, s, &[0, 3, 6, 500, 1021], seed),
     ));
-    // Only the splits that hold keys are launched (indirect dispatch); when the context shrinks (a new
+    // Only the splits that hold keys are launched (counts set per step); when the context shrinks (a new
     // conversation in the same session), the partials of splits launched earlier are stale and must be ignored.
     seed += 1;
     let s = AttnShape {
@@ -244,10 +251,16 @@ pub fn cases() -> Vec<Case> {
         head_dim: 64,
         max_ctx: 4096,
     };
+    let at = [3000, 10, 700, 5, 4095, 0];
     v.push(Case::new(
         "attention_decode",
         "shrinking_context_ignores_stale_splits",
-        move |gpu| steps(gpu, s, &[3000, 10, 700, 5, 4095, 0], seed),
+        move |gpu| steps(gpu, s, &at, seed),
+    ));
+    v.push(Case::new(
+        "attention_decode",
+        "shrinking_context_ignores_stale_splits_no_subgroups",
+        move |_| steps(gpu_fallback(), s, &at, seed),
     ));
     v
 }
