@@ -8,7 +8,6 @@ use super::DeviceArgs;
 use clap::{Args, ValueEnum};
 use shaderlm::generate::Generator;
 use shaderlm::model::StepOutputs;
-use std::collections::BTreeMap;
 use std::time::Instant;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -166,7 +165,7 @@ pub fn run(args: &BenchArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         let at = args.depth.last().copied().filter(|&d| d > 0).unwrap_or(64);
         gen.truncate(0);
         gen.feed(&ids(at))?;
-        print_profile(&gen.profile_decode()?, at);
+        super::bench_profile::print(&gpu, &mut gen)?;
     }
     Ok(())
 }
@@ -325,42 +324,5 @@ impl Report<'_> {
                 self.weight_bytes
             );
         }
-    }
-}
-
-/// The per-op table of one profiled decode step: nodes, dispatches, time, share and bandwidth per op.
-fn print_profile(prof: &[shaderlm::graph::NodeProfile], pos: usize) {
-    let mut by_op: BTreeMap<String, (usize, usize, f64, u64)> = BTreeMap::new();
-    for p in prof {
-        let op = p.label.rsplit('.').next().unwrap_or(&p.label).to_string();
-        let e = by_op.entry(op).or_default();
-        e.0 += 1;
-        e.1 += p.dispatches;
-        e.2 += p.micros;
-        e.3 += p.cost.bytes_read + p.cost.bytes_written;
-    }
-    let total: f64 = prof.iter().map(|p| p.micros).sum();
-    let clock = if prof.first().is_some_and(|p| p.timed_on_gpu) {
-        "GPU timestamps"
-    } else {
-        "wall clock per node"
-    };
-    println!();
-    println!(
-        "decode step at position {pos}, {clock}: {:.2} ms in {} nodes",
-        total / 1e3,
-        prof.len()
-    );
-    println!("| op | nodes | dispatches | ms | share | GB/s |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    let mut ops: Vec<_> = by_op.into_iter().collect();
-    ops.sort_by(|a, b| b.1 .2.total_cmp(&a.1 .2));
-    for (op, (nodes, d, us, bytes)) in ops {
-        println!(
-            "| {op} | {nodes} | {d} | {:.3} | {:.1}% | {:.2} |",
-            us / 1e3,
-            100.0 * us / total.max(1e-9),
-            bytes as f64 / (us * 1e3).max(1e-9)
-        );
     }
 }

@@ -74,6 +74,10 @@ pub trait Kernel: std::fmt::Debug + Send + Sync {
         None
     }
     fn cost(&self) -> Cost;
+    /// The traffic of one run at `vars` (a profile's bandwidth): [`Kernel::cost`] unless the step changes it.
+    fn step_cost(&self, _vars: &StepVars) -> Cost {
+        self.cost()
+    }
     /// The node's CPU reference for the check mode: what it writes, computed from host copies of `io` (its inputs
     /// then its outputs, as they were before it ran). `None`: the op has no per-node reference (it is skipped).
     fn reference(&self, _io: &[HostIo], _vars: &StepVars) -> Option<Result<Vec<Expected>>> {

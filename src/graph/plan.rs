@@ -403,7 +403,7 @@ impl Plan {
             .map(|(node, micros)| NodeProfile {
                 label: node.label.clone(),
                 dispatches: node.steps.clone().filter(|&s| self.recorded(s, vars)).count(),
-                cost: node.kernel.cost(),
+                cost: node.kernel.step_cost(vars),
                 micros,
                 timed_on_gpu: on_gpu,
             })

@@ -131,6 +131,20 @@ impl AttentionDecode {
     fn rows(&self) -> usize {
         rows_for(self.shape.head_dim)
     }
+    /// Traffic over `keys` cached keys, `pairs` (query, key) pairs per head, `splits` partials per row.
+    fn cost_for(&self, keys: usize, pairs: u64, splits: usize) -> Cost {
+        let s = &self.shape;
+        let row_blocks = (s.n_tokens * s.group()).div_ceil(self.rows()) as u64;
+        let kv = 2 * 4 * (s.n_kv * keys * s.head_dim) as u64 * row_blocks;
+        let act = 4 * (s.n_tokens * s.n_heads * s.head_dim) as u64;
+        let partials = 4 * (s.n_tokens * s.n_heads * splits * (s.head_dim + 2)) as u64;
+        Cost {
+            bytes_read: kv + act + partials,
+            bytes_written: partials + act,
+            flops: 4 * pairs * (s.n_heads * s.head_dim) as u64,
+        }
+    }
+
     /// Whether one split holds every key of this step: it then writes the output itself.
     fn single(&self, vars: &StepVars) -> bool {
         let (first, end) = self.active_splits(vars);
@@ -208,15 +222,16 @@ impl Kernel for AttentionDecode {
     /// (by the combine); written: partials and output.
     fn cost(&self) -> Cost {
         let s = &self.shape;
-        let row_blocks = (s.n_tokens * s.group()).div_ceil(self.rows()) as u64;
-        let kv = 2 * 4 * (s.n_kv * s.max_ctx * s.head_dim) as u64 * row_blocks;
-        let act = 4 * (s.n_tokens * s.n_heads * s.head_dim) as u64;
-        let partials = 4 * (s.n_tokens * s.n_heads * self.splits * (s.head_dim + 2)) as u64;
-        Cost {
-            bytes_read: kv + act + partials,
-            bytes_written: partials + act,
-            flops: 4 * s.pairs_at_full_context() * (s.n_heads * s.head_dim) as u64,
-        }
+        self.cost_for(s.max_ctx, s.pairs_at_full_context(), self.splits)
+    }
+    /// The keys this step reads: `kv_len = pos + n_q`, each query's causal prefix, the active splits.
+    fn step_cost(&self, vars: &StepVars) -> Cost {
+        let s = &self.shape;
+        let kv_len = (vars.pos as usize + s.n_tokens).min(s.max_ctx);
+        let pairs = (0..s.n_tokens).map(|i| (vars.pos as usize + i + 1).min(s.max_ctx) as u64).sum();
+        let (first, end) = self.active_splits(vars);
+        let splits = if end - first == 1 { 0 } else { end - first };
+        self.cost_for(kv_len, pairs, splits)
     }
     fn reference(&self, io: &[HostIo], vars: &StepVars) -> Option<Result<Vec<Expected>>> {
         expect(|| {

@@ -1,0 +1,107 @@
+//! `bench --profile`: one decode step timed per op (GPU timestamps inside the pass), each op's bandwidth against
+//! the adapter's read ceiling measured in the same run (`read_sum`), and the gap between the kernels' time and the
+//! step's wall time (barriers, launches, the submit and the read-back).
+
+use shaderlm::generate::Generator;
+use shaderlm::gpu::{DType, Gpu};
+use shaderlm::graph::{Graph, NodeProfile, Plan, StepVars};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// Bytes `read_sum` streams for the ceiling: the largest storage binding up to 1 GiB, so that it is several times
+/// any last-level cache.
+const CEILING_BYTES: u64 = 1 << 30;
+
+/// Profile one decode step at the generator's position and print the tables.
+pub fn print(gpu: &Gpu, gen: &mut Generator<'_>) -> anyhow::Result<()> {
+    let pos = gen.tokens.len();
+    let prof = gen.profile_decode()?;
+    let wall = step_wall_ms(gen)?;
+    let ceiling = read_ceiling(gpu)?;
+    print_table(&prof, pos, ceiling);
+    let kernels: f64 = prof.iter().map(|p| p.micros).sum::<f64>() / 1e3;
+    println!();
+    println!(
+        "step wall time {wall:.2} ms (median of 9 unprofiled steps); kernels {kernels:.2} ms (one profiled step); \
+         gap {:.2} ms (barriers, launches, submit, read-back; negative where the timestamps between dispatches cost \
+         more than they measure)",
+        wall - kernels
+    );
+    Ok(())
+}
+
+/// Median wall time of a decode step at the current position (each step rolled back).
+fn step_wall_ms(gen: &mut Generator<'_>) -> anyhow::Result<f64> {
+    let pos = gen.tokens.len();
+    let mut times = Vec::new();
+    for i in 0..10 {
+        let t = Instant::now();
+        gen.feed(&[1])?;
+        if i > 0 {
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        gen.truncate(pos);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// GB/s of `read_sum` over `CEILING_BYTES` (or the largest binding): the best of 5 runs after a warm-up.
+fn read_ceiling(gpu: &Gpu) -> anyhow::Result<f64> {
+    let bytes = CEILING_BYTES.min(gpu.caps.max_binding) / (4 << 20) * (4 << 20);
+    let n = (bytes / 4) as usize;
+    let mut g = Graph::new();
+    let x = g.input("x", &[n], DType::F32);
+    g.read_sum(x, 4096)?;
+    let mut plan = Plan::new(gpu, g)?;
+    plan.write_input(gpu, x, &vec![0u8; bytes as usize])?;
+    let vars = StepVars::default();
+    plan.run(gpu, &vars)?;
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        let t = Instant::now();
+        plan.run(gpu, &vars)?;
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    Ok(bytes as f64 / best / 1e9)
+}
+
+/// The per-op table: nodes, dispatches, time, share, bandwidth and its share of the read ceiling.
+fn print_table(prof: &[NodeProfile], pos: usize, ceiling: f64) {
+    let mut by_op: BTreeMap<String, (usize, usize, f64, u64)> = BTreeMap::new();
+    for p in prof {
+        let op = p.label.rsplit('.').next().unwrap_or(&p.label).to_string();
+        let e = by_op.entry(op).or_default();
+        e.0 += 1;
+        e.1 += p.dispatches;
+        e.2 += p.micros;
+        e.3 += p.cost.bytes_read + p.cost.bytes_written;
+    }
+    let total: f64 = prof.iter().map(|p| p.micros).sum();
+    let clock = if prof.first().is_some_and(|p| p.timed_on_gpu) {
+        "GPU timestamps"
+    } else {
+        "wall clock per node"
+    };
+    let dispatches: usize = prof.iter().map(|p| p.dispatches).sum();
+    println!();
+    println!(
+        "decode step at position {pos}, {clock}: {:.2} ms in {} nodes, {dispatches} dispatches",
+        total / 1e3,
+        prof.len()
+    );
+    println!("read ceiling (read_sum, same run): {ceiling:.2} GB/s");
+    println!("| op | nodes | dispatches | ms | share | GB/s | of ceiling |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    let mut ops: Vec<_> = by_op.into_iter().collect();
+    ops.sort_by(|a, b| b.1 .2.total_cmp(&a.1 .2));
+    for (op, (nodes, d, us, bytes)) in ops {
+        let gbps = bytes as f64 / (us * 1e3).max(1e-9);
+        println!(
+            "| {op} | {nodes} | {d} | {:.3} | {:.1}% | {gbps:.2} | {:.0}% |",
+            us / 1e3,
+            100.0 * us / total.max(1e-9),
+            100.0 * gbps / ceiling.max(1e-9)
+        );
+    }
+}
