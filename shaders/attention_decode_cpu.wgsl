@@ -1,9 +1,9 @@
 // attention_decode_cpu: attention_decode's split kernel for CPU adapters (lavapipe), where workgroup memory and
 // barriers are costly (each barrier switches coroutines per 8-lane SIMD chunk; LAVAPIPE.md §4): a workgroup is one
 // subgroup of 8 lanes serving one query row (token x query head) and one split of the keys, with no workgroup
-// memory. Lane j takes the split's keys k_begin + j, k_begin + j + 8, ..., keeps its own online softmax (running
-// max m, sum l) and P * V accumulator in registers, and the 8 lanes merge theirs with subgroup operations at the
-// end. Same contract as attention_decode.wgsl (the math, the cache layout, the splits at absolute key positions,
+// memory. The lanes split the head dimension (lane j owns the vec4 columns j, j + 8, ...) and walk the keys in
+// order, four at a time: a subgroup sum gives the four scores to every lane, every lane keeps the same online softmax (running
+// max m, sum l) and its own columns of the P * V accumulator in registers. Same contract as attention_decode.wgsl (the math, the cache layout, the splits at absolute key positions,
 // the partials, `single`): every row's result depends on its position and the keys alone, so row r of a
 // many-query step equals the one-query step bit for bit. Scores are in the log2 domain (q pre-scaled by
 // scale * log2(e)). Needs subgroups of at least 8 lanes (the SUBGROUPS flag says so; there is no other form).
@@ -15,6 +15,7 @@
 
 const HD4: u32 = HD / 4;
 const LANES: u32 = 8u;
+const NC: u32 = (HD4 + LANES - 1u) / LANES;  // columns (vec4s of HD) per lane
 const NEG: f32 = -1.0e30;
 const LOG2E: f32 = 1.4426950408889634;
 
@@ -57,58 +58,63 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(subgroup_invocation_id) l
     let lo = max(k_begin, w_lo);
     let cbase = kvh * p.max_ctx * HD4;
 
-    var qr: array<vec4<f32>, HD4>;
+    // Lane j owns the columns (vec4s of HD) j, j + 8, ...: NC of them, the last masked where HD4 % 8 != 0.
+    var qr: array<vec4<f32>, NC>;
+    var acc: array<vec4<f32>, NC>;
     let qscale = p.scale * LOG2E;
-    for (var d = 0u; d < HD4; d++) {
-        qr[d] = q[row * HD4 + d] * qscale;
-    }
-    var acc: array<vec4<f32>, HD4>;
-    for (var d = 0u; d < HD4; d++) {
-        acc[d] = vec4<f32>(0.0);
+    for (var j = 0u; j < NC; j++) {
+        let c = min(lane + j * LANES, HD4 - 1u);
+        let own = lane + j * LANES < HD4;
+        qr[j] = select(vec4<f32>(0.0), q[row * HD4 + c] * qscale, own);
+        acc[j] = vec4<f32>(0.0);
     }
     var m = NEG;
     var l = 0.0;
-    for (var t = k_begin + lane; t < hi; t += LANES) {
-        if (t < lo) {
-            continue;
+    // Four keys per step: one subgroup sum gives the four scores; keys at or past hi re-read key hi - 1 and get
+    // the score NEG, so weight 0.
+    for (var t = lo; t < hi; t += 4u) {
+        var kb: vec4<u32>;
+        for (var i = 0u; i < 4u; i++) {
+            kb[i] = cbase + min(t + i, hi - 1u) * HD4;
         }
-        let kb = cbase + t * HD4;
-        var dt = vec4<f32>(0.0);
-        for (var d = 0u; d < HD4; d++) {
-            dt += qr[d] * kc[kb + d];
+        var dt = mat4x4<f32>();
+        for (var j = 0u; j < NC; j++) {
+            let c = min(lane + j * LANES, HD4 - 1u);
+            for (var i = 0u; i < 4u; i++) {
+                dt[i] += qr[j] * kc[kb[i] + c];
+            }
         }
-        let s = (dt.x + dt.y) + (dt.z + dt.w);
-        let m_new = max(m, s);
+        let part = vec4<f32>(
+            (dt[0].x + dt[0].y) + (dt[0].z + dt[0].w),
+            (dt[1].x + dt[1].y) + (dt[1].z + dt[1].w),
+            (dt[2].x + dt[2].y) + (dt[2].z + dt[2].w),
+            (dt[3].x + dt[3].y) + (dt[3].z + dt[3].w),
+        );
+        let live = vec4<u32>(t) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(hi);
+        let s = select(vec4<f32>(NEG), subgroupAdd(part), live);
+        let m_new = max(m, max(max(s.x, s.y), max(s.z, s.w)));
         let a = exp2(m - m_new);
-        let pw = exp2(s - m_new);
-        l = l * a + pw;
+        let pw = select(vec4<f32>(0.0), exp2(s - vec4<f32>(m_new)), live);
+        l = l * a + ((pw.x + pw.y) + (pw.z + pw.w));
         m = m_new;
-        for (var d = 0u; d < HD4; d++) {
-            acc[d] = acc[d] * a + pw * vc[kb + d];
+        for (var j = 0u; j < NC; j++) {
+            let c = min(lane + j * LANES, HD4 - 1u);
+            acc[j] = acc[j] * a + ((pw.x * vc[kb[0] + c] + pw.y * vc[kb[1] + c])
+                + (pw.z * vc[kb[2] + c] + pw.w * vc[kb[3] + c]));
         }
     }
-    // Merge the lanes: weights exp2(m_j - M) (0 for a lane that saw no key, 1 where no lane did).
-    let mx = subgroupMax(m);
-    let w = exp2(m - mx);
-    let lsum = subgroupAdd(l * w);
-    if (p.single == 1u) {
-        // The combine's arithmetic for one split (weight exp2(0) = 1): bit for bit the same output.
-        for (var d = 0u; d < HD4; d++) {
-            let o = subgroupAdd(acc[d] * w);
-            if (lane == 0u) {
-                out[row * HD4 + d] = select(vec4<f32>(0.0), o / lsum, lsum > 0.0);
+    for (var j = 0u; j < NC; j++) {
+        let c = lane + j * LANES;
+        if (c < HD4) {
+            if (p.single == 1u) {
+                // The combine's arithmetic for one split (weight exp2(0) = 1): bit for bit the same output.
+                out[row * HD4 + c] = select(vec4<f32>(0.0), acc[j] / l, l > 0.0);
+            } else {
+                part_o[(row * p.splits + split) * HD4 + c] = acc[j];
             }
         }
-    } else {
-        let slot = row * p.splits + split;
-        for (var d = 0u; d < HD4; d++) {
-            let o = subgroupAdd(acc[d] * w);
-            if (lane == 0u) {
-                part_o[slot * HD4 + d] = o;
-            }
-        }
-        if (lane == 0u) {
-            part_ml[slot] = vec2<f32>(mx, lsum);
-        }
+    }
+    if (lane == 0u && p.single == 0u) {
+        part_ml[row * p.splits + split] = vec2<f32>(m, l);
     }
 }
