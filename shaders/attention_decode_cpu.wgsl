@@ -19,28 +19,7 @@ const NC: u32 = (HD4 + LANES - 1u) / LANES;  // columns (vec4s of HD) per lane
 const NEG: f32 = -1.0e30;
 const LOG2E: f32 = 1.4426950408889634;
 
-struct Params {
-    n_q: u32,
-    n_heads: u32,
-    n_kv: u32,
-    group: u32,
-    max_ctx: u32,
-    pos: u32,
-    splits: u32,
-    scale: f32,
-    window: u32,
-    chunk: u32,   // keys per split
-    first: u32,   // the split of workgroup x = 0
-    single: u32,  // 1: split `first` is the only one launched; it writes the normalized output
-}
-
-@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;             // [n_q, n_heads, HD]
-@group(0) @binding(1) var<storage, read> kc: array<vec4<f32>>;            // [n_kv, max_ctx, HD]
-@group(0) @binding(2) var<storage, read> vc: array<vec4<f32>>;            // [n_kv, max_ctx, HD]
-@group(0) @binding(3) var<storage, read_write> part_o: array<vec4<f32>>;  // [n_q, n_heads, splits, HD]
-@group(0) @binding(4) var<storage, read_write> part_ml: array<vec2<f32>>; // [n_q, n_heads, splits, 2]
-@group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>;     // [n_q, n_heads, HD]
-@group(1) @binding(0) var<uniform> p: Params;
+#include "lib/attn_split_io.wgsl"
 
 @compute @workgroup_size(8)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(subgroup_invocation_id) lane: u32) {
