@@ -15,6 +15,8 @@
 //   16-bit sub-block codes) | 3 wd [tiles, G/8, 8] super-block factors (FACT only: vec4<u32> Q2K, K4, vec2<u32>
 //   Q3K) (1..3: lib/quant_tiled_w.wgsl) | then bias [N] f32 (BIAS only) | then y [M, N] f32 (written: columns
 //   row0..row0+rows).
+// NORM (with SUBGROUPS, WG 8): x is RMSNorm'ed in the prologue (weight nw [K/4] at binding NORM_AT, eps in the
+//   params); ADD: y = res + alpha * sums (lib/store_rows.wgsl; res at binding RES_AT).
 // Defs: Q8 (8-bit quants, else 4-bit nibbles), HB1 / HB2 (one / two high-bit words per block: 5- / 6-bit quants),
 //   NL (codebook nibbles), MIN (a min per block), S16 (a second scale for weights 16..32), PAIR (MIN or S16: two
 //   constants per block), XSUM (block sums of x: an offset or a min; XSUM2 each half's), SUPER with Q2K or Q3K
@@ -47,6 +49,9 @@
 #endif
 #endif
 @group(1) @binding(0) var<uniform> p: Params;
+#if NORM
+@group(0) @binding(NORM_AT) var<storage, read> nw: array<vec4<f32>>;  // [K/4] the RMSNorm weight
+#endif
 
 #include "lib/store_rows.wgsl"
 
@@ -70,11 +75,37 @@ fn main(
     var si = tile * p.groups * 8u + lane;
     var xi = wg.z * p.xv;
     var acc = vec4<f32>(0.0);
+#if NORM
+    // RMSNorm of x's row in the prologue (needs SUBGROUPS and WG = 8): the lanes, order and arithmetic of rms_norm
+    // on CPU adapters (WG 8, VEC4, one subgroup: lane l sums units l, l + 16, ... and l + 8, l + 24, ...), so the
+    // normalized x equals rms_norm's output bit for bit and fused and unfused steps agree exactly.
+    var a0 = vec4<f32>(0.0);
+    var a1 = vec4<f32>(0.0);
+    var ui = sl;
+    for (; ui + 8u < p.xv; ui += 16u) {
+        let u = x[xi + ui];
+        let v = x[xi + ui + 8u];
+        a0 += u * u;
+        a1 += v * v;
+    }
+    if (ui < p.xv) {
+        let u = x[xi + ui];
+        a0 += u * u;
+    }
+    let a = a0 + a1;
+    let inv = inverseSqrt(subgroupAdd((a.x + a.y) + (a.z + a.w)) / f32(p.k) + p.eps);
+    var ni = sl & 7u;
+#endif
     for (var g = 0u; g < p.groups; g++) {
         // The block's 8 x vectors, pre-scaled for the quant helpers (lib/quant_tiled.wgsl), and their sum(s).
         // (Written out here rather than through x_block / w_block / block_dot, which measured 5% slower for Q4.)
 #if SUBGROUPS
+#if NORM
+        let xr = x[xi + (sl & 7u)] * inv * nw[ni];
+        ni += 8u;
+#else
         let xr = x[xi + (sl & 7u)];
+#endif
         let xl = xr * select(XA_SCALE, XB_SCALE, (sl & 4u) != 0u);
 #if XSUM
         let xd = dot(xr, vec4<f32>(1.0));

@@ -9,4 +9,6 @@ struct Params {
     groups: u32,  // blocks per row, K / 32
     xv: u32,      // x row stride in vec4s, K / 4
     tiles: u32,   // tiles of 32 rows in this part (tiled layout; unused by the row layout)
+    alpha: f32,   // ADD: y = res + alpha * sum
+    eps: f32,     // NORM: the RMSNorm epsilon
 }

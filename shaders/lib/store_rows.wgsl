@@ -7,6 +7,12 @@
 //   act(gate) * up (lib/glu.wgsl; GELU picks the activation). Removes the [M, N] intermediate and a dispatch.
 // The including shader declares y (array<f32>), bias (BIAS) and p with fields n (W's rows, all parts), row0 and rows.
 
+// ADD (tiled GEMV only): y[m, row0 + r] = res[m, row0 + r] + alpha * sum_r, the residual add of the layer's
+// output projections (the arithmetic of add and of rms_norm's RESIDUAL form); res is bound at RES_AT.
+#if ADD
+@group(0) @binding(RES_AT) var<storage, read> res: array<f32>;  // [M, N]
+#endif
+
 alias GV = vec2<f32>;
 #include "lib/glu.wgsl"
 
@@ -32,7 +38,11 @@ fn store4(m: u32, r0: u32, sums: vec4<f32>) {
     for (var j = 0u; j < 4u; j++) {
         let r = r0 + j;
         if (r < p.rows) {
+#if ADD
+            y[yb + r] = res[yb + r] + p.alpha * s[j];
+#else
             y[yb + r] = s[j];
+#endif
         }
     }
 #endif

@@ -78,6 +78,8 @@ struct MatmulQParams {
     groups: u32,
     xv: u32,
     tiles: u32,
+    alpha: f32,
+    eps: f32,
 }
 
 #[derive(Debug)]
@@ -96,6 +98,22 @@ pub struct MatmulQ {
     math: QMath,
     /// GLU epilogue: W's rows are (gate, up) pairs and y `[M, N / 2]` is `act(gate) * up`.
     glu: Option<Glu>,
+    /// Fused prologue and epilogue ([`Fused`]).
+    fused: Fused,
+}
+
+/// What a fused tiled GEMV ([`Graph::matmul_q_fused`]) does around the product: x RMSNorm'ed first (a weight input
+/// `[K]` and this epsilon), and/or y = res + alpha * (x · W^T) (a residual input `[M, N]` and this alpha).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Fused {
+    pub norm: Option<f32>,
+    pub add: Option<f32>,
+}
+
+/// Whether [`Graph::matmul_q_fused`] can run `w` for `m` rows of x on this adapter: the tiled layout's GEMV with
+/// 8-lane subgroups (the norm prologue mirrors `rms_norm`'s CPU-adapter reduction exactly).
+pub fn can_fuse(caps: &Caps, w: &PackedWeight, m: usize) -> bool {
+    w.layout == Layout::Tiled && m <= TILED_GEMV_MAX_M && subgroups8(caps) && caps.cpu_adapter
 }
 
 /// The subgroup broadcast of x in the tiled kernels needs 8 lanes per subgroup.
@@ -128,6 +146,18 @@ fn rows_key(format: Format, bias: bool, subgroups: bool, tm: usize, f16: bool) -
         .flag("SUBGROUPS", subgroups)
         .def("TM", format!("{tm}u"))
         .flag("F16", f16)
+}
+
+/// The flags and binding numbers of a fused GEMV (y at `y_at`, then res, then the norm weight).
+fn fused_flags(key: ShaderKey, f: Fused, y_at: usize) -> ShaderKey {
+    let mut key = key.flag("NORM", f.norm.is_some()).flag("ADD", f.add.is_some());
+    if f.add.is_some() {
+        key = key.def("RES_AT", format!("{}u", y_at + 1));
+    }
+    if f.norm.is_some() {
+        key = key.def("NORM_AT", format!("{}u", y_at + 1 + usize::from(f.add.is_some())));
+    }
+    key
 }
 
 impl MatmulQ {
@@ -178,7 +208,12 @@ impl MatmulQ {
             ),
             Layout::Rows => rows_key(self.format, self.bias, caps.subgroups, self.tm(), self.f16(caps)),
         };
-        epilogue_flags(key, self.glu)
+        fused_flags(epilogue_flags(key, self.glu), self.fused, self.y_binding())
+    }
+
+    /// Binding of y: after x, the packed buffers and the bias.
+    fn y_binding(&self) -> usize {
+        3 + usize::from(self.format.third_buffer(self.layout)) + usize::from(self.bias)
     }
 
     /// Columns of y: N, or N / 2 with the GLU epilogue.
@@ -207,7 +242,11 @@ impl Kernel for MatmulQ {
                 if self.bias {
                     bindings.push(Bind::Tensor(nw));
                 }
-                bindings.push(Bind::Tensor(nw + usize::from(self.bias)));
+                // Inputs: x, the packed buffers, (bias), (res), (norm weight); then y.
+                let extra = usize::from(self.fused.add.is_some()) + usize::from(self.fused.norm.is_some());
+                let y = nw + usize::from(self.bias) + extra;
+                bindings.push(Bind::Tensor(y));
+                bindings.extend((y - extra..y).map(Bind::Tensor));
                 let [x, y, _] = match self.layout {
                     Layout::Tiled => grid(rows.div_ceil(TILE) * 8, WG_TILED, caps.max_workgroups_per_dim),
                     Layout::Rows => grid(rows, ROWS_PER_GROUP, caps.max_workgroups_per_dim),
@@ -231,6 +270,8 @@ impl Kernel for MatmulQ {
             groups: (self.k / QK) as u32,
             xv: (self.k / 4) as u32,
             tiles: rows.div_ceil(TILE) as u32,
+            alpha: self.fused.add.unwrap_or(1.0),
+            eps: self.fused.norm.unwrap_or(0.0),
         })
     }
     /// Compulsory traffic: packed W once, x once, bias once, y once (the GLU: 5 flops per output).
@@ -248,11 +289,27 @@ impl Kernel for MatmulQ {
         expect(|| {
             let w = dequantize_io(self.format, self.layout, self.n, self.k, &self.parts, &io[1..=nw])?;
             let bias = if self.bias { Some(io[1 + nw].f32()?) } else { None };
-            let mut y = reference(&io[0].f32()?, &w, bias.as_deref(), self.m, self.k, self.n);
+            let mut at = 1 + nw + usize::from(self.bias);
+            let res = match self.fused.add {
+                Some(_) => {
+                    at += 1;
+                    Some(io[at - 1].f32()?)
+                }
+                None => None,
+            };
+            let mut x = io[0].f32()?;
+            if let Some(eps) = self.fused.norm {
+                x = super::rms_norm::reference(&x, &io[at].f32()?, eps);
+                at += 1;
+            }
+            let mut y = reference(&x, &w, bias.as_deref(), self.m, self.k, self.n);
             if let Some(act) = self.glu {
                 y = reference_paired(&y, act);
             }
-            Ok(vec![Expected::at(1 + nw + usize::from(self.bias), y)])
+            if let (Some(alpha), Some(res)) = (self.fused.add, res) {
+                y = y.iter().zip(&res).map(|(&y, &r)| r + alpha * y).collect();
+            }
+            Ok(vec![Expected::at(at, y)])
         })
     }
     /// f32 products: the op tests' 1e-9; f16 products: x rounded to f16 (about 1e-7 at K = 4096) with margin. The
@@ -289,13 +346,45 @@ impl Graph {
         path: QPath,
         math: QMath,
     ) -> Result<TensorId> {
-        self.matmul_q_node(x, w, bias, path, math, None)
+        self.matmul_q_node(x, w, bias, path, math, None, Fused::default(), &[])
+    }
+
+    /// The tiled GEMV of `x` `[m, K]` (m <= 3) with `x` first RMSNorm'ed by `norm` (weight `[K]`, epsilon) and/or
+    /// `res + alpha * (x · W^T)` written for `add` (`res` `[m, N]`, alpha), and a GLU epilogue when `glu`: a layer's
+    /// norm, projection and residual add in one dispatch. Only where [`can_fuse`] says so (the plan fails
+    /// otherwise); the result equals the unfused `rms_norm` / `matmul_q` / `add` bit for bit on those adapters.
+    pub fn matmul_q_fused(
+        &mut self,
+        x: TensorId,
+        w: &PackedWeight,
+        bias: Option<TensorId>,
+        glu: Option<Glu>,
+        norm: Option<(TensorId, f32)>,
+        add: Option<(TensorId, f32)>,
+    ) -> Result<TensorId> {
+        let k = w.k;
+        let fused = Fused {
+            norm: norm.map(|n| n.1),
+            add: add.map(|a| a.1),
+        };
+        if let Some((nw, eps)) = norm {
+            if self.shape(nw) != [k] || self.dtype(nw) != DType::F32 || !(eps.is_finite() && eps >= 0.0) {
+                return Err(Error::shape("matmul_q", format!("{}: norm weight must be f32 [{k}]", w.name)));
+            }
+        }
+        if let Some((_, alpha)) = add {
+            if glu.is_some() || !alpha.is_finite() {
+                return Err(Error::shape("matmul_q", format!("{}: a residual add with a GLU", w.name)));
+            }
+        }
+        let extra: Vec<TensorId> = add.map(|a| a.0).into_iter().chain(norm.map(|n| n.0)).collect();
+        self.matmul_q_node(x, w, bias, QPath::Gemv, QMath::Auto, glu, fused, &extra)
     }
 
     /// `act(x · W_gate^T) * (x · W_up^T)` → `[.., N / 2]` in one dispatch per part: W's rows are (gate, up) pairs
     /// (row 2i the gate of output i, row 2i + 1 its up: [`crate::model::weights::Linear::load_paired`]).
     pub fn matmul_q_glu(&mut self, x: TensorId, w: &PackedWeight, act: Glu) -> Result<TensorId> {
-        self.matmul_q_node(x, w, None, QPath::Auto, QMath::Auto, Some(act))
+        self.matmul_q_node(x, w, None, QPath::Auto, QMath::Auto, Some(act), Fused::default(), &[])
     }
 
     /// [`Graph::matmul_q_glu`] with the kernel and arithmetic chosen by the caller.
@@ -307,9 +396,10 @@ impl Graph {
         math: QMath,
         act: Glu,
     ) -> Result<TensorId> {
-        self.matmul_q_node(x, w, None, path, math, Some(act))
+        self.matmul_q_node(x, w, None, path, math, Some(act), Fused::default(), &[])
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn matmul_q_node(
         &mut self,
         x: TensorId,
@@ -318,6 +408,8 @@ impl Graph {
         path: QPath,
         math: QMath,
         glu: Option<Glu>,
+        fused: Fused,
+        extra: &[TensorId],
     ) -> Result<TensorId> {
         let xs = self.shape(x).to_vec();
         let bs = bias.map(|b| self.shape(b).to_vec());
@@ -374,13 +466,25 @@ impl Graph {
             path,
             math,
             glu,
+            fused,
         };
         let cols = kernel.y_cols();
+        if fused.add.is_some() {
+            let want = [m, cols];
+            let res = extra[0];
+            if self.shape(res).iter().product::<usize>() != m * cols || self.dtype(res) != DType::F32 {
+                return Err(bad(&format!("the residual must be f32 {want:?}")));
+            }
+        }
+        if (fused.add.is_some() || fused.norm.is_some()) && (w.layout != Layout::Tiled || m > TILED_GEMV_MAX_M) {
+            return Err(bad("a fused norm or add needs the tiled GEMV (CPU adapters, at most 3 rows)"));
+        }
         let mut inputs = vec![x];
         for t in tensors.into_iter().flatten() {
             inputs.push(self.external(t));
         }
         inputs.extend(bias);
+        inputs.extend_from_slice(extra);
         let mut out = xs.clone();
         *out.last_mut().expect("x has a last dim") = cols;
         Ok(self.add_node(kernel, &inputs, &[("matmul_q", &out, DType::F32)])?[0])
@@ -446,6 +550,20 @@ pub fn variants() -> Vec<ShaderKey> {
                     }
                 }
                 v.extend(keys.into_iter().map(|k| epilogue_flags(k, glu)));
+            }
+        }
+    }
+    // The fused tiled GEMVs (subgroups only; y at binding 3, plus one for a third buffer and one for a bias).
+    for format in kernel_formats() {
+        for xu in [false, true] {
+            for (bias, glu) in epilogues {
+                let key = epilogue_flags(tiled_key(format, bias, xu, true, None), glu);
+                let y_at = 3 + usize::from(format.third_buffer(Layout::Tiled)) + usize::from(bias);
+                let norm = Fused { norm: Some(1e-6), add: None };
+                v.push(fused_flags(key.clone(), norm, y_at));
+                if glu.is_none() {
+                    v.push(fused_flags(key, Fused { norm: None, add: Some(1.0) }, y_at));
+                }
             }
         }
     }

@@ -511,6 +511,7 @@ pub fn cases() -> Vec<Case> {
     }
     batch_rows(&mut v);
     glu_cases(&mut v);
+    fused_cases(&mut v);
     // Forcing f16 takes effect where the adapter has f16: Q4_0 at K = 4096 then has an NMSE of about 2e-7 (f16
     // rounding), far above what f32 arithmetic gives (about 1e-11). Without f16 the same run must match f32's bound.
     v.push(Case::new("matmul_q", "f16_forced_rounds_in_f16", |gpu| {
@@ -676,4 +677,72 @@ fn glu_cases(v: &mut Vec<Case>) {
             v.push(case("fallback_", s, fallback_gpu));
         }
     }
+}
+
+/// The fused tiled GEMV (`matmul_q_fused`: the RMSNorm in its prologue, or the residual add in its epilogue) equals
+/// `rms_norm` then `matmul_q`, or `matmul_q` then `add`, bit for bit: a fused decode step and an unfused
+/// verification step must agree exactly. Every format, 1 to 3 rows, K with and without a partial last round of the
+/// norm's sum (576 = 9 x 64, 608; super-block formats 768), with a bias and with the GLU epilogue.
+fn fused_cases(v: &mut Vec<Case>) {
+    for (i, ty) in FORMATS.into_iter().enumerate() {
+        use GgmlType::*;
+        let superblocks = matches!(ty, Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS);
+        let k = match (superblocks, i % 2) {
+            (true, _) => 768,
+            (false, 0) => 576,
+            _ => 608,
+        };
+        for m in 1..=3 {
+            let glu = (m == 2).then_some(Glu::Silu);
+            let name = format!("fused_norm_and_add_equal_unfused_{}_m{m}_k{k}", ty.name());
+            v.push(Case::new("matmul_q", name, move |gpu| fused_check(gpu, ty, m, k, glu)));
+        }
+    }
+}
+
+fn fused_check(gpu: &Gpu, ty: GgmlType, m: usize, k: usize, glu: Option<Glu>) -> shaderlm::Result<Check> {
+    let n = 96;
+    let cols = if glu.is_some() { n / 2 } else { n };
+    if !matmul_q::can_fuse(&gpu.caps, &PackedWeight::upload_with(gpu, "probe", ty, Layout::Tiled, n, k, &random_blocks(ty, n, k, 1))?, m) {
+        return Err(shaderlm::Error::Invalid("this adapter has no fused GEMV (needs a CPU adapter with subgroups)".into()));
+    }
+    let w = PackedWeight::upload_with(gpu, "w", ty, Layout::Tiled, n, k, &random_blocks(ty, n, k, 21))?;
+    let bias = GpuTensor::upload_f32(gpu, "bias", &[n], &Rng::new(22).vec(n, 1.0))?;
+    let norm = GpuTensor::upload_f32(gpu, "norm", &[k], &Rng::new(23).vec(k, 2.0))?;
+    let x = Rng::new(24).vec(m * k, 3.0);
+    let res = Rng::new(25).vec(m * cols, 1.0);
+    let (eps, alpha) = (1e-5f32, 1.4f32);
+    let run = |fused: bool, add: bool| -> shaderlm::Result<Vec<u32>> {
+        let mut g = Graph::new();
+        let tx = g.input("x", &[m, k], DType::F32);
+        let tr = g.input("res", &[m, cols], DType::F32);
+        let (tb, tn) = (g.external(&bias), g.external(&norm));
+        let tb = (glu.is_none() && !add).then_some(tb);
+        let y = match (fused, add) {
+            (true, false) => g.matmul_q_fused(tx, &w, tb, glu, Some((tn, eps)), None)?,
+            (true, true) => g.matmul_q_fused(tx, &w, None, None, None, Some((tr, alpha)))?,
+            (false, false) => {
+                let xn = g.rms_norm(tx, tn, eps)?;
+                match glu {
+                    Some(act) => g.matmul_q_glu(xn, &w, act)?,
+                    None => g.matmul_q(xn, &w, tb)?,
+                }
+            }
+            (false, true) => {
+                let y = g.matmul_q(tx, &w, None)?;
+                g.add_scaled(tr, y, alpha)?
+            }
+        };
+        g.output(y);
+        let mut plan = Plan::new(gpu, g)?;
+        plan.write_input(gpu, tx, bytemuck::cast_slice(&x))?;
+        plan.write_input(gpu, tr, bytemuck::cast_slice(&res))?;
+        plan.run(gpu, &StepVars::default())?;
+        Ok(plan.read_f32(y)?.iter().map(|v| v.to_bits()).collect())
+    };
+    let norm_check = exact(&run(true, false)?, &run(false, false)?);
+    if !norm_check.passed() || glu.is_some() {
+        return Ok(norm_check);
+    }
+    Ok(exact(&run(true, true)?, &run(false, true)?))
 }
