@@ -11,7 +11,7 @@
 //   scales (vec4<u32> d, d, m, m for PAIR; SUPER: 16-bit sub-block codes) | 3 wd [tiles, G/8, 8] super-block
 //   factors (FACT only: vec4<u32> Q2K, K4, vec2<u32> Q3K) (1..3: lib/quant_tiled_w.wgsl) | then bias [N] f32 (BIAS only) | then y [M, N] f32
 //   (written: columns row0..row0+rows).
-// Defs: TM (rows of x per invocation: 4 with T4, or 8 with T4 and T8; lib/tiled_tokens.wgsl), Q8, HB1, HB2, NL,
+// Defs: TM (rows of x per invocation: 2 with T2, 4 with T2 and T4, or 8 with T2, T4 and T8; lib/tiled_tokens.wgsl), Q8, HB1, HB2, NL,
 //   MIN, S16, PAIR, XSUM, XSUM2, SUPER, Q2K, Q3K, QC (as in matmul_q_tiled), SUBGROUPS, BIAS, GLU, GELU, WG (workgroup size,
 //   a multiple of 8).
 // Grid: ceil(tiles * 8 / WG) workgroups of WG (folded into y past the per-dimension limit) x 1 x ceil(M / TM).

@@ -681,7 +681,7 @@ fn glu_cases(v: &mut Vec<Case>) {
 
 /// The fused tiled GEMV (`matmul_q_fused`: the RMSNorm in its prologue, or the residual add in its epilogue) equals
 /// `rms_norm` then `matmul_q`, or `matmul_q` then `add`, bit for bit: a fused decode step and an unfused
-/// verification step must agree exactly. Every format, 1 to 3 rows, K with and without a partial last round of the
+/// verification step must agree exactly. Every format, one row (the fused GEMV's), K with and without a partial last round of the
 /// norm's sum (576 = 9 x 64, 608; super-block formats 768), with a bias and with the GLU epilogue.
 fn fused_cases(v: &mut Vec<Case>) {
     for (i, ty) in FORMATS.into_iter().enumerate() {
@@ -692,9 +692,10 @@ fn fused_cases(v: &mut Vec<Case>) {
             (false, 0) => 576,
             _ => 608,
         };
-        for m in 1..=3 {
-            let glu = (m == 2).then_some(Glu::Silu);
-            let name = format!("fused_norm_and_add_equal_unfused_{}_m{m}_k{k}", ty.name());
+        // The fused GEMV serves matmul_q::TILED_GEMV_MAX_M rows (one): with and without the GLU epilogue.
+        for glu in [None, Some(Glu::Silu)] {
+            let m = matmul_q::TILED_GEMV_MAX_M;
+            let name = format!("fused_norm_and_add_equal_unfused_{}_m{m}_k{k}_glu{}", ty.name(), glu.is_some());
             v.push(Case::new("matmul_q", name, move |gpu| fused_check(gpu, ty, m, k, glu)));
         }
     }
