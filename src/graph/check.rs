@@ -235,7 +235,8 @@ impl super::Plan {
     /// order. The graph's inputs must have been written (as for [`super::Plan::run`]). Reads back every tensor
     /// every node binds: meant for finding a wrong kernel, not for speed.
     pub fn check(&mut self, gpu: &Gpu, vars: &StepVars, opts: &CheckOptions) -> Result<Vec<NodeCheck>> {
-        self.write_params(gpu, vars);
+        let vars = vec![*vars; self.seqs()];
+        self.write_params(gpu, &vars);
         let mut verdicts = Vec::with_capacity(self.nodes.len());
         for n in 0..self.nodes.len() {
             let io = self.nodes[n].io.clone();
@@ -246,7 +247,7 @@ impl super::Plan {
             }
             let node = &self.nodes[n];
             let mut worst = None;
-            if let Some(expected) = node.kernel.reference(&before, vars) {
+            if let Some(expected) = node.kernel.reference(&before, &vars[node.seq]) {
                 let expected = expected.map_err(|e| Error::Graph(format!("check of {}: {e}", node.label)))?;
                 let mut err = 0f64;
                 for e in &expected {
@@ -296,7 +297,10 @@ impl super::Plan {
                 .iter()
                 .map(|p| read_buffer(gpu, &p.buffer, 0, p.bytes))
                 .collect::<Result<Vec<_>>>()?,
-            (_, Some(buf)) => vec![read_buffer(gpu, buf, 0, desc.bytes())?],
+            (_, Some(buf)) => {
+                let offset = super::offset_in(&self.tensors, id);
+                vec![read_buffer(gpu, buf, offset, desc.bytes())?]
+            }
             (_, None) => return Err(Error::Graph(format!("check: tensor {} has no buffer", desc.name))),
         };
         Ok(HostIo {

@@ -25,8 +25,9 @@ pub enum Source {
     External(GpuTensor),
     /// Produced by a node; its buffer is assigned by the plan and reused after its last use.
     Node,
-    /// Another tensor's memory under a new shape of the same size (a free reshape).
-    View(TensorId),
+    /// Another tensor's memory from a byte offset on: under a new shape of the same size (a free reshape), or some
+    /// of its rows ([`Graph::row_view`]).
+    View { base: TensorId, offset: u64 },
 }
 
 #[derive(Debug)]
@@ -108,6 +109,8 @@ pub struct Node {
     pub kernel: Box<dyn Kernel>,
     pub inputs: Vec<TensorId>,
     pub outputs: Vec<TensorId>,
+    /// The sequence whose [`StepVars`] the node runs with (0 unless the graph batches several sequences).
+    pub seq: usize,
 }
 
 /// A recorded forward step.
@@ -117,6 +120,8 @@ pub struct Graph {
     pub(crate) nodes: Vec<Node>,
     pub(crate) readback: Vec<TensorId>,
     prefix: String,
+    /// The sequence of the nodes recorded from now on (see [`Graph::set_seq`]).
+    seq: usize,
 }
 
 impl Graph {
@@ -139,6 +144,14 @@ impl Graph {
         self.push_tensor(name, shape, dtype, Source::Input)
     }
 
+    /// A tensor that no node produces: nodes write it as effects, row by row through [`Graph::row_view`]s (each
+    /// sequence of a batched step its own rows), before any node reads it. The plan gives it a buffer at its first
+    /// use; what it holds before the first write is undefined.
+    pub fn uninit(&mut self, name: &str, shape: &[usize], dtype: DType) -> TensorId {
+        let name = format!("{}{name}", self.prefix);
+        self.push_tensor(&name, shape, dtype, Source::Node)
+    }
+
     /// A device tensor owned outside the graph (weights, KV cache). Kernels may write to it.
     pub fn external(&mut self, t: &GpuTensor) -> TensorId {
         self.push_tensor(&t.name.clone(), &t.shape.clone(), t.dtype, Source::External(t.clone()))
@@ -159,7 +172,10 @@ impl Graph {
             name: name.clone(),
             shape: shape.to_vec(),
             dtype,
-            source: Source::View(self.root(id)),
+            source: Source::View {
+                base: self.root(id),
+                offset: self.view_offset(id),
+            },
         };
         if view.bytes() != bytes {
             return Err(Error::shape(
@@ -176,6 +192,44 @@ impl Graph {
         root_in(&self.tensors, id)
     }
 
+    fn view_offset(&self, id: TensorId) -> u64 {
+        offset_in(&self.tensors, id)
+    }
+
+    /// Rows `row0 .. row0 + rows` of `id` (first dimension) as a tensor of their own: the same memory, no copy. A
+    /// node may read it, or write it as an effect ([`Graph::add_effect`]; e.g. each sequence of a batched step
+    /// writing its rows of one tensor). The plan binds it at its byte offset, which must be a multiple of the
+    /// adapter's storage-offset alignment (256 bytes on most).
+    pub fn row_view(&mut self, id: TensorId, row0: usize, rows: usize) -> Result<TensorId> {
+        let (shape, dtype, name) = {
+            let t = self.desc(id);
+            (t.shape.clone(), t.dtype, t.name.clone())
+        };
+        let total = shape.first().copied().unwrap_or(1);
+        if shape.is_empty() || rows == 0 || row0 + rows > total {
+            return Err(Error::shape(
+                "row_view",
+                format!("{name}: rows {row0}..{} of {shape:?}", row0 + rows),
+            ));
+        }
+        if matches!(&self.desc(self.root(id)).source, Source::External(t) if t.parts.len() > 1) {
+            return Err(Error::shape("row_view", format!("{name} is split into parts")));
+        }
+        let row_bytes = self.desc(id).bytes() / total as u64;
+        let mut view_shape = shape;
+        view_shape[0] = rows;
+        self.tensors.push(TensorDesc {
+            name: format!("{name}[{row0}..{}]", row0 + rows),
+            shape: view_shape,
+            dtype,
+            source: Source::View {
+                base: self.root(id),
+                offset: self.view_offset(id) + row0 as u64 * row_bytes,
+            },
+        });
+        Ok(TensorId(self.tensors.len() - 1))
+    }
+
     /// Ask for this tensor to be read back after each run.
     pub fn output(&mut self, id: TensorId) {
         if !self.readback.contains(&id) {
@@ -186,6 +240,14 @@ impl Graph {
     /// Name prefix for the labels of nodes recorded from now on (e.g. `layer3.`).
     pub fn set_prefix(&mut self, prefix: &str) {
         self.prefix = prefix.into();
+    }
+
+    /// The sequence whose position the nodes recorded from now on use: a graph that batches the tokens of several
+    /// sequences (sessions, each at its own position) records each sequence's position-dependent nodes (RoPE, the
+    /// K/V write, attention) under its index, and a run passes one [`StepVars`] per sequence
+    /// ([`Plan::run_seqs`]). Nodes that only see rows (matmuls, norms) stay in sequence 0.
+    pub fn set_seq(&mut self, seq: usize) {
+        self.seq = seq;
     }
 
     pub fn desc(&self, id: TensorId) -> &TensorDesc {
@@ -227,6 +289,7 @@ impl Graph {
             kernel: Box::new(kernel),
             inputs: inputs.to_vec(),
             outputs: outs.clone(),
+            seq: self.seq,
         });
         Ok(outs)
     }
@@ -248,7 +311,15 @@ impl Graph {
 /// The tensor of `tensors` whose memory `id` uses (itself unless it is a view).
 pub(crate) fn root_in(tensors: &[TensorDesc], id: TensorId) -> TensorId {
     match tensors[id.0].source {
-        Source::View(base) => base,
+        Source::View { base, .. } => base,
         _ => id,
+    }
+}
+
+/// Bytes from its root's start to tensor `id`'s first byte (0 unless it is a row view).
+pub(crate) fn offset_in(tensors: &[TensorDesc], id: TensorId) -> u64 {
+    match tensors[id.0].source {
+        Source::View { offset, .. } => offset,
+        _ => 0,
     }
 }

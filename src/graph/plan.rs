@@ -2,7 +2,7 @@
 //! compute pass, writes the parameter block once, submits once and reads back only the requested tensors.
 
 use super::{
-    root_in, Bind, Cost, Dispatch, Graph, Kernel, Node, Source, StepVars, Tap, TensorDesc, TensorId,
+    offset_in, root_in, Bind, Cost, Dispatch, Graph, Kernel, Node, Source, StepVars, Tap, TensorDesc, TensorId,
     UNIFORM_ARRAY_BYTES,
 };
 use crate::error::{Error, Result};
@@ -29,11 +29,15 @@ pub(super) struct NodeInfo {
     /// The node's tensors: inputs, then outputs.
     pub(super) io: Vec<TensorId>,
     pub(super) n_inputs: usize,
+    /// The sequence whose vars the node runs with ([`super::Graph::set_seq`]).
+    pub(super) seq: usize,
 }
 
 struct Readback {
     tensor: TensorId,
     src: Arc<wgpu::Buffer>,
+    /// Where the tensor starts in `src` (a row view's offset).
+    offset: u64,
     staging: wgpu::Buffer,
     bytes: u64,
     host: Vec<u8>,
@@ -63,7 +67,10 @@ pub struct Plan {
     counts: Vec<[u32; 3]>,
     stride: u64,
     staging: Vec<u8>,
-    last_vars: Option<StepVars>,
+    /// The vars of each sequence the params were last written for (empty before the first run).
+    last_vars: Vec<StepVars>,
+    /// Sequences the graph batches (one [`StepVars`] each per run).
+    seqs: usize,
     /// Buffer bound for each graph tensor (None for externals, which keep their own parts).
     pub(super) buffers: Vec<Option<Arc<wgpu::Buffer>>>,
     inputs: Vec<(TensorId, u64)>,
@@ -127,6 +134,14 @@ impl Plan {
         let mut steps = Vec::new();
         let params_layout = gpu.pipelines.params_layout(&gpu.device);
         for (n, (node, dispatches)) in nodes.into_iter().zip(dispatches).enumerate() {
+            // A tensor no node produces ([`Graph::uninit`]) takes its buffer at its first use.
+            for t in node.inputs.iter().map(|t| root(*t)) {
+                if matches!(tensors[t.0].source, Source::Node) && buffers[t.0].is_none() {
+                    let desc = &tensors[t.0];
+                    check_binding(gpu, &desc.name, desc.bytes())?;
+                    buffers[t.0] = Some(pool.take(gpu, alloc[t.0], &desc.name));
+                }
+            }
             for o in &node.outputs {
                 let t = &tensors[o.0];
                 check_binding(gpu, &t.name, t.bytes())?;
@@ -173,12 +188,14 @@ impl Plan {
                 steps: first..steps.len(),
                 n_inputs: node.inputs.len(),
                 io,
+                seq: node.seq,
             });
         }
         let stride = PARAMS_BYTES.next_multiple_of(gpu.caps.uniform_align as u64);
         let params_size = stride * steps.len().max(1) as u64;
         let (params_buf, params_bg) = params_block(gpu, &params_layout, params_size);
         let counts = steps.iter().map(|s| s.workgroups).collect();
+        let seqs = node_infos.iter().map(|n| n.seq + 1).max().unwrap_or(1);
         let readbacks = readbacks(gpu, &tensors, &buffers, readback)?;
         gpu.check("plan")?;
         Ok(Plan {
@@ -190,7 +207,8 @@ impl Plan {
             counts,
             stride,
             staging: vec![0; params_size as usize],
-            last_vars: None,
+            last_vars: Vec::new(),
+            seqs,
             buffers,
             inputs,
             readbacks,
@@ -198,26 +216,61 @@ impl Plan {
         })
     }
 
-    /// Dispatches a run at `vars` records (a step whose counts this position sets to zero is left out).
+    /// Sequences the plan's graph batches: a run takes one [`StepVars`] for each.
+    pub fn seqs(&self) -> usize {
+        self.seqs
+    }
+
+    /// One vars per sequence: `vars` for a plan of one sequence, else `vars` for every sequence.
+    fn every_seq(&self, vars: &StepVars) -> Vec<StepVars> {
+        vec![*vars; self.seqs]
+    }
+
+    fn check_seqs(&self, vars: &[StepVars]) -> Result<()> {
+        if vars.len() != self.seqs {
+            return Err(Error::Graph(format!(
+                "{} step vars given to a plan of {} sequences",
+                vars.len(),
+                self.seqs
+            )));
+        }
+        Ok(())
+    }
+
+    /// Dispatches a run at `vars` (every sequence's) records (a step whose counts this position sets to zero is
+    /// left out).
     pub fn dispatch_count(&self, vars: &StepVars) -> usize {
+        self.dispatch_count_seqs(&self.every_seq(vars))
+    }
+
+    /// Dispatches a run with one vars per sequence records.
+    pub fn dispatch_count_seqs(&self, vars: &[StepVars]) -> usize {
+        if self.check_seqs(vars).is_err() {
+            return 0;
+        }
         (0..self.steps.len()).filter(|&s| self.recorded(s, vars)).count()
     }
 
-    /// Workgroup counts of step `s` at `vars`.
-    fn counts_at(&self, s: usize, vars: &StepVars) -> [u32; 3] {
+    /// The vars step `s` runs with (its node's sequence's); `vars` has one per sequence.
+    fn vars_of<'v>(&self, s: usize, vars: &'v [StepVars]) -> &'v StepVars {
+        &vars[self.nodes[self.steps[s].node].seq]
+    }
+
+    /// Workgroup counts of step `s` at `vars` (one per sequence).
+    fn counts_at(&self, s: usize, vars: &[StepVars]) -> [u32; 3] {
         let step = &self.steps[s];
         if !step.dynamic {
             return step.workgroups;
         }
         let kernel = &self.nodes[step.node].kernel;
         let want = kernel
-            .step_workgroups(step.index as usize, vars)
+            .step_workgroups(step.index as usize, self.vars_of(s, vars))
             .unwrap_or(step.workgroups);
         // Never more than the static grid the kernel was planned (and its bindings sized) for.
         [0, 1, 2].map(|d| want[d].min(step.workgroups[d]))
     }
 
-    fn recorded(&self, s: usize, vars: &StepVars) -> bool {
+    fn recorded(&self, s: usize, vars: &[StepVars]) -> bool {
         self.counts_at(s, vars).iter().all(|&c| c > 0)
     }
 
@@ -257,12 +310,15 @@ impl Plan {
         Ok(())
     }
 
-    pub(super) fn write_params(&mut self, gpu: &Gpu, vars: &StepVars) {
-        if self.last_vars == Some(*vars) {
+    /// Write every dispatch's parameter block for `vars` (one per sequence, as many as the plan has: callers check
+    /// with `check_seqs`) unless the last run had the same.
+    pub(super) fn write_params(&mut self, gpu: &Gpu, vars: &[StepVars]) {
+        if self.last_vars == vars {
             return;
         }
         for (s, step) in self.steps.iter().enumerate() {
-            let p = self.nodes[step.node].kernel.params(step.index as usize, vars);
+            let node = &self.nodes[step.node];
+            let p = node.kernel.params(step.index as usize, &vars[node.seq]);
             let at = s * self.stride as usize;
             self.staging[at..at + 128].copy_from_slice(bytemuck::cast_slice(&p.0));
         }
@@ -270,7 +326,8 @@ impl Plan {
         for s in 0..self.steps.len() {
             self.counts[s] = self.counts_at(s, vars);
         }
-        self.last_vars = Some(*vars);
+        self.last_vars.clear();
+        self.last_vars.extend_from_slice(vars);
     }
 
     pub(super) fn record(&self, pass: &mut wgpu::ComputePass<'_>, step: &Step, s: usize) {
@@ -285,7 +342,18 @@ impl Plan {
     }
 
     /// Run the whole graph: one pass, one submit, one wait; read-back tensors are then available from `read`.
+    /// A plan of several sequences runs every one at `vars`.
     pub fn run(&mut self, gpu: &Gpu, vars: &StepVars) -> Result<()> {
+        if self.seqs == 1 {
+            self.run_seqs(gpu, std::slice::from_ref(vars))
+        } else {
+            self.run_seqs(gpu, &self.every_seq(vars))
+        }
+    }
+
+    /// [`Plan::run`] with one vars per sequence of the graph ([`super::Graph::set_seq`]).
+    pub fn run_seqs(&mut self, gpu: &Gpu, vars: &[StepVars]) -> Result<()> {
+        self.check_seqs(vars)?;
         self.write_params(gpu, vars);
         let mut enc = gpu.device.create_command_encoder(&Default::default());
         {
@@ -299,7 +367,7 @@ impl Plan {
 
     fn finish(&mut self, gpu: &Gpu, mut enc: wgpu::CommandEncoder) -> Result<()> {
         for r in &self.readbacks {
-            enc.copy_buffer_to_buffer(&r.src, 0, &r.staging, 0, r.staging.size());
+            enc.copy_buffer_to_buffer(&r.src, r.offset, &r.staging, 0, r.staging.size());
         }
         gpu.queue.submit([enc.finish()]);
         for r in &self.readbacks {
@@ -345,8 +413,10 @@ impl Plan {
     }
 
     /// Run once, timing every node: timestamps inside the pass where the adapter has them, else one submit per node.
+    /// A plan of several sequences profiles every one at `vars`.
     pub fn profile(&mut self, gpu: &Gpu, vars: &StepVars) -> Result<Vec<NodeProfile>> {
-        self.write_params(gpu, vars);
+        let vars = self.every_seq(vars);
+        self.write_params(gpu, &vars);
         let n = self.steps.len();
         let mut micros = vec![0f64; self.nodes.len()];
         let on_gpu = gpu.caps.timestamps_in_passes && n < 4095;
@@ -402,8 +472,8 @@ impl Plan {
             .zip(micros)
             .map(|(node, micros)| NodeProfile {
                 label: node.label.clone(),
-                dispatches: node.steps.clone().filter(|&s| self.recorded(s, vars)).count(),
-                cost: node.kernel.step_cost(vars),
+                dispatches: node.steps.clone().filter(|&s| self.recorded(s, &vars)).count(),
+                cost: node.kernel.step_cost(&vars[node.seq]),
                 micros,
                 timed_on_gpu: on_gpu,
             })
@@ -453,7 +523,7 @@ fn alloc_bytes(tensors: &[TensorDesc], nodes: &[Node], dispatches: &[Vec<Dispatc
 }
 
 /// The bind group of one dispatch: binding i is the node tensor (or row part) `bindings[i]` names, sized to the
-/// tensor (a view binds its root's buffer at the view's size).
+/// tensor (a view binds its root's buffer at the view's offset and size).
 fn bind_dispatch(
     gpu: &Gpu,
     tensors: &[TensorDesc],
@@ -477,6 +547,14 @@ fn bind_dispatch(
             Bind::Uniform(_) => UNIFORM_ARRAY_BYTES,
             _ => tensors[id.0].bytes(),
         };
+        let offset = offset_in(tensors, id);
+        if !offset.is_multiple_of(gpu.caps.storage_align.max(1) as u64) {
+            return Err(Error::Graph(format!(
+                "{label}: {} starts {offset} bytes into its buffer, not a multiple of the adapter's {}-byte storage \
+                 offset alignment",
+                tensors[id.0].name, gpu.caps.storage_align
+            )));
+        }
         let id = root(id);
         let t = &tensors[id.0];
         let (buffer, size): (&wgpu::Buffer, u64) = match (&t.source, &buffers[id.0]) {
@@ -501,7 +579,7 @@ fn bind_dispatch(
             binding: b as u32,
             resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
                 buffer,
-                offset: 0,
+                offset,
                 size: wgpu::BufferSize::new(size.next_multiple_of(4).max(4)),
             }),
         });
@@ -529,10 +607,11 @@ fn readbacks(
             (_, Some(b)) => b.clone(),
             _ => return Err(Error::Graph(format!("cannot read back split tensor {}", t.name))),
         };
-        let bytes = t.bytes();
+        let bytes = tensors[id.0].bytes();
         readbacks.push(Readback {
             tensor: id,
             src,
+            offset: offset_in(tensors, id),
             staging: gpu.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("readback"),
                 size: bytes.next_multiple_of(4).max(4),
