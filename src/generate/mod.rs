@@ -1,6 +1,7 @@
 //! Generation: prefill in chunks, decode one token per submission, sampling, stop rules, streaming, timings.
 //! The decode plan is built once and reused; the per-token loop allocates nothing on the host.
 
+pub mod batch;
 pub mod draft;
 mod emit;
 pub mod spec;

@@ -398,6 +398,69 @@ impl Llama {
         self.build_step(gpu, cache, n_tokens, out, sparse, true)
     }
 
+    /// Whether [`Llama::batch_step`] serves this model on `gpu`: dense attention (no InfLLM-v2 stages), and rows
+    /// of the q|k|v projections and of the attention output that start at the adapter's storage-offset alignment
+    /// (each sequence binds its own rows).
+    pub fn can_batch(&self, gpu: &Gpu) -> bool {
+        let c = &self.cfg;
+        let align = gpu.caps.storage_align.max(1) as usize;
+        let aligned = |cols: usize| (4 * cols).is_multiple_of(align);
+        c.sparse.is_none()
+            && aligned(c.n_heads * c.head_dim)
+            && self
+                .layers
+                .iter()
+                .all(|l| l.qkv.groups.iter().all(|(w, _, _)| aligned(w.shape().0)))
+    }
+
+    /// One decode step for several sequences at once: row `r` is the next token of the session whose cache is
+    /// `caches[r]`, at that session's own position (the run passes one position per row: [`Step::run_batch`]).
+    /// The matmuls and norms read each weight once for every row; each row's RoPE, K/V write and attention run
+    /// on its own cache. The outputs cover every row, each equal bit for bit to that session's one-token step
+    /// (the kernels are batch invariant). At most `MAX_BATCH` rows; see [`Llama::can_batch`].
+    pub fn batch_step(&self, gpu: &Gpu, caches: &[&KvCache], out: StepOutputs) -> Result<Step> {
+        if caches.is_empty() || caches.len() > MAX_BATCH {
+            return Err(Error::Invalid(format!(
+                "a batched step of {} sequences (1..={MAX_BATCH})",
+                caches.len()
+            )));
+        }
+        if !self.can_batch(gpu) {
+            return Err(Error::Invalid(
+                "this model cannot batch sessions on this adapter (sparse attention, or unaligned rows)".into(),
+            ));
+        }
+        let n = caches.len();
+        let mut g = Graph::new();
+        let ids = g.input("ids", &[n], DType::U32);
+        let seqs = caches
+            .iter()
+            .map(|&cache| SeqContext {
+                cache,
+                ropes: cache.rope.iter().map(|t| self.rope(&mut g, t)).collect(),
+            })
+            .collect();
+        let ctx = StepContext {
+            seqs,
+            n_tokens: n,
+            sparse: false,
+            sparse_keys: None,
+        };
+        let (logits, router) = self.forward(&mut g, gpu, &ctx, ids, out, true)?;
+        let (logits, argmax, topk) = read_backs(&mut g, logits, out)?;
+        Ok(Step {
+            plan: Plan::new(gpu, g)?,
+            n_tokens: n,
+            vars: Vec::with_capacity(n),
+            vocab_ids: self.head_ids().map(<[u32]>::to_vec),
+            ids,
+            logits,
+            argmax,
+            topk,
+            router,
+        })
+    }
+
     /// The step graph: outputs of the last token, or of every token when `all_rows`.
     fn build_step(
         &self,
@@ -417,16 +480,44 @@ impl Llama {
         }
         let mut g = Graph::new();
         let ids = g.input("ids", &[n_tokens], DType::U32);
-        let mut h = self.embed(&mut g, ids)?; // [n, hidden]
-        g.tap(h, Tap::Embed);
         let ctx = StepContext {
-            cache,
+            seqs: vec![SeqContext {
+                cache,
+                ropes: cache.rope.iter().map(|t| self.rope(&mut g, t)).collect(),
+            }],
             n_tokens,
             sparse,
             sparse_keys,
-            // The global rotation, then the sliding-window layers' own (indexed by whether a layer has a window).
-            ropes: cache.rope.iter().map(|t| self.rope(&mut g, t)).collect(),
         };
+        let (logits, router) = self.forward(&mut g, gpu, &ctx, ids, out, all_rows)?;
+        let (logits, argmax, topk) = read_backs(&mut g, logits, out)?;
+        Ok(Step {
+            plan: Plan::new(gpu, g)?,
+            n_tokens,
+            vars: Vec::with_capacity(1),
+            vocab_ids: self.head_ids().map(<[u32]>::to_vec),
+            ids,
+            logits,
+            argmax,
+            topk,
+            router,
+        })
+    }
+
+    /// Record the forward pass of `ids` `[n]`: the logits `[rows, vocab]` of the last row, or of every row when
+    /// `all_rows`, and the BlockFFN router weights asked for.
+    fn forward(
+        &self,
+        g: &mut Graph,
+        gpu: &Gpu,
+        ctx: &StepContext<'_>,
+        ids: TensorId,
+        out: StepOutputs,
+        all_rows: bool,
+    ) -> Result<(TensorId, Vec<TensorId>)> {
+        let n_tokens = ctx.n_tokens;
+        let mut h = self.embed(g, ids)?; // [n, hidden]
+        g.tap(h, Tap::Embed);
         // The FFN output still to be added to `h`: fused into the next norm (one dispatch for add + norm).
         let mut pending: Option<TensorId> = None;
         let mut router = Vec::new();
@@ -434,16 +525,16 @@ impl Llama {
         for (i, l) in self.layers.iter().enumerate() {
             g.set_prefix(&format!("blk.{i}."));
             if fused {
-                h = self.fused_layer(&mut g, &ctx, i, l, h)?;
+                h = self.fused_layer(g, ctx, i, l, h)?;
                 continue;
             }
-            let x = self.add_norm(&mut g, &mut h, pending.take(), &l.attn_norm)?;
+            let x = self.add_norm(g, &mut h, pending.take(), &l.attn_norm)?;
             g.tap(x, Tap::AttnNorm(i));
-            let o = self.attention_block(&mut g, &ctx, i, l, AttnIn::Normed(x))?;
+            let o = self.attention_block(g, ctx, i, l, AttnIn::Normed(x))?;
             g.tap(o, Tap::AttnProj(i));
-            let x = self.add_norm(&mut g, &mut h, Some(o), &l.ffn_norm)?;
+            let x = self.add_norm(g, &mut h, Some(o), &l.ffn_norm)?;
             g.tap(x, Tap::FfnNorm(i));
-            let (d, r) = self.ffn_block(&mut g, l, x)?;
+            let (d, r) = self.ffn_block(g, l, x)?;
             g.tap(d, Tap::FfnOut(i));
             if let (true, Some(r)) = (out.router, r) {
                 g.output(r);
@@ -453,19 +544,9 @@ impl Llama {
         }
         g.set_prefix("");
         let rows = if all_rows { n_tokens } else { 1 };
-        let logits = self.logits(&mut g, h, pending, n_tokens, rows)?; // [rows, vocab]
+        let logits = self.logits(g, h, pending, n_tokens, rows)?; // [rows, vocab]
         g.tap(logits, Tap::Logits);
-        let (logits, argmax, topk) = read_backs(&mut g, logits, out)?;
-        Ok(Step {
-            plan: Plan::new(gpu, g)?,
-            n_tokens,
-            vocab_ids: self.head_ids().map(<[u32]>::to_vec),
-            ids,
-            logits,
-            argmax,
-            topk,
-            router,
-        })
+        Ok((logits, router))
     }
 
     /// The sparse settings and the cache's compressed keys, when both exist; an error when `sparse` asks for them
@@ -538,13 +619,32 @@ impl Llama {
             src.0.push((y, *count));
         }
         let qk_norm = l.qk_norm.as_ref().map(|w| (g.external(w), c.rms_eps));
-        let rope = s.ropes[usize::from(c.layer_window(i).is_some())];
-        let (k_cache, v_cache) = &s.cache.layers[i];
-        let (kc, vc) = (g.external(k_cache), g.external(v_cache));
-        // Norms, rotation and the cache write in one dispatch: q [n, n_heads, head_dim].
-        let q = g.rope_kv(src, qk_norm, rope, kc, vc)?;
-        g.tap(q, Tap::Rope(i));
-        let a = self.attend(g, s, i, q, kc, vc)?;
+        let rope_of = |seq: &SeqContext<'_>| seq.ropes[usize::from(c.layer_window(i).is_some())];
+        let caches = |g: &mut Graph, seq: &SeqContext<'_>| {
+            let (k_cache, v_cache) = &seq.cache.layers[i];
+            (g.external(k_cache), g.external(v_cache))
+        };
+        let a = if let [seq] = s.seqs.as_slice() {
+            let (kc, vc) = caches(g, seq);
+            // Norms, rotation and the cache write in one dispatch: q [n, n_heads, head_dim].
+            let q = g.rope_kv(src, qk_norm, rope_of(seq), kc, vc)?;
+            g.tap(q, Tap::Rope(i));
+            self.attend(g, s, i, q, kc, vc)?
+        } else {
+            // A batched step: row r is sequence r's token; each writes its row of the attention output.
+            let a = g.uninit("attn_out", &[n, c.n_heads, c.head_dim], DType::F32);
+            for (r, seq) in s.seqs.iter().enumerate() {
+                g.set_seq(r);
+                let rows = src.0.iter().map(|&(t, count)| Ok((g.row_view(t, r, 1)?, count)));
+                let src = QkvSource(rows.collect::<Result<_>>()?);
+                let (kc, vc) = caches(g, seq);
+                let q = g.rope_kv(src, qk_norm, rope_of(seq), kc, vc)?; // [1, n_heads, head_dim]
+                let out = g.row_view(a, r, 1)?;
+                g.attention_decode_into(q, kc, vc, c.attn_scale, c.layer_window(i), out)?;
+            }
+            g.set_seq(0);
+            a
+        };
         g.tap(a, Tap::AttnOut(i));
         let a = g.reshape(a, &[n, c.n_heads * c.head_dim])?;
         if let (AttnIn::Residual(h), Linear::Quant { w, .. }) = (input, &l.o) {
@@ -619,7 +719,7 @@ impl Llama {
             None => None,
         };
         match (s.sparse, compressed) {
-            (true, Some((sc, cc))) => sparse::attention(g, sc, q, kc, vc, cc, s.cache.max_ctx, c.attn_scale),
+            (true, Some((sc, cc))) => sparse::attention(g, sc, q, kc, vc, cc, s.seqs[0].cache.max_ctx, c.attn_scale),
             _ if s.n_tokens <= crate::ops::attention_decode::MAX_TOKENS => {
                 g.attention_decode_window(q, kc, vc, c.attn_scale, c.layer_window(i))
             }
@@ -713,14 +813,24 @@ enum AttnIn {
 /// The sparse settings and a cache's compressed keys (per layer).
 type SparseKeys<'a> = Option<(&'a SparseConfig, &'a [CompressedKeys])>;
 
+/// Most sequences of a batched step ([`Llama::batch_step`]): as many rows as the kernels' batch invariance is
+/// tested for.
+pub const MAX_BATCH: usize = crate::ops::attention_decode::MAX_TOKENS;
+
 /// What every layer of one step graph shares.
 struct StepContext<'a> {
-    cache: &'a KvCache,
+    /// The sequences whose tokens the step runs: one, or (a batched step) one per row.
+    seqs: Vec<SeqContext<'a>>,
+    /// Rows of the step.
     n_tokens: usize,
     /// Whether this step attends sparsely.
     sparse: bool,
     sparse_keys: SparseKeys<'a>,
-    /// The session's rotations: global, then sliding-window.
+}
+
+/// One sequence of a step: its session's cache and rotations (global, then sliding-window).
+struct SeqContext<'a> {
+    cache: &'a KvCache,
     ropes: Vec<RopeConfig>,
 }
 

@@ -49,6 +49,8 @@ pub struct StepResult {
 pub struct Step {
     pub(super) plan: Plan,
     pub(super) n_tokens: usize,
+    /// The vars of each sequence for the next run (kept: the decode loop allocates nothing).
+    pub(super) vars: Vec<StepVars>,
     /// The token id of each logit when the head is restricted (FR-Spec): argmax and top-k ids are mapped through it.
     pub(super) vocab_ids: Option<Vec<u32>>,
     /// Token ids `[n_tokens]`.
@@ -66,6 +68,28 @@ impl Step {
         self.write_tokens(gpu, inputs.tokens)?;
         self.plan.run(gpu, &vars(inputs.pos))?;
         self.read(out)
+    }
+
+    /// Run a batched step ([`super::Llama::batch_step`]): `tokens[r]` at position `positions[r]` of sequence `r`'s
+    /// cache; `out` then holds every row's outputs.
+    pub fn run_batch(&mut self, gpu: &Gpu, tokens: &[u32], positions: &[usize], out: &mut StepResult) -> Result<()> {
+        if positions.len() != self.plan.seqs() {
+            return Err(Error::Invalid(format!(
+                "{} positions given to a step of {} sequences",
+                positions.len(),
+                self.plan.seqs()
+            )));
+        }
+        self.write_tokens(gpu, tokens)?;
+        self.vars.clear();
+        self.vars.extend(positions.iter().map(|&p| vars(p)));
+        self.plan.run_seqs(gpu, &self.vars)?;
+        self.read(out)
+    }
+
+    /// Sequences the step runs (1 unless it is a batched step).
+    pub fn seqs(&self) -> usize {
+        self.plan.seqs()
     }
 
     /// Run the step once, timing every node (see [`Plan::profile`]).

@@ -156,7 +156,8 @@ impl Kernel for AttentionDecode {
     fn name(&self) -> &'static str {
         "attention_decode"
     }
-    /// Node tensors: 0 q, 1 k_cache, 2 v_cache, 3 out, 4 partial_o, 5 partial_ml.
+    /// Node tensors: 0 q, 1 k_cache, 2 v_cache, 3 out, 4 partial_o, 5 partial_ml (`out` is an input of the node
+    /// when it writes into given rows: [`Graph::attention_decode_into`]).
     fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
         let s = &self.shape;
         let (shader, z) = if cpu_kernel(caps) {
@@ -277,7 +278,30 @@ impl Graph {
                 ),
             ));
         }
-        self.attention_split_kv(q, k_cache, v_cache, scale, window)
+        self.attention_split_kv(q, k_cache, v_cache, scale, window, None)
+    }
+
+    /// [`Graph::attention_decode_window`] writing its output into `out` `[n_q, n_heads, head_dim]` f32 (a
+    /// [`Graph::row_view`] of a larger tensor: a batched step's sequences each write their rows of one attention
+    /// output) instead of a new tensor. The same kernels, bit for bit.
+    pub fn attention_decode_into(
+        &mut self,
+        q: TensorId,
+        k_cache: TensorId,
+        v_cache: TensorId,
+        scale: f32,
+        window: Option<usize>,
+        out: TensorId,
+    ) -> Result<()> {
+        let (q_shape, shape) = (self.shape(q).to_vec(), self.shape(out).to_vec());
+        if q_shape.first().is_none_or(|&n| n > MAX_TOKENS) || shape != q_shape || self.dtype(out) != DType::F32 {
+            return Err(Error::shape(
+                "attention_decode",
+                format!("output {shape:?} {:?} for queries {q_shape:?} (at most {MAX_TOKENS})", self.dtype(out)),
+            ));
+        }
+        self.attention_split_kv(q, k_cache, v_cache, scale, window, Some(out))?;
+        Ok(())
     }
 
     /// The split-KV kernel for any number of queries: `attention_decode` without its token limit. Chunks of many
@@ -290,6 +314,7 @@ impl Graph {
         v_cache: TensorId,
         scale: f32,
         window: Option<usize>,
+        into: Option<TensorId>,
     ) -> Result<TensorId> {
         let window = check_window("attention_decode", window)?;
         let shape = AttnShape::check(self, "attention_decode", q, k_cache, v_cache)?;
@@ -310,14 +335,18 @@ impl Graph {
             scale,
             window,
         };
+        let partials: [(&str, &[usize], DType); 2] = [
+            ("attn_partial_o", &[n, h, splits, d], DType::F32),
+            ("attn_partial_ml", &[n, h, splits, 2], DType::F32),
+        ];
+        if let Some(out) = into {
+            self.add_node(kernel, &[q, k_cache, v_cache, out], &partials)?;
+            return Ok(out);
+        }
         let outs = self.add_node(
             kernel,
             &[q, k_cache, v_cache],
-            &[
-                ("attn_out", &[n, h, d], DType::F32),
-                ("attn_partial_o", &[n, h, splits, d], DType::F32),
-                ("attn_partial_ml", &[n, h, splits, 2], DType::F32),
-            ],
+            &[("attn_out", &[n, h, d], DType::F32), partials[0], partials[1]],
         )?;
         Ok(outs[0])
     }
