@@ -625,8 +625,8 @@ fn bad_flags_are_refused_before_the_model_loads() {
     }
 }
 
-/// Bounded load: 32 concurrent streams on 4 sessions; each gets the text it got alone, none is lost, and no more
-/// than 4 sessions are ever allocated. Prints requests/s and aggregate tokens/s against one session at a time.
+/// Bounded load: 32 concurrent streams on 4 sessions; each gets the text it got alone (its tokens decoded as rows
+/// of batched steps), none is lost, and no more than 4 sessions are ever allocated. Prints requests/s and aggregate tokens/s against one session at a time.
 #[test]
 fn thirty_two_concurrent_streams_on_four_sessions_each_get_their_text_alone() {
     const N: usize = 32;
@@ -673,7 +673,15 @@ fn thirty_two_concurrent_streams_on_four_sessions_each_get_their_text_alone() {
         server.metric(None, "shaderlm_completion_tokens_total"),
         (2 * N * TOKENS) as f64
     );
+    // The concurrent streams decoded as rows of batched steps (the texts above equal the ones alone).
+    let steps = server.metric(None, "shaderlm_batch_steps_total");
+    let rows = server.metric(None, "shaderlm_batched_tokens_total");
     let tokens = (N * TOKENS) as f64;
+    assert!(
+        rows >= 0.5 * tokens && rows >= 3.0 * steps,
+        "{steps} batched steps of {rows} tokens, for {tokens} tokens decoded concurrently"
+    );
+    println!("batched: {steps} steps, {:.2} tokens per step", rows / steps);
     println!(
         "{N} requests of {TOKENS} tokens: one at a time {:.2} s ({:.1} req/s, {:.1} tok/s); 32 at once on 4 sessions \
          {:.2} s ({:.1} req/s, {:.1} tok/s)",

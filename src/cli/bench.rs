@@ -31,6 +31,10 @@ pub struct BenchArgs {
     /// filled once (untimed) and each repetition starts from it. The profile runs at the last depth (or 64).
     #[arg(short = 'd', long = "n-depth", value_delimiter = ',', default_value = "0")]
     pub depth: Vec<usize>,
+    /// Sessions decoding together (comma-separated): each B > 1 adds `tgN x B`, the tokens per second of B
+    /// sessions decoding N tokens each in batched steps (as `serve` runs them), all sessions counted.
+    #[arg(short = 'b', long = "batch", value_delimiter = ',', default_value = "1")]
+    pub batch: Vec<usize>,
     /// Repetitions of each test.
     #[arg(short = 'r', long, default_value_t = 5)]
     pub repetitions: usize,
@@ -82,10 +86,10 @@ fn synthetic_model(name: &str, ty: &str) -> anyhow::Result<TempModel> {
     Ok(file)
 }
 
-struct Row {
-    test: String,
-    tokens: usize,
-    samples: Vec<f64>, // tok/s
+pub(super) struct Row {
+    pub(super) test: String,
+    pub(super) tokens: usize,
+    pub(super) samples: Vec<f64>, // tok/s
 }
 
 fn mean_sd(v: &[f64]) -> (f64, f64) {
@@ -132,6 +136,11 @@ pub fn run(args: &BenchArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         }
         for &n in args.gen.iter().filter(|&&n| n > 0) {
             rows.push(generation(&mut gen, &filled, n, args.repetitions)?);
+            for &b in args.batch.iter().filter(|&&b| b > 1) {
+                let (model, ctx) = (&loaded.model, gen.max_ctx());
+                let reps = args.repetitions;
+                rows.push(super::bench_batch::generation(&gpu, model, ctx, &ids(d), b, n, reps)?);
+            }
         }
     }
     let report = Report {

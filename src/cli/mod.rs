@@ -1,6 +1,7 @@
 //! Subcommands and the device options they share.
 
 mod bench;
+mod bench_batch;
 mod bench_profile;
 mod bench_spec;
 mod chat;

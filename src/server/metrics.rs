@@ -36,6 +36,9 @@ pub struct Metrics {
     /// Prompt-lookup drafts verified, and accepted (speculative decoding).
     pub drafted: Counter,
     pub accepted: Counter,
+    /// Batched decode steps (several sessions' tokens as rows of one step), and the tokens they decoded.
+    pub batch_steps: Counter,
+    pub batched_tokens: Counter,
     pub queue_depth: Gauge,
     pub sessions_active: Gauge,
     /// Sessions (KV caches) allocated so far, at most `sessions_max`.
@@ -59,6 +62,8 @@ impl Metrics {
             decode_seconds: FloatCounter::default(),
             drafted: Counter::default(),
             accepted: Counter::default(),
+            batch_steps: Counter::default(),
+            batched_tokens: Counter::default(),
             queue_depth: Gauge::default(),
             sessions_active: Gauge::default(),
             sessions: Gauge::default(),
@@ -103,6 +108,16 @@ impl Metrics {
         );
         r.register("spec_drafted", "Prompt-lookup drafts verified", m.drafted.clone());
         r.register("spec_accepted", "Prompt-lookup drafts accepted", m.accepted.clone());
+        r.register(
+            "batch_steps",
+            "Decode steps that ran several sessions' tokens together",
+            m.batch_steps.clone(),
+        );
+        r.register(
+            "batched_tokens",
+            "Tokens decoded in batched steps",
+            m.batched_tokens.clone(),
+        );
         r.register("queue_depth", "Requests waiting for a session", m.queue_depth.clone());
         r.register("sessions_active", "Sessions generating now", m.sessions_active.clone());
         r.register("sessions", "Sessions (KV caches) allocated", m.sessions.clone());

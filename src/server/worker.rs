@@ -4,18 +4,21 @@
 //! sessions in turn, one prefill chunk or one decoded token each, so that several streams progress together.
 //! A job whose receiver is gone (the client disconnected) is dropped before its session's next step.
 //!
-//! The sessions' decode steps are separate submissions: the engine has no step that decodes several sessions'
-//! tokens as rows of one matmul yet, so N active sessions share the device's decode rate. With `lookup` > 0 a
-//! session's decode step is a speculative verification of prompt-lookup drafts when there are any (lossless: the
-//! text is the same), so one turn may produce several tokens.
+//! The sessions that decode a token in the same turn run as rows of one batched step when the model allows it
+//! ([`Llama::can_batch`]): the weights are read once for all of them, and each row equals that session's own
+//! one-token step bit for bit, so a request gets the same text batched or alone. With `lookup` > 0 a session's
+//! decode step is a speculative verification of prompt-lookup drafts when there are any (lossless: the text is the
+//! same), run on its own, so one turn may produce several tokens.
 
 use super::decode::{Decoding, FinishReason, Next, StopRules};
 use super::error::ApiError;
 use super::metrics::Metrics;
 use crate::error::{Error, Result};
+use crate::generate::batch::Batch;
 use crate::generate::draft::{Drafter, Lookup};
-use crate::generate::Generator;
+use crate::generate::{Generator, StepResult};
 use crate::gpu::Gpu;
+use crate::model::llama::MAX_BATCH;
 use crate::model::{Llama, StepOutputs};
 use crate::sampling::SamplingParams;
 use crate::tokenizer::Tokenizer;
@@ -91,6 +94,7 @@ pub fn spawn(
                 tok: &tok,
                 opts,
                 slots: Vec::new(),
+                batch: model.can_batch(&gpu).then(|| Batch::new(SESSION_OUTPUTS)),
                 jobs: jobs_rx,
                 metrics: &metrics,
                 clock: 0,
@@ -145,6 +149,8 @@ struct Scheduler<'a> {
     tok: &'a Tokenizer,
     opts: WorkerOptions,
     slots: Vec<Slot<'a>>,
+    /// Batched decode steps over the sessions, when the model can batch on this adapter.
+    batch: Option<Batch>,
     jobs: mpsc::Receiver<Job>,
     metrics: &'a Metrics,
     clock: u64,
@@ -158,9 +164,18 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
 impl<'a> Scheduler<'a> {
     /// Serve until the queue is closed and every job is done.
     fn run(&mut self) {
+        let mut batched = Vec::new();
         while self.admit() {
+            batched.clear();
             for i in 0..self.slots.len() {
-                self.advance(i);
+                self.advance(i, &mut batched);
+            }
+            for rows in batched.chunks(MAX_BATCH) {
+                match rows {
+                    // One session alone takes its own decode step (the same bits).
+                    [i] => self.decode_alone(*i),
+                    _ => self.decode_batch(rows),
+                }
             }
             self.metrics.sessions_active.set(self.active() as i64);
         }
@@ -195,13 +210,7 @@ impl<'a> Scheduler<'a> {
     }
 
     fn new_session(&self) -> Result<Slot<'a>> {
-        let outputs = StepOutputs {
-            logits: true,
-            argmax: true,
-            topk: 0,
-            router: false,
-        };
-        let mut gen = Generator::new(self.gpu, self.model, self.opts.ctx, outputs)?;
+        let mut gen = Generator::new(self.gpu, self.model, self.opts.ctx, SESSION_OUTPUTS)?;
         gen.chunk = self.opts.chunk;
         Ok(Slot {
             gen,
@@ -274,8 +283,9 @@ impl<'a> Scheduler<'a> {
         });
     }
 
-    /// One unit of work for session `i`: a prefill chunk or a decoded token.
-    fn advance(&mut self, i: usize) {
+    /// One unit of work for session `i`: a prefill chunk or a decoded token. A session whose next step is one
+    /// token without drafts is pushed to `batched` instead when the model batches, for [`Scheduler::decode_batch`].
+    fn advance(&mut self, i: usize, batched: &mut Vec<usize>) {
         let slot = &mut self.slots[i];
         let Some(active) = &mut slot.active else {
             return;
@@ -294,11 +304,83 @@ impl<'a> Scheduler<'a> {
             })
         } else {
             let before = active.decoding.generated.len();
-            decode(&mut slot.gen, active, self.tok, self.opts.lookup, self.metrics).inspect(|_| {
-                let n = active.decoding.generated.len() - before;
-                self.metrics.completion_tokens.inc_by(n as u64);
-                self.metrics.decode_seconds.inc_by(t0.elapsed().as_secs_f64());
-            })
+            let drafts = drafts(&slot.gen, active, self.opts.lookup);
+            if let (Ok(d), Some(_), true) = (&drafts, active.pending, self.batch.is_some()) {
+                if d.is_empty() {
+                    batched.push(i);
+                    return;
+                }
+            }
+            drafts
+                .and_then(|d| decode(&mut slot.gen, active, self.tok, d, self.metrics))
+                .inspect(|_| {
+                    let n = active.decoding.generated.len() - before;
+                    self.metrics.completion_tokens.inc_by(n as u64);
+                    self.metrics.decode_seconds.inc_by(t0.elapsed().as_secs_f64());
+                })
+        };
+        self.end_turn(i, outcome);
+    }
+
+    /// Decode session `i`'s pending token in its own step.
+    fn decode_alone(&mut self, i: usize) {
+        let t0 = Instant::now();
+        let slot = &mut self.slots[i];
+        let Some(active) = &mut slot.active else {
+            return;
+        };
+        let before = active.decoding.generated.len();
+        let outcome = decode(&mut slot.gen, active, self.tok, Vec::new(), self.metrics);
+        let n = active.decoding.generated.len() - before;
+        self.metrics.completion_tokens.inc_by(n as u64);
+        self.metrics.decode_seconds.inc_by(t0.elapsed().as_secs_f64());
+        self.end_turn(i, outcome);
+    }
+
+    /// Decode the pending token of each session of `rows` (at most `MAX_BATCH`) in one batched step, then let
+    /// each take its row.
+    fn decode_batch(&mut self, rows: &[usize]) {
+        let t0 = Instant::now();
+        let mut ids = Vec::with_capacity(rows.len());
+        let mut gens = Vec::with_capacity(rows.len());
+        // `rows` ascend (pushed in slot order), so `gens` and `ids` follow them.
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if let (true, Some(a)) = (rows.contains(&i), &mut slot.active) {
+                ids.push(a.pending.take().expect("batched sessions have a pending token"));
+                gens.push(&mut slot.gen);
+            }
+        }
+        let Some(mut batch) = self.batch.take() else {
+            return;
+        };
+        let ran = batch.feed(rows, &mut gens, &ids);
+        self.metrics.decode_seconds.inc_by(t0.elapsed().as_secs_f64());
+        if ran.is_ok() {
+            self.metrics.batch_steps.inc();
+            self.metrics.batched_tokens.inc_by(rows.len() as u64);
+        }
+        for (r, &i) in rows.iter().enumerate() {
+            let slot = &mut self.slots[i];
+            let Some(active) = &mut slot.active else {
+                continue;
+            };
+            let outcome = match &ran {
+                Ok(()) => take_rows(&mut slot.gen, active, &mut batch.result, r, &[], self.tok, self.metrics),
+                Err(e) => Err(Error::Invalid(format!("batched step: {e}"))),
+            };
+            if outcome.is_ok() {
+                self.metrics.completion_tokens.inc();
+            }
+            self.end_turn(i, outcome);
+        }
+        self.batch = Some(batch);
+    }
+
+    /// After session `i`'s turn: tell its client how the job ended, if it did, and free the session.
+    fn end_turn(&mut self, i: usize, outcome: Result<Option<Finish>>) {
+        let slot = &mut self.slots[i];
+        let Some(active) = &mut slot.active else {
+            return;
         };
         let event = match outcome {
             Ok(None) => return,
@@ -328,18 +410,18 @@ fn prefill(gen: &mut Generator<'_>, a: &mut Active) -> Result<usize> {
     Ok(n)
 }
 
-/// Run the model on the pending token (with up to `lookup` prompt-lookup drafts after it, as one verification
-/// step) or, right after the prefill, use its outputs; choose tokens row by row, sending their text, while they
-/// equal the drafts; the first other choice becomes the pending token. Returns how the job ended, if it did.
-fn decode(
-    gen: &mut Generator<'_>,
-    a: &mut Active,
-    tok: &Tokenizer,
-    lookup: usize,
-    metrics: &Metrics,
-) -> Result<Option<Finish>> {
+/// What every session reads back: the logits (sampling) and the argmax (greedy) of each row.
+const SESSION_OUTPUTS: StepOutputs = StepOutputs {
+    logits: true,
+    argmax: true,
+    topk: 0,
+    router: false,
+};
+
+/// Up to `lookup` prompt-lookup drafts to verify after the pending token (none without one).
+fn drafts(gen: &Generator<'_>, a: &Active, lookup: usize) -> Result<Vec<u32>> {
     let mut drafts = Vec::new();
-    if let Some(t) = a.pending.take() {
+    if let Some(t) = a.pending {
         let room = gen.max_ctx() - gen.tokens.len();
         let left = a.decoding.tokens_left();
         let k = lookup.min(room.saturating_sub(1)).min(left.saturating_sub(1));
@@ -348,6 +430,20 @@ fn decode(
             history.push(t);
             Lookup::default().propose(&history, k, &mut drafts)?;
         }
+    }
+    Ok(drafts)
+}
+
+/// Run the model on the pending token (with its `drafts` after it, as one verification step) or, right after the
+/// prefill, use its outputs; then [`take_rows`].
+fn decode(
+    gen: &mut Generator<'_>,
+    a: &mut Active,
+    tok: &Tokenizer,
+    drafts: Vec<u32>,
+    metrics: &Metrics,
+) -> Result<Option<Finish>> {
+    if let Some(t) = a.pending.take() {
         if drafts.is_empty() {
             gen.feed(&[t])?;
         } else {
@@ -357,11 +453,29 @@ fn decode(
             metrics.drafted.inc_by(drafts.len() as u64);
         }
     }
-    // Tokens in the cache before row 0's token.
+    let mut result = std::mem::take(&mut gen.result);
+    let outcome = take_rows(gen, a, &mut result, 0, &drafts, tok, metrics);
+    gen.result = result;
+    outcome
+}
+
+/// Choose tokens from `result`'s rows `first ..` (the session's step: the pending token's row, then one per
+/// draft), sending their text, while they equal the `drafts`; the first other choice becomes the pending token and
+/// the cache forgets the rejected drafts. Returns how the job ended, if it did.
+fn take_rows(
+    gen: &mut Generator<'_>,
+    a: &mut Active,
+    result: &mut StepResult,
+    first: usize,
+    drafts: &[u32],
+    tok: &Tokenizer,
+    metrics: &Metrics,
+) -> Result<Option<Finish>> {
+    // Tokens in the cache before the pending token.
     let base = gen.tokens.len() - drafts.len();
     for row in 0..=drafts.len() {
         let room = base + row < gen.max_ctx();
-        let (text, next) = a.decoding.step(&mut gen.result, row, tok, room)?;
+        let (text, next) = a.decoding.step(result, first + row, tok, room)?;
         if !text.is_empty() {
             let _ = a.job.events.send(Event::Text(text));
         }
