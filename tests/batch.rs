@@ -21,6 +21,7 @@ const LOGITS_AND_ARGMAX: StepOutputs = StepOutputs {
     argmax: true,
     topk: 0,
     router: false,
+    hidden: false,
 };
 
 /// The weights of a tiny checkpoint (a GGUF file or a Hugging Face directory), without a tokenizer.

@@ -57,6 +57,7 @@ fn blockffn_matches_the_cpu_reference() {
         let out = StepOutputs {
             logits: true,
             router: true,
+            hidden: false,
             ..Default::default()
         };
         let steps = prefill_then_decode(ids.len(), 16, 16);

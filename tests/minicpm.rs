@@ -34,6 +34,7 @@ const LOGITS: StepOutputs = StepOutputs {
     argmax: false,
     topk: 0,
     router: false,
+    hidden: false,
 };
 
 #[test]

@@ -9,7 +9,7 @@ mod common;
 use common::blockffn::write_blockffn;
 use common::gpu::gpu;
 use common::minicpm::write_minicpm;
-use common::tiny::{phi3, write_gguf, write_gguf_chat, write_gguf_chat_as, write_hf, Tiny};
+use common::tiny::{phi3, weights as tiny_weights, write_gguf, write_gguf_chat, write_gguf_chat_as, write_hf, Tiny};
 use shaderlm::generate::draft::{check_same_vocab, DraftModel, Drafter, Lookup};
 use shaderlm::generate::spec::{generate_spec, SpecOptions, SpecStats, Speculator};
 use shaderlm::generate::{generate, GenOptions, GenOutput, Generator};
@@ -27,6 +27,7 @@ const LOGITS_AND_ARGMAX: StepOutputs = StepOutputs {
     argmax: true,
     topk: 0,
     router: false,
+    hidden: false,
 };
 
 fn open(gpu: &Gpu, path: &Path, ctx: usize) -> LoadedModel {
@@ -590,4 +591,59 @@ fn sampled_drafts_pass_the_acceptance_test() {
         results.push(out.generated);
     }
     assert_eq!(results[1], results[2], "the same seeds give the same run");
+}
+
+/// `StepOutputs::hidden` reads back the LM head's input: on a tiny tied f32 model, every row's logits equal its
+/// hidden state times the embedding rows (written by the test, summed here in f64), for a one-token step and every
+/// row of a verification step, and a verified row's hidden state equals the one-token step's bit for bit.
+#[test]
+fn the_hidden_read_back_is_the_heads_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    let t = Tiny::llama();
+    write_gguf(&path, &t, 51, GgmlType::F32);
+    let embed = tiny_weights(&t, 51)
+        .into_iter()
+        .find(|w| w.1 == "token_embd.weight")
+        .expect("the embedding")
+        .3;
+    let model = weights(&path);
+    let outputs = StepOutputs {
+        hidden: true,
+        ..LOGITS_AND_ARGMAX
+    };
+    let check = |hidden: &[f32], logits: &[f32], what: &str| {
+        assert_eq!(hidden.len(), t.hidden, "{what}");
+        for (v, &got) in logits.iter().enumerate() {
+            let row = &embed[v * t.hidden..(v + 1) * t.hidden];
+            let want: f64 = row.iter().zip(hidden).map(|(&e, &h)| e as f64 * h as f64).sum();
+            assert!(
+                (got as f64 - want).abs() < 1e-4 * (1.0 + want.abs()),
+                "{what}: logit {v}: {got} vs {want}"
+            );
+        }
+    };
+    let (vocab, hd) = (t.vocab, t.hidden);
+    let mut one = Generator::new(gpu(), &model, 64, outputs).unwrap();
+    one.feed(&tokens(7, vocab, 1)).unwrap();
+    check(&one.result.hidden, &one.result.logits, "prefill");
+    let cont = tokens(4, vocab, 2);
+    let mut want = Vec::new();
+    for &id in &cont {
+        one.feed(&[id]).unwrap();
+        check(&one.result.hidden, &one.result.logits, "decode");
+        want.push(bits(&one.result.hidden));
+    }
+    let mut spec = Generator::new(gpu(), &model, 64, outputs).unwrap();
+    spec.feed(&tokens(7, vocab, 1)).unwrap();
+    spec.verify(&cont).unwrap();
+    assert_eq!(spec.result.hidden.len(), cont.len() * hd);
+    for (r, want) in want.iter().enumerate() {
+        let hidden = &spec.result.hidden[r * hd..(r + 1) * hd];
+        check(hidden, &spec.result.logits[r * vocab..(r + 1) * vocab], "verified row");
+        assert!(
+            bits(hidden) == *want,
+            "verified row {r}'s hidden state differs from the one-token step's"
+        );
+    }
 }

@@ -446,7 +446,7 @@ impl Llama {
             sparse: false,
             sparse_keys: None,
         };
-        let (logits, router) = self.forward(&mut g, gpu, &ctx, ids, out, true)?;
+        let (hidden, logits, router) = self.forward(&mut g, gpu, &ctx, ids, out, true)?;
         let (logits, argmax, topk) = read_backs(&mut g, logits, out)?;
         Ok(Step {
             plan: Plan::new(gpu, g)?,
@@ -458,6 +458,7 @@ impl Llama {
             argmax,
             topk,
             router,
+            hidden,
         })
     }
 
@@ -489,7 +490,7 @@ impl Llama {
             sparse,
             sparse_keys,
         };
-        let (logits, router) = self.forward(&mut g, gpu, &ctx, ids, out, all_rows)?;
+        let (hidden, logits, router) = self.forward(&mut g, gpu, &ctx, ids, out, all_rows)?;
         let (logits, argmax, topk) = read_backs(&mut g, logits, out)?;
         Ok(Step {
             plan: Plan::new(gpu, g)?,
@@ -501,11 +502,13 @@ impl Llama {
             argmax,
             topk,
             router,
+            hidden,
         })
     }
 
     /// Record the forward pass of `ids` `[n]`: the logits `[rows, vocab]` of the last row, or of every row when
-    /// `all_rows`, and the BlockFFN router weights asked for.
+    /// `all_rows`, the BlockFFN router weights asked for, and the head's input `[rows, hidden]` marked for read-back
+    /// when asked for.
     fn forward(
         &self,
         g: &mut Graph,
@@ -514,7 +517,7 @@ impl Llama {
         ids: TensorId,
         out: StepOutputs,
         all_rows: bool,
-    ) -> Result<(TensorId, Vec<TensorId>)> {
+    ) -> Result<(Option<TensorId>, TensorId, Vec<TensorId>)> {
         let n_tokens = ctx.n_tokens;
         let mut h = self.embed(g, ids)?; // [n, hidden]
         g.tap(h, Tap::Embed);
@@ -544,9 +547,13 @@ impl Llama {
         }
         g.set_prefix("");
         let rows = if all_rows { n_tokens } else { 1 };
-        let logits = self.logits(g, h, pending, n_tokens, rows)?; // [rows, vocab]
+        let (x, logits) = self.logits(g, h, pending, n_tokens, rows)?; // [rows, hidden], [rows, vocab]
         g.tap(logits, Tap::Logits);
-        Ok((logits, router))
+        let hidden = out.hidden.then(|| {
+            g.output(x);
+            x
+        });
+        Ok((hidden, logits, router))
     }
 
     /// The sparse settings and the cache's compressed keys, when both exist; an error when `sparse` asks for them
@@ -763,8 +770,9 @@ impl Llama {
         }
     }
 
-    /// The logits `[rows, vocab]` of the last `rows` tokens (1, or all `n_tokens`): the pending FFN output added,
-    /// the final norm, the head. Every row goes through the same kernels as a one-token step's.
+    /// The head's input (final-normed hidden states) `[rows, hidden]` and the logits `[rows, vocab]` of the last
+    /// `rows` tokens (1, or all `n_tokens`): the pending FFN output added, the final norm, the head. Every row goes
+    /// through the same kernels as a one-token step's.
     fn logits(
         &self,
         g: &mut Graph,
@@ -772,7 +780,7 @@ impl Llama {
         pending: Option<TensorId>,
         n_tokens: usize,
         rows: usize,
-    ) -> Result<TensorId> {
+    ) -> Result<(TensorId, TensorId)> {
         let c = &self.cfg;
         let alpha = c.mup.residual;
         let w = g.external(&self.norm);
@@ -788,7 +796,7 @@ impl Llama {
                 g.rms_norm(last, w, c.rms_eps)?
             }
         };
-        self.lm_head().forward(g, x, None)
+        Ok((x, self.lm_head().forward(g, x, None)?))
     }
 }
 

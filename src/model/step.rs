@@ -19,6 +19,9 @@ pub struct StepOutputs {
     pub topk: usize,
     /// Read back each BlockFFN layer's router weights `[n_tokens, E]` (sparsity statistics).
     pub router: bool,
+    /// Read back the LM head's input: the last token's final-normed hidden state `[hidden]` (a verification or
+    /// batched step: every row's, `[n, hidden]`), the features an EAGLE draft head predicts from.
+    pub hidden: bool,
 }
 
 /// One step's input: `tokens` at positions `pos ..` (after `pos` tokens already in the cache).
@@ -43,6 +46,8 @@ pub struct StepResult {
     pub topk_logits: Vec<f32>,
     /// Router weights `[n_tokens, E]` of each BlockFFN layer, for every token of the step.
     pub router: Vec<Vec<f32>>,
+    /// The LM head's input `[rows, hidden]` (final-normed hidden states), rows as the logits'.
+    pub hidden: Vec<f32>,
 }
 
 /// A planned forward step over `n_tokens` tokens.
@@ -60,6 +65,8 @@ pub struct Step {
     pub(super) topk: Option<(TensorId, TensorId)>,
     /// Router weights `[n_tokens, E]` of each BlockFFN layer, when asked for.
     pub(super) router: Vec<TensorId>,
+    /// The LM head's input `[rows, hidden]`, when asked for.
+    pub(super) hidden: Option<TensorId>,
 }
 
 impl Step {
@@ -143,6 +150,10 @@ impl Step {
             out.row_argmax.iter_mut().for_each(token);
             out.topk_ids.iter_mut().for_each(token);
             out.argmax = out.row_argmax.last().copied();
+        }
+        match self.hidden {
+            Some(id) => self.plan.read_into(id, &mut out.hidden)?,
+            None => out.hidden.clear(),
         }
         out.router.resize_with(self.router.len(), Vec::new);
         for (&id, r) in self.router.iter().zip(&mut out.router) {

@@ -416,6 +416,7 @@ const SESSION_OUTPUTS: StepOutputs = StepOutputs {
     argmax: true,
     topk: 0,
     router: false,
+    hidden: false,
 };
 
 /// Up to `lookup` prompt-lookup drafts to verify after the pending token (none without one).

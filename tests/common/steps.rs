@@ -55,4 +55,5 @@ pub const LOGITS_AND_ARGMAX: StepOutputs = StepOutputs {
     argmax: true,
     topk: 0,
     router: false,
+    hidden: false,
 };
