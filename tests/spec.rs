@@ -9,8 +9,12 @@ mod common;
 use common::blockffn::write_blockffn;
 use common::gpu::gpu;
 use common::minicpm::write_minicpm;
-use common::tiny::{phi3, weights as tiny_weights, write_gguf, write_gguf_chat, write_gguf_chat_as, write_hf, Tiny};
+use common::tiny::{
+    phi3, random, stored, weights as tiny_weights, write_gguf, write_gguf_chat, write_gguf_chat_as, write_hf,
+    write_safetensors, Tiny,
+};
 use shaderlm::generate::draft::{check_same_vocab, DraftModel, Drafter, Lookup};
+use shaderlm::generate::eagle::EagleDraft;
 use shaderlm::generate::spec::{generate_spec, SpecOptions, SpecStats, Speculator};
 use shaderlm::generate::{generate, GenOptions, GenOutput, Generator};
 use shaderlm::gpu::Gpu;
@@ -594,8 +598,9 @@ fn sampled_drafts_pass_the_acceptance_test() {
 }
 
 /// `StepOutputs::hidden` reads back the LM head's input: on a tiny tied f32 model, every row's logits equal its
-/// hidden state times the embedding rows (written by the test, summed here in f64), for a one-token step and every
-/// row of a verification step, and a verified row's hidden state equals the one-token step's bit for bit.
+/// hidden state times the embedding rows (written by the test, summed here in f64), for a prefill's last row, a
+/// one-token step and every row of a verification step, and a verified row's hidden state equals the one-token
+/// step's bit for bit.
 #[test]
 fn the_hidden_read_back_is_the_heads_input() {
     let dir = tempfile::tempdir().unwrap();
@@ -626,7 +631,9 @@ fn the_hidden_read_back_is_the_heads_input() {
     let (vocab, hd) = (t.vocab, t.hidden);
     let mut one = Generator::new(gpu(), &model, 64, outputs).unwrap();
     one.feed(&tokens(7, vocab, 1)).unwrap();
-    check(&one.result.hidden, &one.result.logits, "prefill");
+    // A prefill step reads back every row's hidden state; the logits are the last row's.
+    assert_eq!(one.result.hidden.len(), 7 * hd, "prefill rows");
+    check(&one.result.hidden[6 * hd..], &one.result.logits, "prefill");
     let cont = tokens(4, vocab, 2);
     let mut want = Vec::new();
     for &id in &cont {
@@ -646,4 +653,123 @@ fn the_hidden_read_back_is_the_heads_input() {
             "verified row {r}'s hidden state differs from the one-token step's"
         );
     }
+}
+
+/// A random EAGLE-1 head for `t` as SafeAILab publishes one: a Llama `config.json` of one layer, and
+/// `model.safetensors` with `fc.weight` `[hidden, 2 hidden]`, `fc.bias` and `layers.0.*` (no input norm).
+fn write_eagle_head(dir: &Path, t: &Tiny, seed: u64) {
+    std::fs::create_dir_all(dir).unwrap();
+    let one = Tiny {
+        arch: "llama",
+        layers: 1,
+        tied: true,
+        ..*t
+    };
+    write_hf(dir, &one, seed, false);
+    let h = t.hidden;
+    let mut ws: Vec<(String, Vec<usize>, Vec<f32>)> = stored(&one, seed)
+        .into_iter()
+        .filter(|w| w.0.starts_with("model.layers.0.") && !w.0.contains("input_layernorm"))
+        .map(|(hf, _, shape, v)| (hf["model.".len()..].to_string(), shape, v))
+        .collect();
+    ws.push(("fc.weight".into(), vec![h, 2 * h], random(seed + 1, 2 * h * h, 0.2)));
+    ws.push(("fc.bias".into(), vec![h], random(seed + 2, h, 0.1)));
+    write_safetensors(&dir.join("model.safetensors"), &ws, false);
+}
+
+/// EAGLE-1 drafting (a random head in the published layout, for a tiny chat model): greedy output equal to plain
+/// decoding with 1, 3 and 7 drafts per step, and the same follow-up turn; a head that does not fit is refused by
+/// name.
+#[test]
+fn eagle_heads_draft_losslessly_and_bad_heads_are_refused() {
+    let gpu = gpu();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("target.gguf");
+    let t = write_gguf_chat(&path, 3, GgmlType::Q8_0);
+    let loaded = open(gpu, &path, 128);
+    let head_dir = dir.path().join("eagle");
+    write_eagle_head(&head_dir, &t, 9);
+    let head = Llama::load_eagle(gpu, &head_dir, &loaded.model).unwrap();
+    let outputs = StepOutputs {
+        hidden: true,
+        ..LOGITS_AND_ARGMAX
+    };
+    let mut target = Generator::new(gpu, &loaded.model, 128, outputs).unwrap();
+    let prompt = loaded
+        .tokenizer
+        .encode("hello world, hello world, hello", false)
+        .unwrap();
+    let follow = loaded.tokenizer.encode(" and again", false).unwrap();
+    let greedy = SamplingParams::greedy();
+    let (p1, p2, _) = run(&mut target, &loaded, &greedy, &prompt, &follow, 24, None);
+    for k in [1, 3, 7] {
+        let mut draft = EagleDraft::new(gpu, &head, 128).unwrap();
+        target.truncate(0);
+        let (s1, s2, st) = run(
+            &mut target,
+            &loaded,
+            &greedy,
+            &prompt,
+            &follow,
+            24,
+            Some((&mut draft, k)),
+        );
+        assert_eq!(s1.generated, p1.generated, "eagle k={k}: first turn");
+        assert_eq!(s2.generated, p2.generated, "eagle k={k}: follow-up turn");
+        assert!(st.drafted >= 10, "eagle k={k}: only {} drafts", st.drafted);
+        println!("eagle k={k}: {}/{} drafts accepted", st.accepted, st.drafted);
+    }
+    // A target session without hidden states cannot feed the head.
+    let mut plain = Generator::new(gpu, &loaded.model, 128, LOGITS_AND_ARGMAX).unwrap();
+    let mut draft = EagleDraft::new(gpu, &head, 128).unwrap();
+    let mut spec = Speculator {
+        drafter: &mut draft,
+        opts: SpecOptions::default(),
+    };
+    let opts = GenOptions {
+        max_tokens: 4,
+        stop_strings: Vec::new(),
+        stop_at_eos: false,
+    };
+    let e = generate_spec(
+        &mut plain,
+        &loaded.tokenizer,
+        &mut Sampler::new(greedy),
+        &prompt,
+        &opts,
+        &mut spec,
+        |_| true,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("hidden states"), "{e}");
+    // Heads that do not fit: fc of the wrong shape, another hidden size, a pickle left unconverted.
+    let bad = dir.path().join("bad");
+    write_eagle_head(&bad, &t, 10);
+    let st = bad.join("model.safetensors");
+    let h = t.hidden;
+    write_safetensors(&st, &[("fc.weight".into(), vec![h, h], random(1, h * h, 0.1))], false);
+    let e = Llama::load_eagle(gpu, &bad, &loaded.model)
+        .err()
+        .expect("fc [h, h]")
+        .to_string();
+    assert!(
+        e.contains("fc.weight") && e.contains(&format!("[{h}, {}]", 2 * h)),
+        "{e}"
+    );
+    let wide = dir.path().join("wide");
+    write_eagle_head(&wide, &Tiny { hidden: 2 * h, ..t }, 11);
+    let e = Llama::load_eagle(gpu, &wide, &loaded.model)
+        .err()
+        .expect("another hidden size")
+        .to_string();
+    assert!(e.contains("hidden_size") && e.contains("target"), "{e}");
+    let pickle = dir.path().join("pickle");
+    write_eagle_head(&pickle, &t, 12);
+    std::fs::rename(pickle.join("model.safetensors"), pickle.join("pytorch_model.bin")).unwrap();
+    let e = Llama::load_eagle(gpu, &pickle, &loaded.model)
+        .err()
+        .expect("a pickle")
+        .to_string();
+    assert!(e.contains("pytorch_model.bin") && e.contains("safetensors"), "{e}");
 }

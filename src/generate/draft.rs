@@ -2,7 +2,7 @@
 //! the last n-gram, in the prompt or the output so far) and a draft model that shares the target's vocabulary.
 //! A draft only proposes; the target's verification decides, so a bad draft costs time, never correctness.
 
-use super::Generator;
+use super::{Generator, StepResult};
 use crate::error::{Error, Result};
 use crate::sampling::Sampler;
 use crate::tokenizer::Tokenizer;
@@ -19,6 +19,13 @@ pub trait Drafter {
     /// deterministic drafts, which are kept only where they equal the target's own choice.
     fn draft_dists(&self) -> Option<&[Vec<(u32, f32)>]> {
         None
+    }
+    /// The target's last step ran tokens at positions `pos ..` and gave `result` (an EAGLE head keeps the
+    /// features, `result.hidden`). Rows past what the target keeps are overwritten by later calls.
+    fn observe(&mut self, _pos: usize, _result: &StepResult) {}
+    /// Whether [`Drafter::observe`] needs the target's hidden states (`StepOutputs::hidden`).
+    fn needs_hidden(&self) -> bool {
+        false
     }
 }
 

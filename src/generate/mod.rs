@@ -3,6 +3,7 @@
 
 pub mod batch;
 pub mod draft;
+pub mod eagle;
 mod emit;
 pub mod spec;
 pub mod stats;
@@ -80,7 +81,8 @@ pub struct Generator<'a> {
     gpu: &'a Gpu,
     model: &'a Llama,
     cache: KvCache,
-    outputs: StepOutputs,
+    /// What each step reads back.
+    pub outputs: StepOutputs,
     plans: Plans,
     /// Tokens whose K/V are in the cache, in order.
     pub tokens: Vec<u32>,
@@ -186,9 +188,42 @@ impl<'a> Generator<'a> {
         self.gpu
     }
 
+    /// An EAGLE head's [`Generator::feed`]: token `ids[i]` with the feature `features[i * hidden ..]` (`[n, hidden]`).
+    pub fn feed_with(&mut self, ids: &[u32], features: &[f32]) -> Result<()> {
+        self.check_fits(ids)?;
+        let h = self.model.cfg.hidden;
+        if features.len() != ids.len() * h {
+            return Err(Error::Invalid(format!(
+                "{} feature values for {} tokens of hidden size {h}",
+                features.len(),
+                ids.len()
+            )));
+        }
+        let gpu = self.gpu;
+        for (chunk, feats) in ids
+            .chunks(self.chunk.max(1))
+            .zip(features.chunks(self.chunk.max(1) * h))
+        {
+            let pos = self.tokens.len();
+            let sparse = self.sparse_at(pos + chunk.len());
+            let step = self
+                .plans
+                .get(gpu, self.model, &self.cache, self.outputs, chunk.len(), sparse)?;
+            step.write_features(gpu, feats)?;
+            step.run(gpu, StepInputs { tokens: chunk, pos }, &mut self.result)?;
+            self.tokens.extend_from_slice(chunk);
+        }
+        Ok(())
+    }
+
     /// Run the model over `ids` (appended after the cached tokens); `self.result` then holds the last token's outputs.
     pub fn feed(&mut self, ids: &[u32]) -> Result<()> {
         self.check_fits(ids)?;
+        if self.model.is_eagle() {
+            return Err(Error::Invalid(
+                "an EAGLE head's steps take features: use feed_with".into(),
+            ));
+        }
         let gpu = self.gpu;
         for chunk in ids.chunks(self.chunk.max(1)) {
             let pos = self.tokens.len();

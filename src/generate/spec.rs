@@ -152,8 +152,19 @@ pub fn generate_spec(
     let (drafter, spec) = (&mut *speculator.drafter, &speculator.opts);
     let mut emit = Emitter::new(tok, opts, prompt, on_text);
     let mut stats = SpecStats::default();
+    if drafter.needs_hidden() && !gen.outputs.hidden {
+        return Err(crate::error::Error::Invalid(format!(
+            "the {} drafter needs the target's hidden states (StepOutputs::hidden)",
+            drafter.name()
+        )));
+    }
     let t0 = Instant::now();
-    gen.feed(prompt)?;
+    // Chunk by chunk, so that the drafter sees every chunk's outputs.
+    for chunk in prompt.chunks(gen.chunk.max(1)) {
+        let pos = gen.tokens.len();
+        gen.feed(chunk)?;
+        drafter.observe(pos, &gen.result);
+    }
     emit.out.prefill_time = t0.elapsed();
     let t1 = Instant::now();
     let mut history: Vec<u32> = gen.tokens.clone();
@@ -191,6 +202,7 @@ pub fn generate_spec(
             if drafts.is_empty() {
                 let t = Instant::now();
                 gen.feed(&[next])?;
+                drafter.observe(base, &gen.result);
                 stats.plain_steps += 1;
                 next = choose(gen, sampler, 0, &history, &mut emit.out)?;
                 stats.plain_time += t.elapsed();
@@ -201,6 +213,7 @@ pub fn generate_spec(
             step_ids.push(next);
             step_ids.extend_from_slice(&drafts);
             gen.verify(&step_ids)?;
+            drafter.observe(base, &gen.result);
             // Row i holds the target's outputs after `next` and drafts[..i]: keep drafts while they are its choice
             // (sample-and-match), or, for drafts sampled from a known distribution, while they pass speculative
             // sampling's acceptance test.

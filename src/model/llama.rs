@@ -4,6 +4,7 @@
 
 use super::blockffn::BlockFfn;
 use super::config::{Arch, LlamaConfig, SparseConfig};
+use super::eagle::EagleIn;
 use super::frspec::HeadSubset;
 pub use super::names::Names;
 use super::names::Role;
@@ -70,6 +71,9 @@ pub struct Llama {
     kv_type: KvType,
     /// FR-Spec: the head restricted to a subset of the vocabulary (a draft model's), used instead of the full one.
     head_subset: Option<HeadSubset>,
+    /// An EAGLE-1 draft head: its input projection over (token embedding, target feature); layer 0 then has no
+    /// input norm and the head no final norm ([`super::eagle`]).
+    pub(super) eagle: Option<EagleIn>,
 }
 
 /// The rotation of one kind of layer for a session, with its divisors on the device.
@@ -104,7 +108,20 @@ impl Llama {
         src: &dyn WeightSource,
         cfg: LlamaConfig,
         names: Names,
+        progress: impl FnMut(usize, usize),
+    ) -> Result<Llama> {
+        Self::load_sharing(gpu, src, cfg, names, progress, None)
+    }
+
+    /// [`Llama::load`], taking the embedding, LM head and final norm from `shared` instead of `src` when given (an
+    /// EAGLE head uses its target's).
+    pub(super) fn load_sharing(
+        gpu: &Gpu,
+        src: &dyn WeightSource,
+        cfg: LlamaConfig,
+        names: Names,
         mut progress: impl FnMut(usize, usize),
+        shared: Option<&Llama>,
     ) -> Result<Llama> {
         let c = &cfg;
         let unfused = super::fused::Unfused::of(src, c, names);
@@ -165,11 +182,13 @@ impl Llama {
             }
             Ok(QkvIn { groups })
         };
-        let embed = linear(names.of(c.arch, Role::Embed, None), c.vocab, c.hidden)?;
-        let head = if c.tie_embeddings {
-            None
-        } else {
-            Some(linear(names.of(c.arch, Role::Head, None), c.vocab, c.hidden)?)
+        let (embed, head) = match shared {
+            Some(t) => (t.embed.clone(), t.head.clone()),
+            None if c.tie_embeddings => (linear(names.of(c.arch, Role::Embed, None), c.vocab, c.hidden)?, None),
+            None => (
+                linear(names.of(c.arch, Role::Embed, None), c.vocab, c.hidden)?,
+                Some(linear(names.of(c.arch, Role::Head, None), c.vocab, c.hidden)?),
+            ),
         };
         let mut layers = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {
@@ -228,12 +247,15 @@ impl Llama {
         progress(c.n_layers, c.n_layers);
         // logits = head(norm(h) * logit): MiniCPM's logit scale folded into the norm's weight (exact when 1).
         let logit = c.mup.logit;
-        let norm = load_vector_with(
-            gpu,
-            &src.require(&names.of(c.arch, Role::FinalNorm, None))?,
-            c.hidden,
-            |w| stored(w) * logit,
-        )?;
+        let norm = match shared {
+            Some(t) => t.norm.clone(),
+            None => load_vector_with(
+                gpu,
+                &src.require(&names.of(c.arch, Role::FinalNorm, None))?,
+                c.hidden,
+                |w| stored(w) * logit,
+            )?,
+        };
         gpu.check("load")?;
         Ok(Llama {
             cfg,
@@ -243,6 +265,7 @@ impl Llama {
             layers,
             kv_type: KvType::F32,
             head_subset: None,
+            eagle: None,
         })
     }
 
@@ -446,11 +469,15 @@ impl Llama {
             sparse: false,
             sparse_keys: None,
         };
-        let (hidden, logits, router) = self.forward(&mut g, gpu, &ctx, ids, out, true)?;
+        if self.eagle.is_some() {
+            return Err(Error::Invalid("an EAGLE head does not batch sessions".into()));
+        }
+        let (hidden, logits, router) = self.forward(&mut g, gpu, &ctx, (ids, None), out, true)?;
         let (logits, argmax, topk) = read_backs(&mut g, logits, out)?;
         Ok(Step {
             plan: Plan::new(gpu, g)?,
             n_tokens: n,
+            features: None,
             vars: Vec::with_capacity(n),
             vocab_ids: self.head_ids().map(<[u32]>::to_vec),
             ids,
@@ -490,11 +517,17 @@ impl Llama {
             sparse,
             sparse_keys,
         };
-        let (hidden, logits, router) = self.forward(&mut g, gpu, &ctx, ids, out, all_rows)?;
+        // An EAGLE head's second input: the target's features `[n, hidden]`, one per token.
+        let features = self
+            .eagle
+            .as_ref()
+            .map(|_| g.input("features", &[n_tokens, self.cfg.hidden], DType::F32));
+        let (hidden, logits, router) = self.forward(&mut g, gpu, &ctx, (ids, features), out, all_rows)?;
         let (logits, argmax, topk) = read_backs(&mut g, logits, out)?;
         Ok(Step {
             plan: Plan::new(gpu, g)?,
             n_tokens,
+            features,
             vars: Vec::with_capacity(1),
             vocab_ids: self.head_ids().map(<[u32]>::to_vec),
             ids,
@@ -506,7 +539,7 @@ impl Llama {
         })
     }
 
-    /// Record the forward pass of `ids` `[n]`: the logits `[rows, vocab]` of the last row, or of every row when
+    /// Record the forward pass of `ids` `[n]` (with an EAGLE head's features `[n, hidden]`): the logits `[rows, vocab]` of the last row, or of every row when
     /// `all_rows`, the BlockFFN router weights asked for, and the head's input `[rows, hidden]` marked for read-back
     /// when asked for.
     fn forward(
@@ -514,24 +547,31 @@ impl Llama {
         g: &mut Graph,
         gpu: &Gpu,
         ctx: &StepContext<'_>,
-        ids: TensorId,
+        (ids, features): (TensorId, Option<TensorId>),
         out: StepOutputs,
         all_rows: bool,
     ) -> Result<(Option<TensorId>, TensorId, Vec<TensorId>)> {
         let n_tokens = ctx.n_tokens;
         let mut h = self.embed(g, ids)?; // [n, hidden]
+        if let (Some(e), Some(f)) = (&self.eagle, features) {
+            h = e.forward(g, h, f)?;
+        }
         g.tap(h, Tap::Embed);
         // The FFN output still to be added to `h`: fused into the next norm (one dispatch for add + norm).
         let mut pending: Option<TensorId> = None;
         let mut router = Vec::new();
-        let fused = self.fusable(gpu, n_tokens);
+        let fused = self.eagle.is_none() && self.fusable(gpu, n_tokens);
         for (i, l) in self.layers.iter().enumerate() {
             g.set_prefix(&format!("blk.{i}."));
             if fused {
                 h = self.fused_layer(g, ctx, i, l, h)?;
                 continue;
             }
-            let x = self.add_norm(g, &mut h, pending.take(), &l.attn_norm)?;
+            let x = if self.eagle.is_some() && i == 0 {
+                h // EAGLE's layer 0 has no input norm
+            } else {
+                self.add_norm(g, &mut h, pending.take(), &l.attn_norm)?
+            };
             g.tap(x, Tap::AttnNorm(i));
             let o = self.attention_block(g, ctx, i, l, AttnIn::Normed(x))?;
             g.tap(o, Tap::AttnProj(i));
@@ -547,7 +587,7 @@ impl Llama {
         }
         g.set_prefix("");
         let rows = if all_rows { n_tokens } else { 1 };
-        let (x, logits) = self.logits(g, h, pending, n_tokens, rows)?; // [rows, hidden], [rows, vocab]
+        let (x, logits) = self.logits(g, h, pending, (n_tokens, rows), out.hidden)?; // [rows, hidden], [rows, vocab]
         g.tap(logits, Tap::Logits);
         let hidden = out.hidden.then(|| {
             g.output(x);
@@ -778,11 +818,34 @@ impl Llama {
         g: &mut Graph,
         h: TensorId,
         pending: Option<TensorId>,
-        n_tokens: usize,
-        rows: usize,
+        (n_tokens, rows): (usize, usize),
+        every_hidden: bool,
     ) -> Result<(TensorId, TensorId)> {
         let c = &self.cfg;
         let alpha = c.mup.residual;
+        if self.eagle.is_some() {
+            // EAGLE-1 feeds its layer's output to the target's head with no norm.
+            let h = match pending {
+                Some(d) => g.add_scaled(h, d, alpha)?,
+                None => h,
+            };
+            let x = if rows < n_tokens {
+                g.rows(h, n_tokens - rows, rows)?
+            } else {
+                h
+            };
+            return Ok((h, self.lm_head().forward(g, x, None)?));
+        }
+        if every_hidden && rows < n_tokens {
+            // Every row normed (the features of a prefill chunk), the head over the last (the same bits per row).
+            let w = g.external(&self.norm);
+            let x = match pending {
+                Some(d) => g.add_scaled_rms_norm(h, d, alpha, w, c.rms_eps)?.1,
+                None => g.rms_norm(h, w, c.rms_eps)?,
+            };
+            let last = g.rows(x, n_tokens - rows, rows)?;
+            return Ok((x, self.lm_head().forward(g, last, None)?));
+        }
         let w = g.external(&self.norm);
         let x = match (pending, n_tokens == rows) {
             (Some(d), true) => g.add_scaled_rms_norm(h, d, alpha, w, c.rms_eps)?.1,

@@ -3,6 +3,7 @@
 pub mod blockffn;
 pub mod budget;
 pub mod config;
+pub mod eagle;
 pub mod frspec;
 pub mod fused;
 pub mod llama;

@@ -19,8 +19,8 @@ pub struct StepOutputs {
     pub topk: usize,
     /// Read back each BlockFFN layer's router weights `[n_tokens, E]` (sparsity statistics).
     pub router: bool,
-    /// Read back the LM head's input: the last token's final-normed hidden state `[hidden]` (a verification or
-    /// batched step: every row's, `[n, hidden]`), the features an EAGLE draft head predicts from.
+    /// Read back the final-normed hidden state of every token of the step `[n, hidden]` (the LM head's input; an
+    /// EAGLE head's own: its layer's output), the features an EAGLE draft head predicts from.
     pub hidden: bool,
 }
 
@@ -46,7 +46,7 @@ pub struct StepResult {
     pub topk_logits: Vec<f32>,
     /// Router weights `[n_tokens, E]` of each BlockFFN layer, for every token of the step.
     pub router: Vec<Vec<f32>>,
-    /// The LM head's input `[rows, hidden]` (final-normed hidden states), rows as the logits'.
+    /// Every token's final-normed hidden state `[n_tokens, hidden]` (the LM head's input).
     pub hidden: Vec<f32>,
 }
 
@@ -54,6 +54,8 @@ pub struct StepResult {
 pub struct Step {
     pub(super) plan: Plan,
     pub(super) n_tokens: usize,
+    /// An EAGLE head's features input `[n_tokens, hidden]`.
+    pub(super) features: Option<TensorId>,
     /// The vars of each sequence for the next run (kept: the decode loop allocates nothing).
     pub(super) vars: Vec<StepVars>,
     /// The token id of each logit when the head is restricted (FR-Spec): argmax and top-k ids are mapped through it.
@@ -92,6 +94,15 @@ impl Step {
         self.vars.extend(positions.iter().map(|&p| vars(p)));
         self.plan.run_seqs(gpu, &self.vars)?;
         self.read(out)
+    }
+
+    /// Write an EAGLE head step's features `[n_tokens, hidden]` (the target's, or the head's own last output) for
+    /// the next run.
+    pub fn write_features(&self, gpu: &Gpu, features: &[f32]) -> Result<()> {
+        let id = self
+            .features
+            .ok_or_else(|| Error::Invalid("features given to a step that takes none (not an EAGLE head)".into()))?;
+        self.plan.write_input(gpu, id, bytemuck::cast_slice(features))
     }
 
     /// Sequences the step runs (1 unless it is a batched step).

@@ -248,7 +248,8 @@ fn load_gptq<'a>(st: &'a SafetensorsModel, prefix: &str, name: &str) -> Result<H
     })
 }
 
-/// A `[n, k]` weight matrix in whatever format it came in, on the device.
+/// A `[n, k]` weight matrix in whatever format it came in, on the device (a clone shares the buffers).
+#[derive(Clone)]
 pub enum Linear {
     /// f32 or f16 rows.
     Dense(GpuTensor),

@@ -129,7 +129,7 @@ fn fuse_phi3(ws: Vec<(String, String, Vec<usize>, Vec<f32>)>) -> Vec<(String, St
 }
 
 /// [`weights`] as the architecture's files hold them.
-fn stored(t: &Tiny, seed: u64) -> Vec<(String, String, Vec<usize>, Vec<f32>)> {
+pub fn stored(t: &Tiny, seed: u64) -> Vec<(String, String, Vec<usize>, Vec<f32>)> {
     let ws = weights(t, seed);
     if t.arch == "phi3" {
         fuse_phi3(ws)

@@ -1,0 +1,108 @@
+//! Drafting with an EAGLE-1 head ([`crate::model::eagle`]): the head's session holds one entry per target position
+//! j, built from token `t_{j+1}` and the target's feature `f_j`; a draft continues from the last real entry with the
+//! head's own predicted features, one head step per draft token.
+
+use super::draft::Drafter;
+use super::{Generator, StepResult};
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::model::{Llama, StepOutputs};
+
+/// An EAGLE head drafting greedily for its target.
+pub struct EagleDraft<'a> {
+    gen: Generator<'a>,
+    /// The target's feature of every position it has run, `[positions, hidden]`.
+    features: Vec<f32>,
+    /// Leading entries of the head's cache built from the target's features (the rest from predicted ones).
+    real: usize,
+    /// The head's last predicted feature.
+    last: Vec<f32>,
+}
+
+impl<'a> EagleDraft<'a> {
+    /// A drafting session of `head` (from [`Llama::load_eagle`]) for `max_ctx` positions.
+    pub fn new(gpu: &'a Gpu, head: &'a Llama, max_ctx: usize) -> Result<EagleDraft<'a>> {
+        if !head.is_eagle() {
+            return Err(Error::Invalid("EagleDraft needs an EAGLE head".into()));
+        }
+        let outputs = StepOutputs {
+            argmax: true,
+            hidden: true,
+            ..Default::default()
+        };
+        Ok(EagleDraft {
+            gen: Generator::new(gpu, head, max_ctx, outputs)?,
+            features: Vec::new(),
+            real: 0,
+            last: Vec::new(),
+        })
+    }
+
+    fn hidden(&self) -> usize {
+        self.gen.model().cfg.hidden
+    }
+
+    /// The head's draft after its last step, and its output feature kept for the next.
+    fn take_draft(&mut self) -> Result<u32> {
+        let h = self.hidden();
+        let r = &self.gen.result;
+        let d = r
+            .argmax
+            .ok_or_else(|| Error::Invalid("the EAGLE head's step read no argmax".into()))?;
+        let rows = r.hidden.len() / h;
+        self.last.clear();
+        self.last.extend_from_slice(&r.hidden[(rows.max(1) - 1) * h..rows * h]);
+        Ok(d)
+    }
+}
+
+impl Drafter for EagleDraft<'_> {
+    fn propose(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()> {
+        out.clear();
+        let h = self.hidden();
+        // The target has run positions 0 .. n (features known); history[n] is the token it runs next.
+        let n = history.len().saturating_sub(1);
+        if n == 0 || max == 0 || self.features.len() < n * h {
+            return Ok(());
+        }
+        // Entry j pairs f_j with history[j + 1]: keep the real entries that still match, redo the rest.
+        let tokens = &self.gen.tokens;
+        let same = tokens.iter().zip(&history[1..]).take_while(|(a, b)| a == b).count();
+        let keep = same.min(self.real).min(n - 1);
+        self.gen.truncate(keep);
+        if n + max > self.gen.max_ctx() {
+            return Ok(());
+        }
+        let features = &self.features[keep * h..n * h];
+        self.gen.feed_with(&history[keep + 1..=n], features)?;
+        self.real = n;
+        let mut d = self.take_draft()?;
+        out.push(d);
+        while out.len() < max {
+            let last = std::mem::take(&mut self.last);
+            self.gen.feed_with(&[d], &last)?;
+            self.last = last;
+            d = self.take_draft()?;
+            out.push(d);
+        }
+        Ok(())
+    }
+    fn name(&self) -> &'static str {
+        "eagle"
+    }
+    fn observe(&mut self, pos: usize, result: &StepResult) {
+        let h = self.hidden();
+        let rows = result.hidden.len() / h;
+        let end = (pos + rows) * h;
+        if self.features.len() < end {
+            self.features.resize(end, 0.0);
+        }
+        self.features[pos * h..end].copy_from_slice(&result.hidden[..rows * h]);
+        self.features.truncate(end);
+        // Entries from `pos` on may have used other features.
+        self.real = self.real.min(pos);
+    }
+    fn needs_hidden(&self) -> bool {
+        true
+    }
+}

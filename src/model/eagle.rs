@@ -1,0 +1,130 @@
+//! EAGLE-1 draft heads (Li et al. 2024, "EAGLE: Speculative Sampling Requires Rethinking Feature Uncertainty"), as
+//! SafeAILab publishes them: a directory with a Llama `config.json` of one layer and the weights `fc.weight` `[hidden,
+//! 2 hidden]` (+ `fc.bias`) and `layers.0.*` in transformers' names, in `model.safetensors` (a published
+//! `pytorch_model.bin` must be converted first: `safetensors`' `convert` script, or `torch.load` + `save_file`). For
+//! token `t_{j+1}` and the target's feature `f_j` (its final-normed hidden state at position j), the head computes
+//! `fc(cat(embed(t_{j+1}), f_j))`, runs its decoder layer with no input norm, and scores the output with the
+//! target's LM head directly: the output is the predicted feature `f_{j+1}`, and its logits the draft for `t_{j+2}`.
+//! The head is a one-layer [`Llama`] sharing the target's embedding and head; its steps take the features as a
+//! second input ([`super::Step::write_features`]).
+
+use super::config::{Arch, LlamaConfig};
+use super::llama::{Llama, Names};
+use super::weights::{HostData, HostTensor, Linear, WeightSource};
+use crate::error::{Error, Result};
+use crate::gpu::{Gpu, GpuTensor};
+use crate::graph::{Graph, TensorId};
+use crate::loader::safetensors::SafetensorsModel;
+use std::path::Path;
+
+/// The head's input projection, split by columns: `fc(cat(e, f)) = W_e e + W_f f + b`.
+pub(super) struct EagleIn {
+    embed_w: Linear,         // [hidden, hidden]: fc's first `hidden` columns
+    feature_w: Linear,       // [hidden, hidden]: its last `hidden` columns
+    bias: Option<GpuTensor>, // [hidden]
+}
+
+impl EagleIn {
+    /// `W_e e + b + W_f f` for embeddings `e` and features `f`, both `[n, hidden]`.
+    pub(super) fn forward(&self, g: &mut Graph, e: TensorId, f: TensorId) -> Result<TensorId> {
+        let a = self.embed_w.forward(g, e, self.bias.as_ref())?;
+        let b = self.feature_w.forward(g, f, None)?;
+        g.add_scaled(a, b, 1.0)
+    }
+}
+
+/// The head's tensors under the names the layer loader asks for (`model.layers.0.*` -> `layers.0.*`), with the input
+/// norm it does not have served as ones (never used: layer 0 of a head skips its input norm).
+struct HeadNames<'a> {
+    st: &'a SafetensorsModel,
+    dir: &'a Path,
+    hidden: usize,
+}
+
+impl WeightSource for HeadNames<'_> {
+    fn describe(&self) -> String {
+        format!("EAGLE head {}", self.dir.display())
+    }
+    fn tensor(&self, name: &str) -> Result<Option<HostTensor<'_>>> {
+        if name == "model.layers.0.input_layernorm.weight" {
+            return Ok(Some(HostTensor {
+                name: name.into(),
+                shape: vec![self.hidden],
+                data: HostData::F32(vec![1.0; self.hidden]),
+            }));
+        }
+        match name.strip_prefix("model.") {
+            Some(rest) => self.st.tensor(rest),
+            None => self.st.tensor(name),
+        }
+    }
+}
+
+impl Llama {
+    /// Load the EAGLE-1 head in `dir` for drafting for `target` (same hidden size and vocabulary, checked); it
+    /// shares the target's embedding and LM head.
+    pub fn load_eagle(gpu: &Gpu, dir: &Path, target: &Llama) -> Result<Llama> {
+        let bad = |what: String| Error::Invalid(format!("EAGLE head {}: {what}", dir.display()));
+        if !dir.join("model.safetensors").exists() && dir.join("pytorch_model.bin").exists() {
+            return Err(bad(
+                "pytorch_model.bin is a pickle; convert it to model.safetensors first (torch.load, then \
+                 safetensors.torch.save_file)"
+                    .into(),
+            ));
+        }
+        let mut cfg = LlamaConfig::from_hf(&dir.join("config.json"))?;
+        let t = &target.cfg;
+        if cfg.arch != Arch::Llama || cfg.n_layers != 1 {
+            return Err(bad(format!(
+                "config.json: an EAGLE-1 head is a Llama of 1 layer, not {:?} of {}",
+                cfg.arch, cfg.n_layers
+            )));
+        }
+        if cfg.hidden != t.hidden || cfg.vocab != t.vocab {
+            return Err(bad(format!(
+                "config.json: hidden_size {} and vocab_size {} do not match the target's {} and {}",
+                cfg.hidden, cfg.vocab, t.hidden, t.vocab
+            )));
+        }
+        // Positions as the target's (the head drafts at the target's positions).
+        cfg.context = t.context;
+        let st = SafetensorsModel::open(dir)?;
+        let h = cfg.hidden;
+        let fc = st
+            .tensor("fc.weight")?
+            .ok_or_else(|| bad("missing tensor fc.weight".into()))?;
+        if fc.shape != [h, 2 * h] {
+            return Err(bad(format!("fc.weight: {:?}, expected [{h}, {}]", fc.shape, 2 * h)));
+        }
+        let w = fc.to_f32()?;
+        let half = |second: bool| -> Vec<f32> {
+            let from = if second { h } else { 0 };
+            w.chunks_exact(2 * h)
+                .flat_map(|row| row[from..from + h].to_vec())
+                .collect()
+        };
+        let bias = match st.tensor("fc.bias")? {
+            Some(b) if b.shape == [h] => Some(GpuTensor::upload_f32(gpu, "eagle.fc.bias", &[h], &b.to_f32()?)?),
+            Some(b) => return Err(bad(format!("fc.bias: {:?}, expected [{h}]", b.shape))),
+            None => None,
+        };
+        let input = EagleIn {
+            embed_w: Linear::Dense(GpuTensor::upload_f32(gpu, "eagle.fc.embed", &[h, h], &half(false))?),
+            feature_w: Linear::Dense(GpuTensor::upload_f32(gpu, "eagle.fc.feature", &[h, h], &half(true))?),
+            bias,
+        };
+        let src = HeadNames {
+            st: &st,
+            dir,
+            hidden: h,
+        };
+        let mut head = Llama::load_sharing(gpu, &src, cfg, Names::Hf, |_, _| {}, Some(target))?;
+        head.eagle = Some(input);
+        Ok(head)
+    }
+
+    /// Whether this is an EAGLE head (its steps take features: [`super::Step::write_features`]).
+    pub fn is_eagle(&self) -> bool {
+        self.eagle.is_some()
+    }
+}
