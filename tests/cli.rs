@@ -612,3 +612,64 @@ fn empty_and_runaway_chat_templates_are_errors() {
         fails_with(&out, &["chat template", needle]);
     }
 }
+
+/// EAGLE from the command line: `eagle-fit` writes a head for a tiny chat model from a text, `generate --eagle` drafts
+/// with it and prints plain decoding's text; the flags are checked.
+#[test]
+fn eagle_fit_then_generate_with_the_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_gguf_chat(&path, 3, GgmlType::F32);
+    let p = path.to_str().unwrap();
+    let text = dir.path().join("text.txt");
+    std::fs::write(
+        &text,
+        "hello world, the quick brown fox jumps over the lazy dog. ".repeat(8),
+    )
+    .unwrap();
+    let head = dir.path().join("head");
+    let fit = [
+        "eagle-fit",
+        "-m",
+        p,
+        "--text",
+        text.to_str().unwrap(),
+        "-o",
+        head.to_str().unwrap(),
+    ];
+    let out = shaderlm(&fit, dir.path());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(head.join("config.json").exists() && head.join("model.safetensors").exists());
+    let gen = |extra: &[&str]| {
+        let args = [
+            &[
+                "generate",
+                "-m",
+                p,
+                "--prompt",
+                "hello world",
+                "-n",
+                "12",
+                "--temp",
+                "0",
+            ][..],
+            extra,
+        ]
+        .concat();
+        shaderlm(&args, dir.path())
+    };
+    let plain = gen(&[]);
+    assert!(plain.status.success(), "{}", String::from_utf8_lossy(&plain.stderr));
+    let spec = gen(&["--eagle", head.to_str().unwrap(), "--spec-min-accepted", "0"]);
+    assert!(spec.status.success(), "{}", String::from_utf8_lossy(&spec.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&spec.stdout),
+        String::from_utf8_lossy(&plain.stdout)
+    );
+    fails_with(&gen(&["--spec", "eagle"]), &["--spec eagle needs --eagle DIR"]);
+    fails_with(&gen(&["--spec", "lookup", "--eagle", "x"]), &["use --spec eagle"]);
+    fails_with(
+        &gen(&["--eagle", dir.path().join("nowhere").to_str().unwrap()]),
+        &["nowhere"],
+    );
+}

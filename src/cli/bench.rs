@@ -113,6 +113,7 @@ pub fn run(args: &BenchArgs, device: &DeviceArgs) -> anyhow::Result<()> {
     let draft = args.spec.load_draft(&gpu, &model_args, &loaded)?;
     let outputs = StepOutputs {
         argmax: true,
+        hidden: args.spec.needs_hidden(),
         ..Default::default()
     };
     let mut gen = Generator::new(&gpu, &loaded.model, loaded.ctx, outputs)?;

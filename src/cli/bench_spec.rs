@@ -2,7 +2,7 @@
 //! repetition: tok/s of each and the speedup, tokens per verification step, acceptance by draft depth, and draft /
 //! verify time. The two outputs must be identical; a difference is an error (speculation is lossless).
 
-use super::spec::{SpecArgs, SpecKind};
+use super::spec::{LoadedDraft, SpecArgs, SpecKind};
 use clap::ValueEnum;
 use shaderlm::generate::spec::{generate_spec, SpecStats, Speculator};
 use shaderlm::generate::{generate, GenOptions, Generator};
@@ -79,7 +79,7 @@ pub fn run(
     gen: &mut Generator<'_>,
     loaded: &LoadedModel,
     spec_args: &SpecArgs,
-    draft: Option<&LoadedModel>,
+    draft: Option<&LoadedDraft>,
     set: Option<SpecPrompts>,
     n: usize,
     reps: usize,
@@ -87,7 +87,7 @@ pub fn run(
     let kind = spec_args.kind()?.unwrap_or(SpecKind::Lookup);
     let set = set.unwrap_or(match kind {
         SpecKind::Lookup => SpecPrompts::Grounded,
-        SpecKind::Draft => SpecPrompts::Code,
+        SpecKind::Draft | SpecKind::Eagle => SpecPrompts::Code,
     });
     let gpu = gen.gpu();
     let mut drafter = match spec_args.drafter(gpu, draft, gen.chunk, &SamplingParams::greedy())? {

@@ -42,7 +42,7 @@ pub fn run(args: &ChatArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         argmax: !params.needs_logits(),
         topk: 0,
         router: false,
-        hidden: false,
+        hidden: args.spec.needs_hidden(),
     };
     let mut gen = Generator::new(&gpu, &loaded.model, loaded.ctx, outputs)?;
     gen.chunk = args.model.chunk;

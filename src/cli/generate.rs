@@ -104,7 +104,7 @@ pub fn run(args: &GenerateArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         argmax: !params.needs_logits(),
         topk: if args.json { 10 } else { 0 },
         router: args.stats,
-        hidden: false,
+        hidden: args.spec.needs_hidden(),
     };
     let mut gen = Generator::new(&gpu, &loaded.model, loaded.ctx, outputs)?;
     gen.chunk = args.model.chunk;

@@ -7,6 +7,7 @@ mod bench_spec;
 mod chat;
 mod common;
 mod devices;
+mod eagle_fit;
 mod frspec;
 mod generate;
 mod info;
@@ -74,6 +75,8 @@ pub enum Command {
     Quantize(quantize::QuantizeArgs),
     /// Rank a model's tokens by frequency over a text, for a draft head restricted with --frspec-vocab (FR-Spec).
     Frspec(frspec::FrspecArgs),
+    /// Fit a linear EAGLE-1 head to a model's hidden states over a text (ridge regression), for --eagle.
+    EagleFit(eagle_fit::EagleFitArgs),
     /// Serve the model over an OpenAI-compatible HTTP API (chat and text completions, streaming, sessions).
     Serve(serve::ServeArgs),
 }
@@ -87,6 +90,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Devices => devices::run(&cli.device),
         Command::Quantize(a) => quantize::run(a, &cli.device),
         Command::Frspec(a) => frspec::run(a),
+        Command::EagleFit(a) => eagle_fit::run(a, &cli.device),
         Command::Serve(a) => serve::run(a, &cli.device),
     }
 }

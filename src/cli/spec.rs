@@ -5,12 +5,13 @@ use super::common::ModelArgs;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use shaderlm::generate::draft::{check_same_vocab, DraftModel, Drafter, Lookup};
+use shaderlm::generate::eagle::EagleDraft;
 use shaderlm::generate::spec::{SpecOptions, MAX_DRAFT};
 use shaderlm::generate::Generator;
 use shaderlm::gpu::Gpu;
 use shaderlm::model::frspec;
 use shaderlm::model::load::LoadedModel;
-use shaderlm::model::{LoadOptions, StepOutputs};
+use shaderlm::model::{Llama, LoadOptions, StepOutputs};
 use shaderlm::sampling::{Sampler, SamplingParams};
 use std::path::PathBuf;
 
@@ -21,6 +22,14 @@ pub enum SpecKind {
     Lookup,
     /// A smaller model with the same vocabulary (--draft-model).
     Draft,
+    /// An EAGLE-1 head predicting from the target's hidden states (--eagle).
+    Eagle,
+}
+
+/// A loaded draft source that has weights: a draft model, or an EAGLE head (over the target's `ctx` positions).
+pub enum LoadedDraft {
+    Model(Box<LoadedModel>),
+    Eagle { head: Box<Llama>, ctx: usize },
 }
 
 #[derive(Args, Debug, Clone, Default)]
@@ -32,6 +41,10 @@ pub struct SpecArgs {
     /// A draft model with the target's vocabulary (implies --spec draft).
     #[arg(long, value_name = "PATH")]
     pub draft_model: Option<PathBuf>,
+    /// An EAGLE-1 head directory (config.json + model.safetensors, SafeAILab's layout) for the target (implies
+    /// --spec eagle).
+    #[arg(long, value_name = "DIR", conflicts_with = "draft_model")]
+    pub eagle: Option<PathBuf>,
     /// The draft model keeps only its first N layers (with the target's own file as --draft-model: a
     /// layer-skipping self-draft).
     #[arg(long, value_name = "N")]
@@ -84,13 +97,18 @@ impl SpecArgs {
             self.frspec_vocab.is_none() || self.draft_model.is_some(),
             "--frspec-vocab restricts a draft model's head: it needs --draft-model PATH"
         );
-        match (self.spec, &self.draft_model) {
-            (Some(SpecKind::Draft), None) => anyhow::bail!("--spec draft needs --draft-model PATH"),
-            (Some(SpecKind::Lookup), Some(_)) => {
+        match (self.spec, &self.draft_model, &self.eagle) {
+            (Some(SpecKind::Draft), None, _) => anyhow::bail!("--spec draft needs --draft-model PATH"),
+            (Some(SpecKind::Eagle), _, None) => anyhow::bail!("--spec eagle needs --eagle DIR"),
+            (Some(SpecKind::Lookup | SpecKind::Eagle), Some(_), _) => {
                 anyhow::bail!("--draft-model drafts with a model: use --spec draft (or leave --spec out)")
             }
-            (None, Some(_)) => Ok(Some(SpecKind::Draft)),
-            (kind, _) => Ok(kind),
+            (Some(SpecKind::Lookup | SpecKind::Draft), _, Some(_)) => {
+                anyhow::bail!("--eagle drafts with an EAGLE head: use --spec eagle (or leave --spec out)")
+            }
+            (None, Some(_), _) => Ok(Some(SpecKind::Draft)),
+            (None, _, Some(_)) => Ok(Some(SpecKind::Eagle)),
+            (kind, _, _) => Ok(kind),
         }
     }
 
@@ -102,9 +120,33 @@ impl SpecArgs {
         }
     }
 
-    /// Load the draft model (when one is asked for) onto `gpu`, with the target's context and attention options,
-    /// and check that its vocabulary is the target's.
+    /// Whether the target's steps must read back their hidden states (an EAGLE head drafts from them).
+    pub fn needs_hidden(&self) -> bool {
+        matches!(self.kind(), Ok(Some(SpecKind::Eagle)))
+    }
+
+    /// Load the draft model or EAGLE head (when one is asked for) onto `gpu`: a draft model with the target's
+    /// context and attention options and its vocabulary checked against the target's; a head checked against the
+    /// target's sizes.
     pub fn load_draft(
+        &self,
+        gpu: &Gpu,
+        model: &ModelArgs,
+        target: &LoadedModel,
+    ) -> anyhow::Result<Option<LoadedDraft>> {
+        if let (Some(SpecKind::Eagle), Some(dir)) = (self.kind()?, &self.eagle) {
+            let head = Llama::load_eagle(gpu, dir, &target.model)?;
+            return Ok(Some(LoadedDraft::Eagle {
+                head: Box::new(head),
+                ctx: target.ctx,
+            }));
+        }
+        Ok(self
+            .load_draft_model(gpu, model, target)?
+            .map(|d| LoadedDraft::Model(Box::new(d))))
+    }
+
+    fn load_draft_model(
         &self,
         gpu: &Gpu,
         model: &ModelArgs,
@@ -148,14 +190,20 @@ impl SpecArgs {
     pub fn drafter<'a>(
         &self,
         gpu: &'a Gpu,
-        draft: Option<&'a LoadedModel>,
+        draft: Option<&'a LoadedDraft>,
         chunk: usize,
         params: &SamplingParams,
     ) -> anyhow::Result<Option<Box<dyn Drafter + 'a>>> {
         Ok(match (self.kind()?, draft) {
             (None, _) => None,
             (Some(SpecKind::Lookup), _) => Some(Box::new(Lookup::default())),
-            (Some(SpecKind::Draft), Some(d)) => {
+            (Some(SpecKind::Eagle), Some(LoadedDraft::Eagle { head, ctx })) => {
+                let mut d = EagleDraft::new(gpu, head, *ctx)?;
+                d.set_chunk(chunk);
+                Some(Box::new(d))
+            }
+            (Some(SpecKind::Eagle), _) => anyhow::bail!("--spec eagle: the head is not loaded"),
+            (Some(SpecKind::Draft), Some(LoadedDraft::Model(d))) => {
                 let sample = self.draft_sample && !params.is_greedy();
                 let outputs = StepOutputs {
                     logits: self.draft_p_min > 0.0 || sample,
@@ -174,7 +222,7 @@ impl SpecArgs {
                     DraftModel::greedy(gen, self.draft_p_min)
                 }))
             }
-            (Some(SpecKind::Draft), None) => anyhow::bail!("--spec draft: the draft model is not loaded"),
+            (Some(SpecKind::Draft), _) => anyhow::bail!("--spec draft: the draft model is not loaded"),
         })
     }
 }

@@ -38,6 +38,11 @@ impl<'a> EagleDraft<'a> {
         })
     }
 
+    /// Tokens per step when the head catches up with the target (the target's prefill chunk).
+    pub fn set_chunk(&mut self, chunk: usize) {
+        self.gen.chunk = chunk;
+    }
+
     fn hidden(&self) -> usize {
         self.gen.model().cfg.hidden
     }
