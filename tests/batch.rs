@@ -6,46 +6,14 @@
 mod common;
 
 use common::gpu::gpu;
+use common::steps::{bits, tokens, weights, LOGITS_AND_ARGMAX};
 use common::tiny::{phi3, write_gguf, write_hf, Tiny};
 use shaderlm::generate::batch::Batch;
 use shaderlm::generate::Generator;
-use shaderlm::loader::gguf::GgufFile;
-use shaderlm::loader::safetensors::SafetensorsModel;
 use shaderlm::model::load::LoadedModel;
-use shaderlm::model::{Llama, LlamaConfig, LoadOptions, Names, StepOutputs};
+use shaderlm::model::{Llama, LoadOptions};
 use shaderlm::quant::GgmlType;
 use std::path::Path;
-
-const LOGITS_AND_ARGMAX: StepOutputs = StepOutputs {
-    logits: true,
-    argmax: true,
-    topk: 0,
-    router: false,
-    hidden: false,
-};
-
-/// The weights of a tiny checkpoint (a GGUF file or a Hugging Face directory), without a tokenizer.
-fn weights(path: &Path) -> Llama {
-    if path.is_dir() {
-        let cfg = LlamaConfig::from_hf(&path.join("config.json")).unwrap();
-        let st = SafetensorsModel::open(path).unwrap();
-        Llama::load(gpu(), &st, cfg, Names::Hf, |_, _| {}).unwrap()
-    } else {
-        let f = GgufFile::open(path).unwrap();
-        let cfg = LlamaConfig::from_gguf(&f).unwrap();
-        Llama::load(gpu(), &f, cfg, Names::Gguf, |_, _| {}).unwrap()
-    }
-}
-
-fn tokens(n: usize, vocab: usize, seed: u32) -> Vec<u32> {
-    (0..n as u32)
-        .map(|i| (i * 37 + 11 + seed * 13) % vocab as u32)
-        .collect()
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
 
 /// Which sessions step together at step `t` of `n` sessions: all of them, then the even ones, then the first two
 /// and the last, ... (every session is in at least every other step; the rest step alone).

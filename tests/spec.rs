@@ -9,6 +9,7 @@ mod common;
 use common::blockffn::write_blockffn;
 use common::gpu::gpu;
 use common::minicpm::write_minicpm;
+use common::steps::{bits, tokens, weights, LOGITS_AND_ARGMAX};
 use common::tiny::{
     phi3, random, stored, weights as tiny_weights, write_gguf, write_gguf_chat, write_gguf_chat_as, write_hf,
     write_safetensors, Tiny,
@@ -18,48 +19,15 @@ use shaderlm::generate::eagle::EagleDraft;
 use shaderlm::generate::spec::{generate_spec, SpecOptions, SpecStats, Speculator};
 use shaderlm::generate::{generate, GenOptions, GenOutput, Generator};
 use shaderlm::gpu::Gpu;
-use shaderlm::loader::gguf::GgufFile;
-use shaderlm::loader::safetensors::SafetensorsModel;
 use shaderlm::model::load::LoadedModel;
-use shaderlm::model::{frspec, Llama, LlamaConfig, LoadOptions, Names, StepOutputs};
+use shaderlm::model::{frspec, Llama, LoadOptions, StepOutputs};
 use shaderlm::quant::GgmlType;
 use shaderlm::sampling::{Sampler, SamplingParams};
 use std::path::Path;
 
-const LOGITS_AND_ARGMAX: StepOutputs = StepOutputs {
-    logits: true,
-    argmax: true,
-    topk: 0,
-    router: false,
-    hidden: false,
-};
-
 fn open(gpu: &Gpu, path: &Path, ctx: usize) -> LoadedModel {
     LoadedModel::open(gpu, path, &LoadOptions::with_ctx(ctx), |_, _| {})
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// The weights of a tiny checkpoint (a GGUF file or a Hugging Face directory), without a tokenizer.
-fn weights(path: &Path) -> Llama {
-    if path.is_dir() {
-        let cfg = LlamaConfig::from_hf(&path.join("config.json")).unwrap();
-        let st = SafetensorsModel::open(path).unwrap();
-        Llama::load(gpu(), &st, cfg, Names::Hf, |_, _| {}).unwrap()
-    } else {
-        let f = GgufFile::open(path).unwrap();
-        let cfg = LlamaConfig::from_gguf(&f).unwrap();
-        Llama::load(gpu(), &f, cfg, Names::Gguf, |_, _| {}).unwrap()
-    }
-}
-
-fn tokens(n: usize, vocab: usize, seed: u32) -> Vec<u32> {
-    (0..n as u32)
-        .map(|i| (i * 37 + 11 + seed * 13) % vocab as u32)
-        .collect()
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
 }
 
 /// Feeds `prompt` then `cont` one token at a time (plain decoding), and again with verification steps of the

@@ -472,21 +472,7 @@ impl Llama {
         if self.eagle.is_some() {
             return Err(Error::Invalid("an EAGLE head does not batch sessions".into()));
         }
-        let (hidden, logits, router) = self.forward(&mut g, gpu, &ctx, (ids, None), out, true)?;
-        let (logits, argmax, topk) = read_backs(&mut g, logits, out)?;
-        Ok(Step {
-            plan: Plan::new(gpu, g)?,
-            n_tokens: n,
-            features: None,
-            vars: Vec::with_capacity(n),
-            vocab_ids: self.head_ids().map(<[u32]>::to_vec),
-            ids,
-            logits,
-            argmax,
-            topk,
-            router,
-            hidden,
-        })
+        self.plan_step(gpu, g, &ctx, (ids, None), out, true)
     }
 
     /// The step graph: outputs of the last token, or of every token when `all_rows`.
@@ -522,13 +508,27 @@ impl Llama {
             .eagle
             .as_ref()
             .map(|_| g.input("features", &[n_tokens, self.cfg.hidden], DType::F32));
-        let (hidden, logits, router) = self.forward(&mut g, gpu, &ctx, (ids, features), out, all_rows)?;
+        self.plan_step(gpu, g, &ctx, (ids, features), out, all_rows)
+    }
+
+    /// Record the forward pass and the read-backs `out` asks for into `g`, and plan it: a step over `ctx`'s rows,
+    /// whose inputs are `ids` (and an EAGLE head's features).
+    fn plan_step(
+        &self,
+        gpu: &Gpu,
+        mut g: Graph,
+        ctx: &StepContext<'_>,
+        (ids, features): (TensorId, Option<TensorId>),
+        out: StepOutputs,
+        all_rows: bool,
+    ) -> Result<Step> {
+        let (hidden, logits, router) = self.forward(&mut g, gpu, ctx, (ids, features), out, all_rows)?;
         let (logits, argmax, topk) = read_backs(&mut g, logits, out)?;
         Ok(Step {
             plan: Plan::new(gpu, g)?,
-            n_tokens,
+            n_tokens: ctx.n_tokens,
             features,
-            vars: Vec::with_capacity(1),
+            vars: Vec::with_capacity(ctx.seqs.len()),
             vocab_ids: self.head_ids().map(<[u32]>::to_vec),
             ids,
             logits,
@@ -539,9 +539,9 @@ impl Llama {
         })
     }
 
-    /// Record the forward pass of `ids` `[n]` (with an EAGLE head's features `[n, hidden]`): the logits `[rows, vocab]` of the last row, or of every row when
-    /// `all_rows`, the BlockFFN router weights asked for, and the head's input `[rows, hidden]` marked for read-back
-    /// when asked for.
+    /// Record the forward pass of `ids` `[n]` (with an EAGLE head's features `[n, hidden]`): the logits `[rows,
+    /// vocab]` of the last row, or of every row when `all_rows`, the BlockFFN router weights asked for, and every
+    /// row's hidden state `[n, hidden]` marked for read-back when asked for.
     fn forward(
         &self,
         g: &mut Graph,

@@ -2,8 +2,37 @@
 //! the generator runs them (each step dense or sparse by the KV length it reaches, decode plans reused).
 
 #![allow(dead_code)]
+use super::gpu::gpu;
 use shaderlm::gpu::Gpu;
-use shaderlm::model::{Llama, Step, StepInputs, StepOutputs, StepResult};
+use shaderlm::loader::gguf::GgufFile;
+use shaderlm::loader::safetensors::SafetensorsModel;
+use shaderlm::model::{Llama, LlamaConfig, Names, Step, StepInputs, StepOutputs, StepResult};
+use std::path::Path;
+
+/// The weights of a tiny checkpoint (a GGUF file or a Hugging Face directory), without a tokenizer.
+pub fn weights(path: &Path) -> Llama {
+    if path.is_dir() {
+        let cfg = LlamaConfig::from_hf(&path.join("config.json")).unwrap();
+        let st = SafetensorsModel::open(path).unwrap();
+        Llama::load(gpu(), &st, cfg, Names::Hf, |_, _| {}).unwrap()
+    } else {
+        let f = GgufFile::open(path).unwrap();
+        let cfg = LlamaConfig::from_gguf(&f).unwrap();
+        Llama::load(gpu(), &f, cfg, Names::Gguf, |_, _| {}).unwrap()
+    }
+}
+
+/// `n` token ids below `vocab`, a different run for each seed.
+pub fn tokens(n: usize, vocab: usize, seed: u32) -> Vec<u32> {
+    (0..n as u32)
+        .map(|i| (i * 37 + 11 + seed * 13) % vocab as u32)
+        .collect()
+}
+
+/// The bit patterns of `v`, to compare f32 results exactly.
+pub fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
 
 /// Runs `tokens` through `model` in steps of the sizes in `steps` on a fresh cache of `max_ctx` positions; returns,
 /// per step, the position of its last token and what it read back.
