@@ -646,8 +646,8 @@ fn write_eagle_head(dir: &Path, t: &Tiny, seed: u64) {
 }
 
 /// EAGLE-1 drafting (a random head in the published layout, for a tiny chat model): greedy output equal to plain
-/// decoding with 1, 3 and 7 drafts per step, and the same follow-up turn; a head that does not fit is refused by
-/// name.
+/// decoding with 1, 3 and 7 drafts per step, and the same follow-up turn; the same with FR-Spec on the head, and
+/// seeded sampling; a head that does not fit is refused by name.
 #[test]
 fn eagle_heads_draft_losslessly_and_bad_heads_are_refused() {
     let gpu = gpu();
@@ -687,6 +687,49 @@ fn eagle_heads_draft_losslessly_and_bad_heads_are_refused() {
         assert!(st.drafted >= 10, "eagle k={k}: only {} drafts", st.drafted);
         println!("eagle k={k}: {}/{} drafts accepted", st.accepted, st.drafted);
     }
+    // FR-Spec on the head: its LM head restricted to 40 tokens (and the stop tokens), still lossless.
+    let ids = frspec::subset_ids(None, 40, t.vocab, &loaded.tokenizer).unwrap();
+    let subset = frspec::subset_of(gpu, &loaded, ids).unwrap();
+    let narrow = Llama::load_eagle(gpu, &head_dir, &loaded.model)
+        .unwrap()
+        .with_head_subset(subset);
+    let mut draft = EagleDraft::new(gpu, &narrow, 128).unwrap();
+    target.truncate(0);
+    let (s1, _, st) = run(
+        &mut target,
+        &loaded,
+        &greedy,
+        &prompt,
+        &follow,
+        24,
+        Some((&mut draft, 3)),
+    );
+    assert_eq!(s1.generated, p1.generated, "eagle with FR-Spec 40");
+    assert!(st.drafted >= 10, "eagle with FR-Spec: only {} drafts", st.drafted);
+    // Seeded sampling: the head's greedy drafts are kept where they equal the target's samples (sample-and-match).
+    let seeded = SamplingParams {
+        temperature: 0.9,
+        seed: 5,
+        ..Default::default()
+    };
+    target.truncate(0);
+    let (q1, q2, _) = run(&mut target, &loaded, &seeded, &prompt, &follow, 24, None);
+    let mut draft = EagleDraft::new(gpu, &head, 128).unwrap();
+    target.truncate(0);
+    let (r1, r2, _) = run(
+        &mut target,
+        &loaded,
+        &seeded,
+        &prompt,
+        &follow,
+        24,
+        Some((&mut draft, 3)),
+    );
+    assert_eq!(
+        (r1.generated, r2.generated),
+        (q1.generated, q2.generated),
+        "eagle, seeded"
+    );
     // A target session without hidden states cannot feed the head.
     let mut plain = Generator::new(gpu, &loaded.model, 128, LOGITS_AND_ARGMAX).unwrap();
     let mut draft = EagleDraft::new(gpu, &head, 128).unwrap();

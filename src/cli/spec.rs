@@ -61,7 +61,8 @@ pub struct SpecArgs {
     /// which greedy drafts reproduce token for token).
     #[arg(long)]
     pub draft_sample: bool,
-    /// FR-Spec: the draft model's LM head scores only the N most frequent tokens (and the stop tokens).
+    /// FR-Spec: the draft model's or EAGLE head's LM head scores only the N most frequent tokens (and the stop
+    /// tokens).
     #[arg(long, value_name = "N")]
     pub frspec_vocab: Option<usize>,
     /// The token ranking for --frspec-vocab: a JSON list of ids, most frequent first (`shaderlm frspec` writes
@@ -94,8 +95,8 @@ impl SpecArgs {
             "--draft-layers cuts a draft model: it needs --draft-model PATH"
         );
         anyhow::ensure!(
-            self.frspec_vocab.is_none() || self.draft_model.is_some(),
-            "--frspec-vocab restricts a draft model's head: it needs --draft-model PATH"
+            self.frspec_vocab.is_none() || self.draft_model.is_some() || self.eagle.is_some(),
+            "--frspec-vocab restricts a draft head: it needs --draft-model PATH or --eagle DIR"
         );
         match (self.spec, &self.draft_model, &self.eagle) {
             (Some(SpecKind::Draft), None, _) => anyhow::bail!("--spec draft needs --draft-model PATH"),
@@ -135,7 +136,12 @@ impl SpecArgs {
         target: &LoadedModel,
     ) -> anyhow::Result<Option<LoadedDraft>> {
         if let (Some(SpecKind::Eagle), Some(dir)) = (self.kind()?, &self.eagle) {
-            let head = Llama::load_eagle(gpu, dir, &target.model)?;
+            let mut head = Llama::load_eagle(gpu, dir, &target.model)?;
+            if let Some(n) = self.frspec_vocab {
+                // FR-Spec on the head: the target's head rows for the most frequent tokens.
+                let ids = self.frspec_ids(n, target)?;
+                head = head.with_head_subset(frspec::subset_of(gpu, target, ids)?);
+            }
             return Ok(Some(LoadedDraft::Eagle {
                 head: Box::new(head),
                 ctx: target.ctx,
@@ -177,12 +183,23 @@ impl SpecArgs {
         let Some(n) = self.frspec_vocab else {
             return Ok(Some(draft));
         };
+        let ids = self.frspec_ids(n, &draft)?;
+        Ok(Some(frspec::restrict(gpu, draft, ids)?))
+    }
+
+    /// The `n` token ids FR-Spec keeps for `model`'s vocabulary: the --frspec-freq ranking's first (else vocabulary
+    /// order), plus the stop tokens.
+    fn frspec_ids(&self, n: usize, model: &LoadedModel) -> anyhow::Result<Vec<u32>> {
         let ranking = match &self.frspec_freq {
             Some(p) => Some(frspec::read_ranking(p)?),
             None => None,
         };
-        let ids = frspec::subset_ids(ranking.as_deref(), n, draft.model.cfg.vocab, &draft.tokenizer)?;
-        Ok(Some(frspec::restrict(gpu, draft, ids)?))
+        Ok(frspec::subset_ids(
+            ranking.as_deref(),
+            n,
+            model.model.cfg.vocab,
+            &model.tokenizer,
+        )?)
     }
 
     /// The draft source: prompt lookup, or the loaded draft model with its own session, sampling its drafts with

@@ -22,18 +22,24 @@ use std::path::Path;
 
 /// `loaded` scoring only the tokens `ids` (its head's rows for them read again from its file).
 pub fn restrict(gpu: &Gpu, loaded: LoadedModel, ids: Vec<u32>) -> Result<LoadedModel> {
-    let cfg = &loaded.model.cfg;
-    let subset = if loaded.path.is_dir() {
-        let st = SafetensorsModel::open(&loaded.path)?;
-        load(gpu, &st, cfg, Names::Hf, ids)?
-    } else {
-        let f = GgufFile::open(&loaded.path)?;
-        load(gpu, &f, cfg, Names::Gguf, ids)?
-    };
+    let subset = subset_of(gpu, &loaded, ids)?;
     Ok(LoadedModel {
         model: loaded.model.with_head_subset(subset),
         ..loaded
     })
+}
+
+/// The rows for `ids` of `loaded`'s LM head, read again from its file (for its own head, or an EAGLE head that
+/// shares it).
+pub fn subset_of(gpu: &Gpu, loaded: &LoadedModel, ids: Vec<u32>) -> Result<HeadSubset> {
+    let cfg = &loaded.model.cfg;
+    if loaded.path.is_dir() {
+        let st = SafetensorsModel::open(&loaded.path)?;
+        load(gpu, &st, cfg, Names::Hf, ids)
+    } else {
+        let f = GgufFile::open(&loaded.path)?;
+        load(gpu, &f, cfg, Names::Gguf, ids)
+    }
 }
 
 /// The tokenizer of the model at `path` (a GGUF file or a Hugging Face directory), without its weights.
