@@ -19,6 +19,7 @@ use shaderlm::generate::eagle::EagleDraft;
 use shaderlm::generate::spec::{generate_spec, SpecOptions, SpecStats, Speculator};
 use shaderlm::generate::{generate, GenOptions, GenOutput, Generator};
 use shaderlm::gpu::Gpu;
+use shaderlm::model::eagle_fit::write_head;
 use shaderlm::model::load::LoadedModel;
 use shaderlm::model::{frspec, Llama, LoadOptions, StepOutputs};
 use shaderlm::quant::GgmlType;
@@ -198,8 +199,8 @@ fn run(
 }
 
 /// SmolLM2 on two golden prompts, one session each for the target and the draft (reset between runs, so plans are
-/// built once): prompt lookup and SmolLM2 drafting for itself (which must then be accepted whole) with 1, 3 and 7
-/// drafts per step, greedy and seeded sampling: the same tokens as plain decoding, and the same continuation in a
+/// built once): prompt lookup, SmolLM2 drafting for itself (which must then be accepted whole) and an EAGLE-1 head
+/// (random fc, in the published layout) with 1, 3 and 7 drafts per step, greedy and seeded sampling: the same tokens as plain decoding, and the same continuation in a
 /// follow-up turn (the cache holds what plain decoding leaves).
 #[test]
 fn speculative_generation_equals_plain_on_smollm2() {
@@ -207,6 +208,7 @@ fn speculative_generation_equals_plain_on_smollm2() {
     let outputs = StepOutputs {
         logits: true,
         argmax: true,
+        hidden: true, // for the EAGLE head
         ..Default::default()
     };
     let follow = loaded.tokenizer.encode("\nNow say it again, shorter.", false).unwrap();
@@ -225,6 +227,13 @@ fn speculative_generation_equals_plain_on_smollm2() {
         0.0,
     );
     let mut lookup = Lookup::default();
+    // An EAGLE-1 head at SmolLM2's shape in the published layout, random fc, its layer an identity.
+    let head_dir = tempfile::tempdir().unwrap();
+    let h = loaded.model.cfg.hidden;
+    let fc = common::rng::Rng::new(17).vec(2 * h * h, 0.05);
+    write_head(head_dir.path(), &loaded.model.cfg, &fc, &vec![0.0; h]).unwrap();
+    let head = Llama::load_eagle(&gpu, head_dir.path(), &loaded.model).unwrap();
+    let mut eagle = EagleDraft::new(&gpu, &head, loaded.ctx).unwrap();
     // (prompt, sampling, drafts per step)
     let runs = [
         ("chat_capital", SamplingParams::greedy(), vec![1, 3, 7]),
@@ -238,7 +247,11 @@ fn speculative_generation_equals_plain_on_smollm2() {
         target.truncate(0);
         let (p1, p2, _) = run(&mut target, &loaded, &params, prompt, &follow, 16, None);
         for k in ks {
-            let sources: [(&str, &mut dyn Drafter); 2] = [("lookup", &mut lookup), ("self-draft", &mut draft)];
+            let sources: [(&str, &mut dyn Drafter); 3] = [
+                ("lookup", &mut lookup),
+                ("self-draft", &mut draft),
+                ("eagle", &mut eagle),
+            ];
             for (source, drafter) in sources {
                 target.truncate(0);
                 let (s1, s2, st) = run(&mut target, &loaded, &params, prompt, &follow, 16, Some((drafter, k)));
