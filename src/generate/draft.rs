@@ -157,6 +157,15 @@ impl Drafter for DraftModel<'_> {
         self.gen.truncate(keep);
         self.gen.feed(&history[keep..])?;
         self.dists.clear();
+        // Greedy drafts with no probability threshold: the rest of the draft in one chained step.
+        let chain = self.sampler.is_none() && self.p_min == 0.0 && self.gen.model().can_chain();
+        if chain && max > 1 && self.gen.tokens.len() + max - 1 <= self.gen.max_ctx() {
+            let first = self.best().0;
+            self.gen.feed_chain(first, max - 1)?;
+            out.push(first);
+            out.extend_from_slice(&self.gen.result.row_argmax);
+            return Ok(());
+        }
         // The history each sampled draft follows (its penalties and its position-keyed draw).
         let mut seen = if self.sampler.is_some() {
             history.to_vec()

@@ -29,6 +29,8 @@ struct Plans {
     decode: [Option<Step>; 2],
     prefill: HashMap<(usize, bool), Step>,
     verify: HashMap<(usize, bool), Step>,
+    /// Chained greedy draft steps by length.
+    chain: HashMap<usize, Step>,
 }
 
 impl Plans {
@@ -186,6 +188,29 @@ impl<'a> Generator<'a> {
     /// The device the session runs on.
     pub fn gpu(&self) -> &'a Gpu {
         self.gpu
+    }
+
+    /// Greedy drafting in one submission: run `first`, then each step's argmax, `k` steps in all (a
+    /// [`crate::model::Llama::chain_step`]); `self.result.row_argmax` then holds the `k` argmaxes, and the cache
+    /// `first` and the first `k - 1` of them. Other outputs are not read.
+    pub fn feed_chain(&mut self, first: u32, k: usize) -> Result<()> {
+        self.check_fits(&[first])?;
+        if self.tokens.len() + k > self.cache.max_ctx {
+            return Err(Error::Invalid(format!(
+                "a chain of {k} steps does not fit the context of {} after {} tokens",
+                self.cache.max_ctx,
+                self.tokens.len()
+            )));
+        }
+        let step = match self.plans.chain.entry(k) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(self.model.chain_step(self.gpu, &self.cache, k)?),
+        };
+        let pos = self.tokens.len();
+        step.run_chain(self.gpu, first, pos, &mut self.result)?;
+        self.tokens.push(first);
+        self.tokens.extend_from_slice(&self.result.row_argmax[..k - 1]);
+        Ok(())
     }
 
     /// An EAGLE head's [`Generator::feed`]: token `ids[i]` with the feature `features[i * hidden ..]` (`[n, hidden]`).

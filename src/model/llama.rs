@@ -475,6 +475,65 @@ impl Llama {
         self.plan_step(gpu, g, &ctx, (ids, None), out, true)
     }
 
+    /// A greedy draft loop in one step: `k` one-token decode steps chained on the device, step j at position `pos +
+    /// j` (sequence j of the plan: [`Step::run_chain`]) taking the argmax of step j - 1 as its token, each the same
+    /// kernels as a one-token step, so the `k` argmaxes read back are what `k` decode steps would choose, in one
+    /// submission. Not for a restricted head (its argmax is not a token id), an EAGLE head or sparse attention.
+    pub fn chain_step(&self, gpu: &Gpu, cache: &KvCache, k: usize) -> Result<Step> {
+        if !self.can_chain() {
+            return Err(Error::Invalid(
+                "a chained draft step needs a plain head and dense attention".into(),
+            ));
+        }
+        if k == 0 || k > cache.max_ctx || k > MAX_CHAIN {
+            return Err(Error::Invalid(format!(
+                "a chain of {k} steps (1..={})",
+                MAX_CHAIN.min(cache.max_ctx)
+            )));
+        }
+        let mut g = Graph::new();
+        let ids = g.input("ids", &[1], DType::U32);
+        let mut token = ids;
+        let mut chain = Vec::with_capacity(k);
+        for j in 0..k {
+            g.set_seq(j);
+            let ctx = StepContext {
+                seqs: vec![SeqContext {
+                    cache,
+                    ropes: cache.rope.iter().map(|t| self.rope(&mut g, t)).collect(),
+                }],
+                n_tokens: 1,
+                sparse: false,
+                sparse_keys: None,
+            };
+            let (_, logits, _) = self.forward(&mut g, gpu, &ctx, (token, None), StepOutputs::default(), false)?;
+            let best = g.argmax(logits)?; // [1, 1]
+            g.output(best);
+            chain.push(best);
+            token = g.reshape(best, &[1])?;
+        }
+        g.set_seq(0);
+        Ok(Step {
+            plan: Plan::new(gpu, g)?,
+            n_tokens: 1,
+            features: None,
+            vars: Vec::with_capacity(k),
+            vocab_ids: None,
+            ids,
+            logits: None,
+            argmax: None,
+            topk: None,
+            router: Vec::new(),
+            hidden: None,
+            chain,
+        })
+    }
+
+    /// Whether [`Llama::chain_step`] serves this model.
+    pub fn can_chain(&self) -> bool {
+        self.head_subset.is_none() && self.eagle.is_none() && self.cfg.sparse.is_none()
+    }
+
     /// The step graph: outputs of the last token, or of every token when `all_rows`.
     fn build_step(
         &self,
@@ -536,6 +595,7 @@ impl Llama {
             topk,
             router,
             hidden,
+            chain: Vec::new(),
         })
     }
 
@@ -887,6 +947,9 @@ type SparseKeys<'a> = Option<(&'a SparseConfig, &'a [CompressedKeys])>;
 /// Most sequences of a batched step ([`Llama::batch_step`]): as many rows as the kernels' batch invariance is
 /// tested for.
 pub const MAX_BATCH: usize = crate::ops::attention_decode::MAX_TOKENS;
+
+/// Most links of a chained draft step ([`Llama::chain_step`]): the longest draft.
+pub const MAX_CHAIN: usize = 8;
 
 /// What every layer of one step graph shares.
 struct StepContext<'a> {

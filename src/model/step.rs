@@ -56,6 +56,8 @@ pub struct Step {
     pub(super) n_tokens: usize,
     /// An EAGLE head's features input `[n_tokens, hidden]`.
     pub(super) features: Option<TensorId>,
+    /// A chained draft step's argmax of each link, `[1, 1]` each ([`super::Llama::chain_step`]).
+    pub(super) chain: Vec<TensorId>,
     /// The vars of each sequence for the next run (kept: the decode loop allocates nothing).
     pub(super) vars: Vec<StepVars>,
     /// The token id of each logit when the head is restricted (FR-Spec): argmax and top-k ids are mapped through it.
@@ -103,6 +105,25 @@ impl Step {
             .features
             .ok_or_else(|| Error::Invalid("features given to a step that takes none (not an EAGLE head)".into()))?;
         self.plan.write_input(gpu, id, bytemuck::cast_slice(features))
+    }
+
+    /// Run a chained draft step ([`super::Llama::chain_step`]): `token` at position `pos`, then each link's argmax
+    /// at the next position; `out.row_argmax` then holds the chain's argmaxes, `[k]`.
+    pub fn run_chain(&mut self, gpu: &Gpu, token: u32, pos: usize, out: &mut StepResult) -> Result<()> {
+        if self.chain.is_empty() {
+            return Err(Error::Invalid("run_chain on a step that is not a chain".into()));
+        }
+        self.write_tokens(gpu, &[token])?;
+        self.vars.clear();
+        self.vars.extend((0..self.chain.len()).map(|j| vars(pos + j)));
+        self.plan.run_seqs(gpu, &self.vars)?;
+        out.row_argmax.clear();
+        for &id in &self.chain {
+            let bytes = self.plan.read(id)?;
+            out.row_argmax.push(bytemuck::pod_read_unaligned::<u32>(&bytes[..4]));
+        }
+        out.argmax = out.row_argmax.last().copied();
+        Ok(())
     }
 
     /// Sequences the step runs (1 unless it is a batched step).
