@@ -798,9 +798,9 @@ fn eagle_heads_draft_losslessly_and_bad_heads_are_refused() {
     assert!(e.contains("pytorch_model.bin") && e.contains("safetensors"), "{e}");
 }
 
-/// A chained draft step (`Generator::feed_chain`, k one-token steps in one submission, each taking the last one's
-/// argmax) chooses what k one-token steps choose, and leaves the cache as they do: the next step's logits are the
-/// same bit for bit. Llama in three formats (the fused step on CPU adapters), Gemma 3's windows, Phi-3's longrope.
+/// A chained draft step (`Generator::feed_chain`, k steps in one submission, each taking the last one's argmax; the
+/// first may catch up with several tokens) chooses what k separate steps choose, and leaves the cache as they do:
+/// the next step's logits are the same bit for bit. Llama in three formats (the fused step on CPU adapters), Gemma 3's windows, Phi-3's longrope.
 #[test]
 fn a_chained_draft_equals_one_step_at_a_time() {
     let gpu = gpu();
@@ -821,7 +821,8 @@ fn a_chained_draft_equals_one_step_at_a_time() {
         for k in [1, 3, 6] {
             let prompt = tokens(9, 101, k as u32);
             let mut one = Generator::new(gpu, model, 64, LOGITS_AND_ARGMAX).unwrap();
-            one.feed(&prompt).unwrap();
+            one.feed(&prompt[..6]).unwrap();
+            one.feed(&prompt[6..]).unwrap();
             let first = one.result.argmax.unwrap();
             let mut want = Vec::new();
             let mut t = first;
@@ -830,10 +831,28 @@ fn a_chained_draft_equals_one_step_at_a_time() {
                 t = one.result.argmax.unwrap();
                 want.push(t);
             }
+            // A chain from one token, and one whose first link catches up with 3 tokens (a draft model's case).
             let mut chained = Generator::new(gpu, model, 64, LOGITS_AND_ARGMAX).unwrap();
-            chained.feed(&prompt).unwrap();
-            chained.feed_chain(first, k).unwrap();
+            chained.feed(&prompt[..6]).unwrap();
+            chained.feed(&prompt[6..]).unwrap();
+            chained.feed_chain(&[first], k).unwrap();
             assert_eq!(chained.result.row_argmax, want, "{label} k={k}: the chain's choices");
+            let mut caught_up = Generator::new(gpu, model, 64, LOGITS_AND_ARGMAX).unwrap();
+            caught_up.feed(&prompt[..6]).unwrap();
+            caught_up.feed_chain(&prompt[6..], k + 1).unwrap();
+            assert_eq!(
+                caught_up.result.row_argmax[0], first,
+                "{label} k={k}: the catch-up link"
+            );
+            assert_eq!(
+                caught_up.result.row_argmax[1..],
+                want,
+                "{label} k={k}: the chain after a catch-up"
+            );
+            assert_eq!(
+                caught_up.tokens, one.tokens,
+                "{label} k={k}: the tokens a catch-up chain caches"
+            );
             assert_eq!(
                 chained.tokens, one.tokens,
                 "{label} k={k}: the chain caches the k tokens it ran"

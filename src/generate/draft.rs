@@ -4,6 +4,7 @@
 
 use super::{Generator, StepResult};
 use crate::error::{Error, Result};
+use crate::model::llama::MAX_CHAIN;
 use crate::sampling::Sampler;
 use crate::tokenizer::Tokenizer;
 
@@ -155,13 +156,21 @@ impl Drafter for DraftModel<'_> {
             return Ok(());
         }
         self.gen.truncate(keep);
-        self.gen.feed(&history[keep..])?;
         self.dists.clear();
-        // Greedy drafts with no probability threshold: the rest of the draft in one chained step.
+        // Greedy drafts with no probability threshold: the catch-up and the whole draft in one chained step (or
+        // the draft after a long catch-up in one).
         let chain = self.sampler.is_none() && self.p_min == 0.0 && self.gen.model().can_chain();
-        if chain && max > 1 && self.gen.tokens.len() + max - 1 <= self.gen.max_ctx() {
+        let room = |gen: &Generator<'_>, n: usize| gen.tokens.len() + n <= gen.max_ctx();
+        let rest = &history[keep..];
+        if chain && rest.len() <= MAX_CHAIN.min(self.gen.chunk) && room(&self.gen, rest.len() + max - 1) {
+            self.gen.feed_chain(rest, max)?;
+            out.extend_from_slice(&self.gen.result.row_argmax);
+            return Ok(());
+        }
+        self.gen.feed(rest)?;
+        if chain && max > 1 && room(&self.gen, max - 1) {
             let first = self.best().0;
-            self.gen.feed_chain(first, max - 1)?;
+            self.gen.feed_chain(&[first], max - 1)?;
             out.push(first);
             out.extend_from_slice(&self.gen.result.row_argmax);
             return Ok(());

@@ -29,8 +29,8 @@ struct Plans {
     decode: [Option<Step>; 2],
     prefill: HashMap<(usize, bool), Step>,
     verify: HashMap<(usize, bool), Step>,
-    /// Chained greedy draft steps by length.
-    chain: HashMap<usize, Step>,
+    /// Chained greedy draft steps by (tokens of the first link, links).
+    chain: HashMap<(usize, usize), Step>,
 }
 
 impl Plans {
@@ -190,25 +190,26 @@ impl<'a> Generator<'a> {
         self.gpu
     }
 
-    /// Greedy drafting in one submission: run `first`, then each step's argmax, `k` steps in all (a
-    /// [`crate::model::Llama::chain_step`]); `self.result.row_argmax` then holds the `k` argmaxes, and the cache
-    /// `first` and the first `k - 1` of them. Other outputs are not read.
-    pub fn feed_chain(&mut self, first: u32, k: usize) -> Result<()> {
-        self.check_fits(&[first])?;
-        if self.tokens.len() + k > self.cache.max_ctx {
+    /// Greedy drafting in one submission: run `ids` (at most `MAX_CHAIN`, in one step), then each step's argmax,
+    /// `k` steps in all (a [`crate::model::Llama::chain_step`]); `self.result.row_argmax` then holds the `k`
+    /// argmaxes, and the cache `ids` and the first `k - 1` of them. Other outputs are not read.
+    pub fn feed_chain(&mut self, ids: &[u32], k: usize) -> Result<()> {
+        self.check_fits(ids)?;
+        if k == 0 || self.tokens.len() + ids.len() + k - 1 > self.cache.max_ctx {
             return Err(Error::Invalid(format!(
                 "a chain of {k} steps does not fit the context of {} after {} tokens",
                 self.cache.max_ctx,
                 self.tokens.len()
             )));
         }
-        let step = match self.plans.chain.entry(k) {
+        let m = ids.len();
+        let step = match self.plans.chain.entry((m, k)) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => e.insert(self.model.chain_step(self.gpu, &self.cache, k)?),
+            Entry::Vacant(e) => e.insert(self.model.chain_step(self.gpu, &self.cache, m, k)?),
         };
         let pos = self.tokens.len();
-        step.run_chain(self.gpu, first, pos, &mut self.result)?;
-        self.tokens.push(first);
+        step.run_chain(self.gpu, ids, pos, &mut self.result)?;
+        self.tokens.extend_from_slice(ids);
         self.tokens.extend_from_slice(&self.result.row_argmax[..k - 1]);
         Ok(())
     }

@@ -475,39 +475,42 @@ impl Llama {
         self.plan_step(gpu, g, &ctx, (ids, None), out, true)
     }
 
-    /// A greedy draft loop in one step: `k` one-token decode steps chained on the device, step j at position `pos +
-    /// j` (sequence j of the plan: [`Step::run_chain`]) taking the argmax of step j - 1 as its token, each the same
-    /// kernels as a one-token step, so the `k` argmaxes read back are what `k` decode steps would choose, in one
-    /// submission. Not for a restricted head (its argmax is not a token id), an EAGLE head or sparse attention.
-    pub fn chain_step(&self, gpu: &Gpu, cache: &KvCache, k: usize) -> Result<Step> {
+    /// A greedy draft loop in one step: `k` decode steps chained on the device (the links, sequence j of the plan:
+    /// [`Step::run_chain`]). Link 0 runs `m` given tokens at positions `pos ..` (a draft model catching up with the
+    /// accepted tokens); link j > 0 runs the argmax of link j - 1 at position `pos + m + j - 1`. Each link is the
+    /// step of its size that [`Llama::step`] builds, so the `k` argmaxes read back are what `k` separate steps would
+    /// choose, in one submission. Not for a restricted head (its argmax is not a token id), an EAGLE head or sparse
+    /// attention.
+    pub fn chain_step(&self, gpu: &Gpu, cache: &KvCache, m: usize, k: usize) -> Result<Step> {
         if !self.can_chain() {
             return Err(Error::Invalid(
                 "a chained draft step needs a plain head and dense attention".into(),
             ));
         }
-        if k == 0 || k > cache.max_ctx || k > MAX_CHAIN {
+        if k == 0 || k > MAX_CHAIN || m == 0 || m > MAX_CHAIN || m + k - 1 > cache.max_ctx {
             return Err(Error::Invalid(format!(
-                "a chain of {k} steps (1..={})",
-                MAX_CHAIN.min(cache.max_ctx)
+                "a chain of {k} steps after {m} tokens (1..={MAX_CHAIN} each, context {})",
+                cache.max_ctx
             )));
         }
         let mut g = Graph::new();
-        let ids = g.input("ids", &[1], DType::U32);
+        let ids = g.input("ids", &[m], DType::U32);
         let mut token = ids;
         let mut chain = Vec::with_capacity(k);
         for j in 0..k {
+            let n_tokens = if j == 0 { m } else { 1 };
             g.set_seq(j);
             let ctx = StepContext {
                 seqs: vec![SeqContext {
                     cache,
                     ropes: cache.rope.iter().map(|t| self.rope(&mut g, t)).collect(),
                 }],
-                n_tokens: 1,
+                n_tokens,
                 sparse: false,
                 sparse_keys: None,
             };
             let (_, logits, _) = self.forward(&mut g, gpu, &ctx, (token, None), StepOutputs::default(), false)?;
-            let best = g.argmax(logits)?; // [1, 1]
+            let best = g.argmax(logits)?; // [1, 1]: the last row's
             g.output(best);
             chain.push(best);
             token = g.reshape(best, &[1])?;
@@ -515,7 +518,7 @@ impl Llama {
         g.set_seq(0);
         Ok(Step {
             plan: Plan::new(gpu, g)?,
-            n_tokens: 1,
+            n_tokens: m,
             features: None,
             vars: Vec::with_capacity(k),
             vocab_ids: None,
@@ -948,7 +951,7 @@ type SparseKeys<'a> = Option<(&'a SparseConfig, &'a [CompressedKeys])>;
 /// tested for.
 pub const MAX_BATCH: usize = crate::ops::attention_decode::MAX_TOKENS;
 
-/// Most links of a chained draft step ([`Llama::chain_step`]): the longest draft.
+/// Most links of a chained draft step ([`Llama::chain_step`]), and most tokens of its first link.
 pub const MAX_CHAIN: usize = 8;
 
 /// What every layer of one step graph shares.

@@ -107,15 +107,17 @@ impl Step {
         self.plan.write_input(gpu, id, bytemuck::cast_slice(features))
     }
 
-    /// Run a chained draft step ([`super::Llama::chain_step`]): `token` at position `pos`, then each link's argmax
-    /// at the next position; `out.row_argmax` then holds the chain's argmaxes, `[k]`.
-    pub fn run_chain(&mut self, gpu: &Gpu, token: u32, pos: usize, out: &mut StepResult) -> Result<()> {
+    /// Run a chained draft step ([`super::Llama::chain_step`]): `tokens` at positions `pos ..`, then each link's
+    /// argmax at the next position; `out.row_argmax` then holds the chain's argmaxes, `[k]`.
+    pub fn run_chain(&mut self, gpu: &Gpu, tokens: &[u32], pos: usize, out: &mut StepResult) -> Result<()> {
         if self.chain.is_empty() {
             return Err(Error::Invalid("run_chain on a step that is not a chain".into()));
         }
-        self.write_tokens(gpu, &[token])?;
+        self.write_tokens(gpu, tokens)?;
+        let m = tokens.len();
         self.vars.clear();
-        self.vars.extend((0..self.chain.len()).map(|j| vars(pos + j)));
+        self.vars
+            .extend((0..self.chain.len()).map(|j| vars(if j == 0 { pos } else { pos + m + j - 1 })));
         self.plan.run_seqs(gpu, &self.vars)?;
         out.row_argmax.clear();
         for &id in &self.chain {
