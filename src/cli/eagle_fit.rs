@@ -9,6 +9,7 @@ use shaderlm::generate::Generator;
 use shaderlm::loader::gguf::GgufFile;
 use shaderlm::loader::safetensors::SafetensorsModel;
 use shaderlm::model::eagle_fit::{write_head, Ridge};
+use shaderlm::model::names::{Names, Role};
 use shaderlm::model::weights::WeightSource;
 use shaderlm::model::StepOutputs;
 use std::path::PathBuf;
@@ -45,13 +46,13 @@ pub fn run(args: &EagleFitArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         args.text.display(),
         ids.len()
     );
-    // The embedding rows as the engine scales them.
+    // The embedding rows as the engine scales them, under the architecture's name in the file.
     let embed = if loaded.path.is_dir() {
         let st = SafetensorsModel::open(&loaded.path)?;
-        st.require("model.embed_tokens.weight")?.to_f32()?
+        st.require(&Names::Hf.of(cfg.arch, Role::Embed, None))?.to_f32()?
     } else {
         let f = GgufFile::open(&loaded.path)?;
-        f.require("token_embd.weight")?.to_f32()?
+        f.require(&Names::Gguf.of(cfg.arch, Role::Embed, None))?.to_f32()?
     };
     let h = cfg.hidden;
     anyhow::ensure!(embed.len() == cfg.vocab * h, "the embedding is not [vocab, hidden]");

@@ -225,21 +225,7 @@ impl<'a> Generator<'a> {
                 ids.len()
             )));
         }
-        let gpu = self.gpu;
-        for (chunk, feats) in ids
-            .chunks(self.chunk.max(1))
-            .zip(features.chunks(self.chunk.max(1) * h))
-        {
-            let pos = self.tokens.len();
-            let sparse = self.sparse_at(pos + chunk.len());
-            let step = self
-                .plans
-                .get(gpu, self.model, &self.cache, self.outputs, chunk.len(), sparse)?;
-            step.write_features(gpu, feats)?;
-            step.run(gpu, StepInputs { tokens: chunk, pos }, &mut self.result)?;
-            self.tokens.extend_from_slice(chunk);
-        }
-        Ok(())
+        self.run_chunks(ids, Some(features))
     }
 
     /// Run the model over `ids` (appended after the cached tokens); `self.result` then holds the last token's outputs.
@@ -250,14 +236,26 @@ impl<'a> Generator<'a> {
                 "an EAGLE head's steps take features: use feed_with".into(),
             ));
         }
+        self.run_chunks(ids, None)
+    }
+
+    /// Run `ids` (checked to fit) in steps of `self.chunk` tokens, each with its rows of `features` (`[n, hidden]`,
+    /// an EAGLE head's) when given.
+    fn run_chunks(&mut self, ids: &[u32], features: Option<&[f32]>) -> Result<()> {
         let gpu = self.gpu;
-        for chunk in ids.chunks(self.chunk.max(1)) {
+        let chunk_len = self.chunk.max(1);
+        let h = self.model.cfg.hidden;
+        for (c, chunk) in ids.chunks(chunk_len).enumerate() {
             let pos = self.tokens.len();
             let inputs = StepInputs { tokens: chunk, pos };
             let sparse = self.sparse_at(pos + chunk.len());
             let step = self
                 .plans
                 .get(gpu, self.model, &self.cache, self.outputs, chunk.len(), sparse)?;
+            if let Some(f) = features {
+                let from = c * chunk_len * h;
+                step.write_features(gpu, &f[from..from + chunk.len() * h])?;
+            }
             step.run(gpu, inputs, &mut self.result)?;
             self.tokens.extend_from_slice(chunk);
             if let Some(st) = &mut self.moe_stats {

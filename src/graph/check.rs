@@ -235,7 +235,7 @@ impl super::Plan {
     /// order. The graph's inputs must have been written (as for [`super::Plan::run`]). Reads back every tensor
     /// every node binds: meant for finding a wrong kernel, not for speed.
     pub fn check(&mut self, gpu: &Gpu, vars: &StepVars, opts: &CheckOptions) -> Result<Vec<NodeCheck>> {
-        let vars = vec![*vars; self.seqs()];
+        let vars = self.every_seq(vars);
         self.write_params(gpu, &vars);
         let mut verdicts = Vec::with_capacity(self.nodes.len());
         for n in 0..self.nodes.len() {

@@ -222,7 +222,7 @@ impl Plan {
     }
 
     /// One vars per sequence: `vars` for a plan of one sequence, else `vars` for every sequence.
-    fn every_seq(&self, vars: &StepVars) -> Vec<StepVars> {
+    pub(super) fn every_seq(&self, vars: &StepVars) -> Vec<StepVars> {
         vec![*vars; self.seqs]
     }
 
@@ -240,15 +240,8 @@ impl Plan {
     /// Dispatches a run at `vars` (every sequence's) records (a step whose counts this position sets to zero is
     /// left out).
     pub fn dispatch_count(&self, vars: &StepVars) -> usize {
-        self.dispatch_count_seqs(&self.every_seq(vars))
-    }
-
-    /// Dispatches a run with one vars per sequence records.
-    pub fn dispatch_count_seqs(&self, vars: &[StepVars]) -> usize {
-        if self.check_seqs(vars).is_err() {
-            return 0;
-        }
-        (0..self.steps.len()).filter(|&s| self.recorded(s, vars)).count()
+        let vars = self.every_seq(vars);
+        (0..self.steps.len()).filter(|&s| self.recorded(s, &vars)).count()
     }
 
     /// The vars step `s` runs with (its node's sequence's); `vars` has one per sequence.

@@ -421,7 +421,8 @@ impl Llama {
         self.build_step(gpu, cache, n_tokens, out, sparse, true)
     }
 
-    /// Whether [`Llama::batch_step`] serves this model on `gpu`: dense attention (no InfLLM-v2 stages), and rows
+    /// Whether [`Llama::batch_step`] serves this model on `gpu`: not an EAGLE head, dense attention (no InfLLM-v2
+    /// stages), and rows
     /// of the q|k|v projections and of the attention output that start at the adapter's storage-offset alignment
     /// (each sequence binds its own rows).
     pub fn can_batch(&self, gpu: &Gpu) -> bool {
@@ -429,6 +430,7 @@ impl Llama {
         let align = gpu.caps.storage_align.max(1) as usize;
         let aligned = |cols: usize| (4 * cols).is_multiple_of(align);
         c.sparse.is_none()
+            && self.eagle.is_none()
             && aligned(c.n_heads * c.head_dim)
             && self
                 .layers
@@ -450,28 +452,20 @@ impl Llama {
         }
         if !self.can_batch(gpu) {
             return Err(Error::Invalid(
-                "this model cannot batch sessions on this adapter (sparse attention, or unaligned rows)".into(),
+                "this model cannot batch sessions on this adapter (an EAGLE head, sparse attention, or unaligned rows)"
+                    .into(),
             ));
         }
         let n = caches.len();
         let mut g = Graph::new();
         let ids = g.input("ids", &[n], DType::U32);
-        let seqs = caches
-            .iter()
-            .map(|&cache| SeqContext {
-                cache,
-                ropes: cache.rope.iter().map(|t| self.rope(&mut g, t)).collect(),
-            })
-            .collect();
+        let seqs = caches.iter().map(|&cache| self.seq_context(&mut g, cache)).collect();
         let ctx = StepContext {
             seqs,
             n_tokens: n,
             sparse: false,
             sparse_keys: None,
         };
-        if self.eagle.is_some() {
-            return Err(Error::Invalid("an EAGLE head does not batch sessions".into()));
-        }
         self.plan_step(gpu, g, &ctx, (ids, None), out, true)
     }
 
@@ -501,10 +495,7 @@ impl Llama {
             let n_tokens = if j == 0 { m } else { 1 };
             g.set_seq(j);
             let ctx = StepContext {
-                seqs: vec![SeqContext {
-                    cache,
-                    ropes: cache.rope.iter().map(|t| self.rope(&mut g, t)).collect(),
-                }],
+                seqs: vec![self.seq_context(&mut g, cache)],
                 n_tokens,
                 sparse: false,
                 sparse_keys: None,
@@ -557,10 +548,7 @@ impl Llama {
         let mut g = Graph::new();
         let ids = g.input("ids", &[n_tokens], DType::U32);
         let ctx = StepContext {
-            seqs: vec![SeqContext {
-                cache,
-                ropes: cache.rope.iter().map(|t| self.rope(&mut g, t)).collect(),
-            }],
+            seqs: vec![self.seq_context(&mut g, cache)],
             n_tokens,
             sparse,
             sparse_keys,
@@ -571,6 +559,14 @@ impl Llama {
             .as_ref()
             .map(|_| g.input("features", &[n_tokens, self.cfg.hidden], DType::F32));
         self.plan_step(gpu, g, &ctx, (ids, features), out, all_rows)
+    }
+
+    /// A step's view of one session: its cache and its rotations as graph settings.
+    fn seq_context<'a>(&self, g: &mut Graph, cache: &'a KvCache) -> SeqContext<'a> {
+        SeqContext {
+            cache,
+            ropes: cache.rope.iter().map(|t| self.rope(g, t)).collect(),
+        }
     }
 
     /// Record the forward pass and the read-backs `out` asks for into `g`, and plan it: a step over `ctx`'s rows,

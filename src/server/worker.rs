@@ -173,7 +173,7 @@ impl<'a> Scheduler<'a> {
             for rows in batched.chunks(MAX_BATCH) {
                 match rows {
                     // One session alone takes its own decode step (the same bits).
-                    [i] => self.decode_alone(*i),
+                    [i] => self.decode_alone(*i, Vec::new()),
                     _ => self.decode_batch(rows),
                 }
             }
@@ -303,37 +303,32 @@ impl<'a> Scheduler<'a> {
                 None
             })
         } else {
-            let before = active.decoding.generated.len();
-            let drafts = drafts(&slot.gen, active, self.opts.lookup);
-            if let (Ok(d), Some(_), true) = (&drafts, active.pending, self.batch.is_some()) {
-                if d.is_empty() {
+            match drafts(&slot.gen, active, self.opts.lookup) {
+                Ok(d) if d.is_empty() && active.pending.is_some() && self.batch.is_some() => {
                     batched.push(i);
                     return;
                 }
+                Ok(d) => return self.decode_alone(i, d),
+                Err(e) => Err(e),
             }
-            drafts
-                .and_then(|d| decode(&mut slot.gen, active, self.tok, d, self.metrics))
-                .inspect(|_| {
-                    let n = active.decoding.generated.len() - before;
-                    self.metrics.completion_tokens.inc_by(n as u64);
-                    self.metrics.decode_seconds.inc_by(t0.elapsed().as_secs_f64());
-                })
         };
         self.end_turn(i, outcome);
     }
 
-    /// Decode session `i`'s pending token in its own step.
-    fn decode_alone(&mut self, i: usize) {
+    /// Decode session `i`'s pending token in its own step, verifying `drafts` after it when there are any (or,
+    /// right after the prefill, take its outputs).
+    fn decode_alone(&mut self, i: usize, drafts: Vec<u32>) {
         let t0 = Instant::now();
         let slot = &mut self.slots[i];
         let Some(active) = &mut slot.active else {
             return;
         };
         let before = active.decoding.generated.len();
-        let outcome = decode(&mut slot.gen, active, self.tok, Vec::new(), self.metrics);
-        let n = active.decoding.generated.len() - before;
-        self.metrics.completion_tokens.inc_by(n as u64);
-        self.metrics.decode_seconds.inc_by(t0.elapsed().as_secs_f64());
+        let outcome = decode(&mut slot.gen, active, self.tok, drafts, self.metrics).inspect(|_| {
+            let n = active.decoding.generated.len() - before;
+            self.metrics.completion_tokens.inc_by(n as u64);
+            self.metrics.decode_seconds.inc_by(t0.elapsed().as_secs_f64());
+        });
         self.end_turn(i, outcome);
     }
 
