@@ -23,6 +23,8 @@
 //   q rows in workgroup memory); (2) invocation r < rows updates row r's running max and sum and turns scores into
 //   weights; (3) invocation (rsub, c) accumulates p * V for column c (a vec4 of HD) of rows rsub, rsub + NSUB, ...:
 //   consecutive invocations read consecutive vec4s of one V row, each load serving several rows.
+//   TREE (a draft tree verified in one step, lib/attn_tree.wgsl): binding 6 tree [n_q, TREE_W] u32; a workgroup
+//   serves the heads of one query token (grid z: n_q * ceil(group / ROWS)), whose path key_slot follows.
 // Dispatch 2 (COMBINE): bindings 0 part_o | 1 part_ml | 2 out [n_q, n_heads, HD] (written).
 //   Grid ceil(n_q * n_heads * HD / 4 / 64) workgroups of 64 (folded into y), one invocation per output vec4.
 
@@ -34,6 +36,8 @@ const NEG: f32 = -1.0e30;
 #include "lib/attn_combine.wgsl"
 #else
 #include "lib/attn_split_io.wgsl"
+
+#include "lib/attn_tree.wgsl"
 
 #include "lib/attn_tile.wgsl"
 
@@ -49,9 +53,20 @@ fn row_head(kvh: u32, r: u32) -> u32 {
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let split = p.first + wg.x;
     let kvh = wg.y;
+#if TREE
+    // Rows r0 .. r0 + nr: heads g0 .. of token tok, which sits at position pos + its depth.
+    let per_tok = (p.group + ROWS - 1u) / ROWS;
+    let tok = wg.z / per_tok;
+    let g0 = (wg.z % per_tok) * ROWS;
+    let r0 = tok * p.group + g0;
+    let nr = min(ROWS, p.group - g0);
+    set_tree_row(tok);
+    let kv_len = min(p.pos + TREE_W - 1u, p.max_ctx);
+#else
     let r0 = wg.z * ROWS;
     let nr = min(ROWS, p.n_q * p.group - r0);
     let kv_len = min(p.pos + p.n_q, p.max_ctx);
+#endif
     let k_begin = min(split * p.chunk, kv_len);
     let k_end = min(k_begin + p.chunk, kv_len);
     let cbase = kvh * p.max_ctx * HD4;
@@ -64,10 +79,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     // Row statistics, held by invocation lid for row lid (lid < nr).
     var m = NEG;
     var l = 0.0;
-    let my_tok = row_token(r0 + min(lid, nr - 1u));
-    let my_end = min(p.pos + my_tok + 1u, k_end);  // keys < my_end visible to row lid
+#if TREE
+    let my_at = p.pos + tree_depth(tok);  // position of row lid
+#else
+    let my_at = p.pos + row_token(r0 + min(lid, nr - 1u));
+#endif
+    let my_end = min(my_at + 1u, k_end);  // keys < my_end visible to row lid
     // Keys >= my_begin visible to row lid.
-    let my_begin = select(0u, p.pos + my_tok + 1u - p.window, p.window > 0u && p.pos + my_tok + 1u > p.window);
+    let my_begin = select(0u, my_at + 1u - p.window, p.window > 0u && my_at + 1u > p.window);
     // Step 3 layout: invocation lid owns column c (a vec4 of HD) of rows rsub, rsub + NSUB, ... (rsub < NSUB).
     let c = lid % HD4;
     let rsub = lid / HD4;

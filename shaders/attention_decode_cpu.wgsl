@@ -10,6 +10,7 @@
 // Bindings: 0 q [n_q, n_heads, HD] | 1 k_cache [n_kv, max_ctx, HD] | 2 v_cache [n_kv, max_ctx, HD] | 3 part_o
 //   [n_q, n_heads, splits, HD] (written: unnormalized sum p * v) | 4 part_ml [n_q, n_heads, splits, 2] (written:
 //   running max and sum) | 5 out [n_q, n_heads, HD] (written instead of the partials when `single`).
+// (TREE) 6 tree [n_q, TREE_W] u32: each row's depth and the cache slots of its path (lib/attn_tree.wgsl).
 // Grid (splits, n_kv, n_q * group), workgroups of 8: workgroup (s, h, z) serves split s of query row
 // (token z / group, head h * group + z % group).
 
@@ -20,6 +21,7 @@ const NEG: f32 = -1.0e30;
 const LOG2E: f32 = 1.4426950408889634;
 
 #include "lib/attn_split_io.wgsl"
+#include "lib/attn_tree.wgsl"
 
 @compute @workgroup_size(8)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(subgroup_invocation_id) lane: u32) {
@@ -28,12 +30,20 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(subgroup_invocation_id) l
     let tok = wg.z / p.group;
     let head = kvh * p.group + wg.z % p.group;
     let row = tok * p.n_heads + head;
+    set_tree_row(tok);
+#if TREE
+    // Keys at positions up to pos + TREE_W - 2, the deepest path's: each row sees its own.
+    let kv_len = min(p.pos + TREE_W - 1u, p.max_ctx);
+    let at = p.pos + tree_depth(tok);  // the row's position
+#else
     let kv_len = min(p.pos + p.n_q, p.max_ctx);
+    let at = p.pos + tok;
+#endif
     let k_begin = min(split * p.chunk, kv_len);
     let k_end = min(k_begin + p.chunk, kv_len);
     // Keys [lo, hi) of this split are visible to the row (causal, and the sliding window when there is one).
-    let hi = min(p.pos + tok + 1u, k_end);
-    let w_lo = select(0u, p.pos + tok + 1u - p.window, p.window > 0u && p.pos + tok + 1u > p.window);
+    let hi = min(at + 1u, k_end);
+    let w_lo = select(0u, at + 1u - p.window, p.window > 0u && at + 1u > p.window);
     let lo = max(k_begin, w_lo);
     let cbase = kvh * p.max_ctx * HD4;
 
@@ -54,7 +64,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(subgroup_invocation_id) l
     for (var t = lo; t < hi; t += 4u) {
         var kb: vec4<u32>;
         for (var i = 0u; i < 4u; i++) {
-            kb[i] = cbase + min(t + i, hi - 1u) * HD4;
+            kb[i] = cbase + key_slot(min(t + i, hi - 1u)) * HD4;
         }
         var dt = mat4x4<f32>();
         for (var j = 0u; j < NC; j++) {

@@ -63,6 +63,8 @@ struct Params {
 #endif
 @group(1) @binding(0) var<uniform> p: Params;
 
+#include "lib/attn_tree.wgsl"
+
 #include "lib/attn_tile.wgsl"
 
 // [2] block id of the current slot, posted by invocation 0; alternating entries, so that posting the next slot's

@@ -8,7 +8,9 @@
 // Bindings: 0 k_cache [n_kv, max_ctx, head_dim] f32 (written) | 1 v_cache [n_kv, max_ctx, head_dim] f32 (written)
 //   | 2 q_out [n_tokens, n_heads, head_dim] f32 (written) | 3 qs, 4 ks, 5 vs: the q, k and v sources f32 (one
 //   buffer thrice when stacked) | then (NORM) qk_norm [2, head_dim] f32 (q's weights, then k's) | then (FACTORS)
-//   factors [rot_dim / 2] f32.
+//   factors [rot_dim / 2] f32 | then (TREE) tree [n_tokens, TREE_W] u32.
+// TREE (the nodes of a speculative draft tree, see lib/attn_tree.wgsl): token t is rotated at position pos +
+// depth(t) and cached in slot pos + its own slot, the table's entry at its depth, instead of pos + t for both.
 // Norm (as rms_norm): x * inverseSqrt(mean(x^2) + eps) * w, the sum of squares serial in f32. Rotation (as rope):
 // y0 = x0 cos a - x1 sin a, y1 = x0 sin a + x1 cos a (cos and sin times attn_factor); dims from rot_dim on pass.
 // Grid: n_tokens * (n_heads + 2 n_kv) invocations in workgroups of 64 (folded into y past the per-dimension limit),
@@ -49,6 +51,21 @@ struct Params {
 #else
 #if FACTORS
 @group(0) @binding(6) var<storage, read> factors: array<f32>;        // [rot_dim / 2]
+#endif
+#endif
+#if TREE
+#if NORM
+#if FACTORS
+@group(0) @binding(8) var<storage, read> tree: array<u32>;           // [n_tokens, TREE_W]
+#else
+@group(0) @binding(7) var<storage, read> tree: array<u32>;           // [n_tokens, TREE_W]
+#endif
+#else
+#if FACTORS
+@group(0) @binding(7) var<storage, read> tree: array<u32>;           // [n_tokens, TREE_W]
+#else
+@group(0) @binding(6) var<storage, read> tree: array<u32>;           // [n_tokens, TREE_W]
+#endif
 #endif
 #endif
 @group(1) @binding(0) var<uniform> p: Params;
@@ -95,12 +112,19 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let t = idx / heads;
     let h = idx % heads;
     let d = p.head_dim;
+#if TREE
+    let depth = min(tree[t * TREE_W], TREE_W - 2u);
+    let at = p.pos + depth;                               // the rotation's position
+    let slot = p.pos + tree[t * TREE_W + 1u + depth];     // the cache slot
+#else
     let at = p.pos + t;
+    let slot = at;
+#endif
     if (h >= p.n_heads + p.n_kv) {
         let hv = h - p.n_heads - p.n_kv;
-        if (at < p.max_ctx) {
+        if (slot < p.max_ctx) {
             let src = t * p.v_stride + p.v_off + hv * d;
-            let dst = (hv * p.max_ctx + at) * d;
+            let dst = (hv * p.max_ctx + slot) * d;
             for (var i = 0u; i < d; i++) {
                 v_cache[dst + i] = vs[src + i];
             }
@@ -113,11 +137,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     hd.w = 0u;
     if (hd.is_k) {
         let hk = h - p.n_heads;
-        if (at >= p.max_ctx) {
+        if (slot >= p.max_ctx) {
             return;
         }
         hd.src = t * p.k_stride + p.k_off + hk * d;
-        hd.dst = (hk * p.max_ctx + at) * d;
+        hd.dst = (hk * p.max_ctx + slot) * d;
         hd.w = d;
     } else {
         hd.src = t * p.q_stride + p.q_off + h * d;

@@ -12,6 +12,9 @@
 //! running max and sum (the node's extra outputs `attn_partial_o` and `attn_partial_ml`); dispatch 2 combines them.
 //! When one split holds every key of the step (short contexts), that split writes the output and dispatch 2 is
 //! not recorded: the same arithmetic as the combine of one split, one dispatch fewer per layer.
+//! Tree form ([`Graph::attention_decode_tree`]): the rows are the nodes of a speculative draft tree, written side by
+//! side into the cache; each row attends to the cached prefix and its own path (lib/attn_tree.wgsl), and equals
+//! the one-query step over a cache holding that path in order, bit for bit.
 
 use super::attention_prefill::{check_window, AttnShape, DENSE_HEAD_DIMS};
 use crate::error::{Error, Result};
@@ -22,6 +25,13 @@ use crate::graph::{Graph, TensorId};
 
 /// Most query tokens per call (a longer chunk belongs to `attention_prefill`).
 pub const MAX_TOKENS: usize = 8;
+/// A tree step's table `[n_q, TREE_W]` u32: per row its depth, then the slots (relative to `pos`) of its path at
+/// depths 0 ..= depth (its own last), then its own slot repeated. Rows sit at positions `pos + depth`.
+pub const TREE_W: usize = 16;
+/// The deepest node of a tree step.
+pub const MAX_TREE_DEPTH: usize = TREE_W - 2;
+/// Most rows of a tree step.
+pub const MAX_TREE_ROWS: usize = 64;
 /// Most splits per kv head, and the fewest keys a split covers at full context.
 pub const MAX_SPLITS: usize = 32;
 pub const MIN_SPLIT_KEYS: usize = 256;
@@ -82,21 +92,33 @@ pub struct AttentionDecode {
     scale: f32,
     /// Sliding window (keys per query), 0 for none.
     window: usize,
+    /// The tree form: node tensor 3 is the tree table, and the others follow it.
+    tree: bool,
 }
 
-fn split_key(head_dim: usize) -> ShaderKey {
-    ShaderKey::new("attention_decode")
+/// The tree form's flag and table width.
+fn with_tree(key: ShaderKey, tree: bool) -> ShaderKey {
+    match tree {
+        true => key.flag("TREE", true).def("TREE_W", format!("{TREE_W}u")),
+        false => key,
+    }
+}
+
+fn split_key(head_dim: usize, tree: bool) -> ShaderKey {
+    let key = ShaderKey::new("attention_decode")
         .def("HD", head_dim)
-        .def("ROWS", rows_for(head_dim))
+        .def("ROWS", rows_for(head_dim));
+    with_tree(key, tree)
 }
 
 /// The split kernel for CPU adapters with subgroups of 8 or more (attention_decode_cpu.wgsl): one 8-lane workgroup
 /// per query row and split, no workgroup memory or barriers. On lavapipe a decode step's attention at position 64
 /// took about 230 us per layer in the workgroup kernel, mostly its barriers.
-fn cpu_key(head_dim: usize) -> ShaderKey {
-    ShaderKey::new("attention_decode_cpu")
+fn cpu_key(head_dim: usize, tree: bool) -> ShaderKey {
+    let key = ShaderKey::new("attention_decode_cpu")
         .def("HD", head_dim)
-        .flag("SUBGROUPS", true)
+        .flag("SUBGROUPS", true);
+    with_tree(key, tree)
 }
 
 /// Whether the adapter runs the CPU split kernel.
@@ -119,7 +141,7 @@ impl AttentionDecode {
     /// its window's start) to `kv_len`.
     fn active_splits(&self, vars: &StepVars) -> (usize, usize) {
         let s = &self.shape;
-        let kv_len = (vars.pos as usize + s.n_tokens).min(s.max_ctx).max(1);
+        let kv_len = (vars.pos as usize + self.span()).min(s.max_ctx).max(1);
         let begin = match self.window {
             0 => 0,
             w => (vars.pos as usize + 1).saturating_sub(w).min(kv_len - 1),
@@ -131,10 +153,27 @@ impl AttentionDecode {
     fn rows(&self) -> usize {
         rows_for(self.shape.head_dim)
     }
+    /// Positions past `pos` whose keys some row may see: the step's tokens, or a tree's deepest path.
+    fn span(&self) -> usize {
+        if self.tree {
+            TREE_W - 1
+        } else {
+            self.shape.n_tokens
+        }
+    }
+    /// The node tensor index of tensor `i` of the plain form (0 q, 1 k_cache, 2 v_cache, 3 out, 4 partial_o, 5
+    /// partial_ml): the tree form has its table at 3 and the rest one later.
+    fn at(&self, i: usize) -> usize {
+        if self.tree && i >= 3 {
+            i + 1
+        } else {
+            i
+        }
+    }
     /// Traffic over `keys` cached keys, `pairs` (query, key) pairs per head, `splits` partials per row.
     fn cost_for(&self, keys: usize, pairs: u64, splits: usize) -> Cost {
         let s = &self.shape;
-        let row_blocks = (s.n_tokens * s.group()).div_ceil(self.rows()) as u64;
+        let row_blocks = self.row_blocks() as u64;
         let kv = 2 * 4 * (s.n_kv * keys * s.head_dim) as u64 * row_blocks;
         let act = 4 * (s.n_tokens * s.n_heads * s.head_dim) as u64;
         let partials = 4 * (s.n_tokens * s.n_heads * splits * (s.head_dim + 2)) as u64;
@@ -142,6 +181,16 @@ impl AttentionDecode {
             bytes_read: kv + act + partials,
             bytes_written: partials + act,
             flops: 4 * pairs * (s.n_heads * s.head_dim) as u64,
+        }
+    }
+
+    /// Workgroups along z of the GPU kernel: blocks of `rows()` rows (the tree form: of one token's).
+    fn row_blocks(&self) -> usize {
+        let s = &self.shape;
+        if self.tree {
+            s.n_tokens * s.group().div_ceil(self.rows())
+        } else {
+            (s.n_tokens * s.group()).div_ceil(self.rows())
         }
     }
 
@@ -157,23 +206,28 @@ impl Kernel for AttentionDecode {
         "attention_decode"
     }
     /// Node tensors: 0 q, 1 k_cache, 2 v_cache, 3 out, 4 partial_o, 5 partial_ml (`out` is an input of the node
-    /// when it writes into given rows: [`Graph::attention_decode_into`]).
+    /// when it writes into given rows: [`Graph::attention_decode_into`]); the tree form has its table at 3 and the
+    /// rest one later.
     fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
         let s = &self.shape;
         let (shader, z) = if cpu_kernel(caps) {
-            (cpu_key(s.head_dim), s.n_tokens * s.group())
+            (cpu_key(s.head_dim, self.tree), s.n_tokens * s.group())
         } else {
-            (split_key(s.head_dim), (s.n_tokens * s.group()).div_ceil(self.rows()))
+            (split_key(s.head_dim, self.tree), self.row_blocks())
         };
+        let mut bindings: Vec<Bind> = [0, 1, 2, 4, 5, 3].map(|i| Bind::Tensor(self.at(i))).to_vec();
+        if self.tree {
+            bindings.push(Bind::Tensor(3));
+        }
         vec![
             Dispatch {
                 shader,
-                bindings: [0, 1, 2, 4, 5, 3].map(Bind::Tensor).to_vec(),
+                bindings,
                 workgroups: [self.splits as u32, s.n_kv as u32, z as u32],
             },
             Dispatch {
                 shader: combine_key(s.head_dim),
-                bindings: [4, 5, 3].map(Bind::Tensor).to_vec(),
+                bindings: [4, 5, 3].map(|i| Bind::Tensor(self.at(i))).to_vec(),
                 workgroups: grid(s.n_tokens * s.n_heads * s.head_dim / 4, 64, caps.max_workgroups_per_dim),
             },
         ]
@@ -228,8 +282,10 @@ impl Kernel for AttentionDecode {
     /// The keys this step reads: `kv_len = pos + n_q`, each query's causal prefix, the active splits.
     fn step_cost(&self, vars: &StepVars) -> Cost {
         let s = &self.shape;
-        let kv_len = (vars.pos as usize + s.n_tokens).min(s.max_ctx);
-        let pairs = (0..s.n_tokens).map(|i| (vars.pos as usize + i + 1).min(s.max_ctx) as u64).sum();
+        let kv_len = (vars.pos as usize + self.span()).min(s.max_ctx);
+        // A tree's rows: counted as if each were at the first position.
+        let depth = |i: usize| if self.tree { 0 } else { i };
+        let pairs = (0..s.n_tokens).map(|i| (vars.pos as usize + depth(i) + 1).min(s.max_ctx) as u64).sum();
         let (first, end) = self.active_splits(vars);
         let splits = if end - first == 1 { 0 } else { end - first };
         self.cost_for(kv_len, pairs, splits)
@@ -239,8 +295,13 @@ impl Kernel for AttentionDecode {
             let (q, k, v) = (io[0].f32()?, io[1].f32()?, io[2].f32()?);
             let window = (self.window > 0).then_some(self.window);
             let pos = vars.pos as usize;
-            let y = super::attention_prefill::reference_window(&q, &k, &v, self.shape, pos, self.scale, window);
-            Ok(vec![Expected::at(3, y)])
+            let y = if self.tree {
+                let table = io[3].u32();
+                reference_tree(&q, &k, &v, self.shape, (pos, &table), self.scale, window)
+            } else {
+                super::attention_prefill::reference_window(&q, &k, &v, self.shape, pos, self.scale, window)
+            };
+            Ok(vec![Expected::at(self.at(3), y)])
         })
     }
 }
@@ -334,6 +395,7 @@ impl Graph {
             splits,
             scale,
             window,
+            tree: false,
         };
         let partials: [(&str, &[usize], DType); 2] = [
             ("attn_partial_o", &[n, h, splits, d], DType::F32),
@@ -352,6 +414,121 @@ impl Graph {
     }
 }
 
+impl Graph {
+    /// Attention for the nodes of a draft tree ([`TREE_W`]): `q` `[n_q, n_heads, head_dim]` f32 (`n_q <=
+    /// MAX_TREE_ROWS`), row r at position `vars.pos + depth(r)` seeing the cached keys before `vars.pos` and the keys
+    /// of its path, in the slots `tree` `[n_q, TREE_W]` u32 names. Returns `[n_q, n_heads, head_dim]` f32; row r
+    /// equals the one-query [`Graph::attention_decode_window`] over a cache holding its path in order, bit for bit.
+    pub fn attention_decode_tree(
+        &mut self,
+        q: TensorId,
+        k_cache: TensorId,
+        v_cache: TensorId,
+        scale: f32,
+        window: Option<usize>,
+        tree: TensorId,
+    ) -> Result<TensorId> {
+        let window = check_window("attention_decode", window)?;
+        let shape = AttnShape::check(self, "attention_decode", q, k_cache, v_cache)?;
+        let n = shape.n_tokens;
+        if n > MAX_TREE_ROWS || self.shape(tree) != [n, TREE_W] || self.dtype(tree) != DType::U32 {
+            return Err(Error::shape(
+                "attention_decode",
+                format!(
+                    "tree {:?} {:?} for {n} queries: want u32 [n_q, {TREE_W}], n_q <= {MAX_TREE_ROWS}",
+                    self.shape(tree),
+                    self.dtype(tree)
+                ),
+            ));
+        }
+        if !scale.is_finite() {
+            return Err(Error::shape("attention_decode", format!("scale {scale} is not finite")));
+        }
+        let splits = splits_for(shape.max_ctx);
+        let (h, d) = (shape.n_heads, shape.head_dim);
+        let kernel = AttentionDecode {
+            shape,
+            splits,
+            scale,
+            window,
+            tree: true,
+        };
+        let outs = self.add_node(
+            kernel,
+            &[q, k_cache, v_cache, tree],
+            &[
+                ("attn_out", &[n, h, d], DType::F32),
+                ("attn_partial_o", &[n, h, splits, d], DType::F32),
+                ("attn_partial_ml", &[n, h, splits, 2], DType::F32),
+            ],
+        )?;
+        Ok(outs[0])
+    }
+}
+
+/// The table of a tree step ([`TREE_W`]) from each row's path: the cache slots (relative to the step's position)
+/// of its nodes from the root (depth 0) to itself. An error for an empty path or one deeper than `MAX_TREE_DEPTH`.
+pub fn tree_table<'p>(paths: impl IntoIterator<Item = &'p [u32]>) -> Result<Vec<u32>> {
+    let mut table = Vec::new();
+    for path in paths {
+        let Some(&own) = path.last() else {
+            return Err(Error::Invalid("a tree row with an empty path".into()));
+        };
+        if path.len() > MAX_TREE_DEPTH + 1 {
+            return Err(Error::Invalid(format!(
+                "a draft tree node at depth {} (at most {MAX_TREE_DEPTH})",
+                path.len() - 1
+            )));
+        }
+        table.push((path.len() - 1) as u32);
+        table.extend_from_slice(path);
+        table.extend(std::iter::repeat_n(own, TREE_W - 1 - path.len()));
+    }
+    Ok(table)
+}
+
+/// CPU reference of the tree form: each row `r` as one query at position `pos + depth` over a cache holding the
+/// prefix and then its path in order (`table` `[n_q, TREE_W]`, see [`TREE_W`]).
+pub fn reference_tree(
+    q: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    s: AttnShape,
+    (pos, table): (usize, &[u32]),
+    scale: f32,
+    window: Option<usize>,
+) -> Vec<f32> {
+    let (hd, ctx) = (s.head_dim, s.max_ctx);
+    let row_len = s.n_heads * hd;
+    let mut out = Vec::with_capacity(s.n_tokens * row_len);
+    for r in 0..s.n_tokens {
+        let row = &table[r * TREE_W..(r + 1) * TREE_W];
+        let depth = (row[0] as usize).min(MAX_TREE_DEPTH);
+        let len = pos + depth + 1;
+        // The row's keys in order: slot t for t < pos, then its path's slots.
+        let slot = |t: usize| if t < pos { t } else { pos + row[1 + t - pos] as usize };
+        let gather = |cache: &[f32]| -> Vec<f32> {
+            let mut c = Vec::with_capacity(s.n_kv * len * hd);
+            for h in 0..s.n_kv {
+                for t in 0..len {
+                    let at = (h * ctx + slot(t).min(ctx - 1)) * hd;
+                    c.extend_from_slice(&cache[at..at + hd]);
+                }
+            }
+            c
+        };
+        let one = AttnShape {
+            n_tokens: 1,
+            max_ctx: len,
+            ..s
+        };
+        let qr = &q[r * row_len..(r + 1) * row_len];
+        let (k, v) = (gather(k_cache), gather(v_cache));
+        out.extend(super::attention_prefill::reference_window(qr, &k, &v, one, len - 1, scale, window));
+    }
+    out
+}
+
 /// CPU reference: the same causal attention as `attention_prefill::reference` (f64, two-pass softmax).
 pub fn reference(q: &[f32], k_cache: &[f32], v_cache: &[f32], s: AttnShape, pos: usize, scale: f32) -> Vec<f32> {
     super::attention_prefill::reference(q, k_cache, v_cache, s, pos, scale)
@@ -360,6 +537,11 @@ pub fn reference(q: &[f32], k_cache: &[f32], v_cache: &[f32], s: AttnShape, pos:
 pub fn variants() -> Vec<ShaderKey> {
     DENSE_HEAD_DIMS
         .iter()
-        .flat_map(|&d| [split_key(d), cpu_key(d), combine_key(d)])
+        .flat_map(|&d| {
+            [false, true]
+                .into_iter()
+                .flat_map(move |t| [split_key(d, t), cpu_key(d, t)])
+                .chain([combine_key(d)])
+        })
         .collect()
 }

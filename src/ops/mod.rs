@@ -19,6 +19,7 @@ macro_rules! for_each_op {
             embedding_q,
             gather_cols,
             kv_compress,
+            kv_move,
             kv_write,
             matmul,
             matmul_q,

@@ -1,7 +1,8 @@
 //! One step's attention inputs in one dispatch: from its q, k and v projections (one stacked q|k|v tensor, or two, or
 //! three),
 //! RoPE of q and k (after Qwen3's and Gemma 3's per-head q/k RMSNorm), q written out, k and v appended to the layer's
-//! KV cache at positions `StepVars.pos + token`. The fused form of `rms_norm` + `rope_pair` + `kv_write_pair`, whose
+//! KV cache at positions `StepVars.pos + token` (the tree form: at the depth and in the slot a draft tree's table
+//! gives each token, see `attention_decode::TREE_W`). The fused form of `rms_norm` + `rope_pair` + `kv_write_pair`, whose
 //! CPU references are its reference.
 
 use crate::error::{Error, Result};
@@ -10,6 +11,7 @@ use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 use crate::ops::rope::RopeConfig;
+use crate::ops::attention_decode::{MAX_TREE_DEPTH, TREE_W};
 use crate::ops::{kv_write, rms_norm, rope};
 
 #[repr(C)]
@@ -70,14 +72,20 @@ pub struct RopeKv {
     /// The source of q, k and v, and their (row stride, offset of token 0) in it, in elements.
     src_of: [usize; 3],
     layout: [(usize, usize); 3],
+    /// The tree form: node tensor caches + 2 is the tree table (q_out then follows it).
+    tree: bool,
 }
 
-fn key(norm: bool, factors: bool) -> ShaderKey {
-    ShaderKey::new("rope_kv").flag("NORM", norm).flag("FACTORS", factors)
+fn key(norm: bool, factors: bool, tree: bool) -> ShaderKey {
+    let key = ShaderKey::new("rope_kv").flag("NORM", norm).flag("FACTORS", factors);
+    match tree {
+        true => key.flag("TREE", true).def("TREE_W", format!("{TREE_W}u")),
+        false => key,
+    }
 }
 
 impl RopeKv {
-    /// Node tensor indices: sources, (qk_norm), (factors), k_cache, v_cache, then q_out.
+    /// Node tensor indices: sources, (qk_norm), (factors), k_cache, v_cache, (tree), then q_out.
     fn slots(&self) -> (usize, usize) {
         let norm = self.sources;
         let caches = norm + usize::from(self.eps.is_some()) + usize::from(self.cfg.factors.is_some());
@@ -106,10 +114,11 @@ impl Kernel for RopeKv {
     fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
         let (norm, caches) = self.slots();
         let src = |i: usize| Bind::Tensor(self.src_of[i]);
+        let q_out = caches + 2 + usize::from(self.tree);
         let mut bindings = vec![
             Bind::Tensor(caches),
             Bind::Tensor(caches + 1),
-            Bind::Tensor(caches + 2),
+            Bind::Tensor(q_out),
             src(0),
             src(1),
             src(2),
@@ -120,9 +129,12 @@ impl Kernel for RopeKv {
         if self.cfg.factors.is_some() {
             bindings.push(Bind::Tensor(caches - 1));
         }
+        if self.tree {
+            bindings.push(Bind::Tensor(caches + 2));
+        }
         let d = self.dims;
         vec![Dispatch {
-            shader: key(self.eps.is_some(), self.cfg.factors.is_some()),
+            shader: key(self.eps.is_some(), self.cfg.factors.is_some(), self.tree),
             bindings,
             workgroups: grid(d.n_tokens * (d.n_heads + 2 * d.n_kv), 64, caps.max_workgroups_per_dim),
         }]
@@ -181,11 +193,16 @@ impl Kernel for RopeKv {
                 qk_norm: qk_norm.as_ref().map(|(w, eps)| (w.as_slice(), *eps)),
                 factors: factors.as_deref(),
             };
-            let q_out = reference(self.dims, &self.cfg, &host, vars.pos, &mut kc, &mut vc);
+            let q_out = if self.tree {
+                let table = io[caches + 2].u32();
+                reference_tree(self.dims, &self.cfg, &host, (vars.pos, &table), &mut kc, &mut vc)
+            } else {
+                reference(self.dims, &self.cfg, &host, vars.pos, &mut kc, &mut vc)
+            };
             Ok(vec![
                 Expected::at(caches, kc),
                 Expected::at(caches + 1, vc),
-                Expected::at(caches + 2, q_out),
+                Expected::at(caches + 2 + usize::from(self.tree), q_out),
             ])
         })
     }
@@ -203,6 +220,19 @@ impl Graph {
         cfg: RopeConfig,
         k_cache: TensorId,
         v_cache: TensorId,
+    ) -> Result<TensorId> {
+        self.rope_kv_tree(src, qk_norm, cfg, (k_cache, v_cache), None)
+    }
+
+    /// [`Graph::rope_kv`], or with `tree` (u32 `[n_tokens, TREE_W]`, see `attention_decode::TREE_W`) its tree form:
+    /// token t rotated at position `vars.pos + depth(t)` and cached in slot `vars.pos + slot(t)`.
+    pub fn rope_kv_tree(
+        &mut self,
+        src: QkvSource,
+        qk_norm: Option<(TensorId, f32)>,
+        cfg: RopeConfig,
+        (k_cache, v_cache): (TensorId, TensorId),
+        tree: Option<TensorId>,
     ) -> Result<TensorId> {
         let cs = self.shape(k_cache).to_vec();
         let bad = |why: String| Error::shape("rope_kv", format!("{src:?} into caches {cs:?}: {why}"));
@@ -263,6 +293,12 @@ impl Graph {
         }
         inputs.extend(cfg.factors);
         inputs.extend([k_cache, v_cache]);
+        if let Some(t) = tree {
+            if self.shape(t) != [n_tokens, TREE_W] || self.dtype(t) != DType::U32 {
+                return Err(bad(format!("tree {:?}: want u32 [{n_tokens}, {TREE_W}]", self.shape(t))));
+            }
+            inputs.push(t);
+        }
         let dims = QkvDims {
             n_tokens,
             n_heads,
@@ -277,6 +313,7 @@ impl Graph {
             sources,
             src_of,
             layout,
+            tree: tree.is_some(),
         };
         let out = [n_tokens, n_heads, head_dim];
         Ok(self.add_node(kernel, &inputs, &[("rope_q", &out, DType::F32)])?[0])
@@ -315,6 +352,38 @@ pub fn reference(
     q
 }
 
+/// CPU reference of the tree form: each token as a one-token [`reference`] at position `pos + depth`, its k and v
+/// written to slot `pos + slot` (`table` `[n_tokens, TREE_W]`).
+pub fn reference_tree(
+    d: QkvDims,
+    cfg: &RopeConfig,
+    x: &HostQkv<'_>,
+    (pos, table): (u32, &[u32]),
+    k_cache: &mut [f32],
+    v_cache: &mut [f32],
+) -> Vec<f32> {
+    let (qw, kw) = (d.n_heads * d.head_dim, d.n_kv * d.head_dim);
+    let mut q_out = Vec::with_capacity(d.n_tokens * qw);
+    for t in 0..d.n_tokens {
+        let depth = (table[t * TREE_W] as usize).min(MAX_TREE_DEPTH);
+        let slot = pos as usize + table[t * TREE_W + 1 + depth] as usize;
+        let (mut q, mut k) = (x.q[t * qw..(t + 1) * qw].to_vec(), x.k[t * kw..(t + 1) * kw].to_vec());
+        if let Some((w, eps)) = x.qk_norm {
+            q = rms_norm::reference(&q, &w[..d.head_dim], eps);
+            k = rms_norm::reference(&k, &w[d.head_dim..], eps);
+        }
+        let at = pos + depth as u32;
+        q_out.extend(rope::reference(&q, [1, d.n_heads, d.head_dim], cfg, x.factors, at));
+        let k = rope::reference(&k, [1, d.n_kv, d.head_dim], cfg, x.factors, at);
+        kv_write::reference(&k, k_cache, d.n_kv, d.max_ctx, d.head_dim, slot);
+        kv_write::reference(&x.v[t * kw..(t + 1) * kw], v_cache, d.n_kv, d.max_ctx, d.head_dim, slot);
+    }
+    q_out
+}
+
 pub fn variants() -> Vec<ShaderKey> {
-    vec![key(false, false), key(true, false), key(false, true), key(true, true)]
+    [false, true]
+        .into_iter()
+        .flat_map(|t| [key(false, false, t), key(true, false, t), key(false, true, t), key(true, true, t)])
+        .collect()
 }

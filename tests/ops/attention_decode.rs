@@ -10,7 +10,7 @@ use crate::common::{exact, gpu_fallback, nmse, Case, Check, Rng};
 use shaderlm::gpu::{DType, Gpu, GpuTensor};
 use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
-use shaderlm::ops::attention_decode::{self, splits_for};
+use shaderlm::ops::attention_decode::{self, splits_for, tree_table, MAX_TREE_DEPTH, TREE_W};
 use shaderlm::ops::attention_prefill::{self, AttnShape};
 use shaderlm::ops::kv_write;
 
@@ -262,6 +262,7 @@ pub fn cases() -> Vec<Case> {
         "shrinking_context_ignores_stale_splits_no_subgroups",
         move |_| steps(gpu_fallback(), s, &at, seed),
     ));
+    tree_cases(&mut v);
     v
 }
 
@@ -294,4 +295,144 @@ fn batch_rows(gpu: &Gpu, s: AttnShape, kv_len: usize, seed: u64, window: Option<
         want.extend(run(1, &q[r * row..(r + 1) * row], pos + r)?);
     }
     Ok(exact(&got, &want))
+}
+
+/// A random tree of `n` nodes (node 0 the root, each parent before its child, no deeper than `MAX_TREE_DEPTH`):
+/// each node's path of slots (node i in slot i) from the root.
+pub fn random_tree(rng: &mut Rng, n: usize) -> Vec<Vec<u32>> {
+    let mut paths: Vec<Vec<u32>> = vec![vec![0]];
+    for i in 1..n {
+        let mut parent = (rng.next_u64() % i as u64) as usize;
+        while paths[parent].len() > MAX_TREE_DEPTH {
+            parent = paths[parent][paths[parent].len() - 2] as usize;
+        }
+        let mut path = paths[parent].clone();
+        path.push(i as u32);
+        paths.push(path);
+    }
+    paths
+}
+
+/// Tree form, bitwise: row r of a tree step over `s.n_tokens` nodes written at `pos ..` equals the one-query step at
+/// `pos + depth(r)` over a cache holding the prefix and then r's path in order (what plain decoding of that path
+/// would have cached). Positions past the step's nodes hold NaN, so a read outside the path fails the case.
+fn tree_rows(gpu: &Gpu, s: AttnShape, pos: usize, seed: u64, window: Option<usize>) -> shaderlm::Result<Check> {
+    let mut rng = Rng::new(seed);
+    let scale = 1.0 / (s.head_dim as f32).sqrt();
+    let (n, hd) = (s.n_tokens, s.head_dim);
+    let paths = random_tree(&mut rng, n);
+    let table = tree_table(paths.iter().map(Vec::as_slice))?;
+    let q = rng.vec(n * s.n_heads * hd, AMP);
+    let (kc, vc) = caches(&mut rng, s, pos + n, AMP);
+    let cache_shape = [s.n_kv, s.max_ctx, hd];
+    let upload = |k: &[f32], v: &[f32]| -> shaderlm::Result<(GpuTensor, GpuTensor)> {
+        Ok((
+            GpuTensor::upload_f32(gpu, "k_cache", &cache_shape, k)?,
+            GpuTensor::upload_f32(gpu, "v_cache", &cache_shape, v)?,
+        ))
+    };
+    let (kt, vt) = upload(&kc, &vc)?;
+    let mut g = Graph::new();
+    let tq = g.input("q", &[n, s.n_heads, hd], DType::F32);
+    let tt = g.input("tree", &[n, TREE_W], DType::U32);
+    let (tk, tv) = (g.external(&kt), g.external(&vt));
+    let o = g.attention_decode_tree(tq, tk, tv, scale, window, tt)?;
+    g.output(o);
+    let mut plan = Plan::new(gpu, g)?;
+    plan.write_input(gpu, tq, bytemuck::cast_slice(&q))?;
+    plan.write_input(gpu, tt, bytemuck::cast_slice(&table))?;
+    plan.run(gpu, &StepVars { pos: pos as u32 })?;
+    let got: Vec<u32> = plan.read_f32(o)?.iter().map(|v| v.to_bits()).collect();
+    let row = s.n_heads * hd;
+    let mut want = Vec::with_capacity(got.len());
+    for (r, path) in paths.iter().enumerate() {
+        // The path in order at pos .., NaN after it.
+        let (mut k1, mut v1) = (kc.clone(), vc.clone());
+        for h in 0..s.n_kv {
+            for t in pos..s.max_ctx {
+                let dst = (h * s.max_ctx + t) * hd;
+                match path.get(t - pos) {
+                    Some(&slot) => {
+                        let src = (h * s.max_ctx + pos + slot as usize) * hd;
+                        k1[dst..dst + hd].copy_from_slice(&kc[src..src + hd]);
+                        v1[dst..dst + hd].copy_from_slice(&vc[src..src + hd]);
+                    }
+                    None => {
+                        k1[dst..dst + hd].fill(f32::NAN);
+                        v1[dst..dst + hd].fill(f32::NAN);
+                    }
+                }
+            }
+        }
+        let (kt1, vt1) = upload(&k1, &v1)?;
+        let mut g = Graph::new();
+        let tq = g.input("q", &[1, s.n_heads, hd], DType::F32);
+        let (tk, tv) = (g.external(&kt1), g.external(&vt1));
+        let o = g.attention_decode_window(tq, tk, tv, scale, window)?;
+        g.output(o);
+        let mut one = Plan::new(gpu, g)?;
+        one.write_input(gpu, tq, bytemuck::cast_slice(&q[r * row..(r + 1) * row]))?;
+        one.run(gpu, &StepVars { pos: (pos + path.len() - 1) as u32 })?;
+        want.extend(one.read_f32(o)?.iter().map(|v| v.to_bits()));
+    }
+    Ok(exact(&got, &want))
+}
+
+/// Tree form against the f64 CPU reference (`reference_tree`), the same NMSE bound as the plain form.
+fn tree_vs_reference(gpu: &Gpu, s: AttnShape, pos: usize, seed: u64) -> shaderlm::Result<Check> {
+    let mut rng = Rng::new(seed);
+    let scale = 1.0 / (s.head_dim as f32).sqrt();
+    let (n, hd) = (s.n_tokens, s.head_dim);
+    let paths = random_tree(&mut rng, n);
+    let table = tree_table(paths.iter().map(Vec::as_slice))?;
+    let q = rng.vec(n * s.n_heads * hd, AMP);
+    let (kc, vc) = caches(&mut rng, s, pos + n, AMP);
+    let cache_shape = [s.n_kv, s.max_ctx, hd];
+    let kt = GpuTensor::upload_f32(gpu, "k_cache", &cache_shape, &kc)?;
+    let vt = GpuTensor::upload_f32(gpu, "v_cache", &cache_shape, &vc)?;
+    let mut g = Graph::new();
+    let tq = g.input("q", &[n, s.n_heads, hd], DType::F32);
+    let tt = g.input("tree", &[n, TREE_W], DType::U32);
+    let (tk, tv) = (g.external(&kt), g.external(&vt));
+    let o = g.attention_decode_tree(tq, tk, tv, scale, None, tt)?;
+    g.output(o);
+    let mut plan = Plan::new(gpu, g)?;
+    plan.write_input(gpu, tq, bytemuck::cast_slice(&q))?;
+    plan.write_input(gpu, tt, bytemuck::cast_slice(&table))?;
+    plan.run(gpu, &StepVars { pos: pos as u32 })?;
+    let want = attention_decode::reference_tree(&q, &kc, &vc, s, (pos, &table), scale, None);
+    Ok(nmse(&plan.read_f32(o)?, &want, NMSE_MAX))
+}
+
+/// The tree cases: (name, nodes, n_heads, n_kv, head_dim, pos, max_ctx, window), each on both kernels.
+pub fn tree_cases(v: &mut Vec<Case>) {
+    type Tree = (&'static str, usize, usize, usize, usize, usize, usize, Option<usize>);
+    let trees: [Tree; 6] = [
+        ("tree_rows_equal_path_steps_small", 5, 9, 3, 64, 20, 512, None),
+        ("tree_rows_equal_path_steps_61_nodes", 61, 9, 3, 64, 300, 1024, None),
+        // Paths crossing a split boundary (256-key splits at max_ctx 4096) and a key tile.
+        ("tree_rows_equal_path_steps_crosses_split", 17, 8, 1, 128, 250, 4096, None),
+        ("tree_rows_equal_path_steps_window", 12, 4, 1, 64, 700, 1024, Some(260)),
+        ("tree_rows_equal_path_steps_d256", 9, 4, 1, 256, 90, 512, Some(512)),
+        ("tree_rows_equal_path_steps_gqa16", 7, 16, 1, 64, 33, 256, None),
+    ];
+    for (i, (name, n_tokens, n_heads, n_kv, head_dim, pos, max_ctx, window)) in trees.into_iter().enumerate() {
+        let seed = 4100 + i as u64;
+        let s = AttnShape {
+            n_tokens,
+            n_heads,
+            n_kv,
+            head_dim,
+            max_ctx,
+        };
+        v.push(Case::new("attention_decode", name, move |gpu| tree_rows(gpu, s, pos, seed, window)));
+        v.push(Case::new("attention_decode", format!("{name}_no_subgroups"), move |_| {
+            tree_rows(gpu_fallback(), s, pos, seed, window)
+        }));
+        if window.is_none() {
+            v.push(Case::new("attention_decode", format!("{name}_vs_reference"), move |gpu| {
+                tree_vs_reference(gpu, s, pos, seed)
+            }));
+        }
+    }
 }

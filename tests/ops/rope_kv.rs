@@ -377,5 +377,86 @@ pub fn cases() -> Vec<Case> {
         errs.push(g.rope_kv(QkvSource(vec![(qkv, 1), (kv, 2)]), None, cfg, kc, vc).is_ok());
         Ok(exact(&errs, &[true; 8]))
     }));
+    tree_cases(&mut v);
     v
+}
+
+/// Tree form: a step over the nodes of a random draft tree (node t cached in slot pos + t, rotated at pos + its
+/// depth) against one-token steps at each node's position, bit for bit (q rows and the cached rows), and against
+/// the CPU reference within rope's bound.
+fn tree_rows_equal_one_row(gpu: &Gpu, s: &Setup, pos: u32, seed: u64) -> shaderlm::Result<Check> {
+    use shaderlm::ops::attention_decode::{tree_table, TREE_W};
+    let data = s.data(seed);
+    let d = s.dims;
+    let paths = crate::attention_decode::random_tree(&mut Rng::new(seed), d.n_tokens);
+    let table = tree_table(paths.iter().map(Vec::as_slice))?;
+    let run = |n: usize, rows: &[f32], at: u32, tree: Option<&[u32]>| -> shaderlm::Result<[Vec<f32>; 3]> {
+        let one = Setup {
+            dims: QkvDims { n_tokens: n, ..d },
+            ..*s
+        };
+        let (kc, vc) = caches(gpu, s, &data)?;
+        let mut g = Graph::new();
+        let io = inputs(&mut g, &one, &kc, &vc);
+        let cfg = one.cfg(one.factors.then_some(io.factors));
+        let tt = tree.map(|_| g.input("tree", &[n, TREE_W], DType::U32));
+        let src = QkvSource::stacked(io.sources[0]);
+        let q = g.rope_kv_tree(src, one.norm.then_some((io.qk_norm, 1e-6)), cfg, io.caches, tt)?;
+        g.output(q);
+        let mut plan = Plan::new(gpu, g)?;
+        let part = Data {
+            qkv: rows.to_vec(),
+            qk_norm: data.qk_norm.clone(),
+            factors: data.factors.clone(),
+            cache: Vec::new(),
+        };
+        write_inputs(gpu, &plan, &one, &io, &part)?;
+        if let (Some(t), Some(tab)) = (tt, tree) {
+            plan.write_input(gpu, t, bytemuck::cast_slice(tab))?;
+        }
+        plan.run(gpu, &StepVars { pos: at })?;
+        Ok([plan.read_f32(q)?, kc.download_f32(gpu)?, vc.download_f32(gpu)?])
+    };
+    let [tree_q, tree_k, tree_v] = run(d.n_tokens, &data.qkv, pos, Some(&table))?;
+    let width = data.qkv.len() / d.n_tokens;
+    let (mut want_q, mut want_k, mut want_v) = (Vec::new(), data.cache.clone(), data.cache.clone());
+    for (t, row) in data.qkv.chunks(width).enumerate() {
+        let at = pos as usize + paths[t].len() - 1;
+        let [q, k, v] = run(1, row, at as u32, None)?;
+        want_q.extend(q);
+        for h in 0..d.n_kv {
+            let (src, dst) = ((h * d.max_ctx + at) * d.head_dim, (h * d.max_ctx + pos as usize + t) * d.head_dim);
+            want_k[dst..dst + d.head_dim].copy_from_slice(&k[src..src + d.head_dim]);
+            want_v[dst..dst + d.head_dim].copy_from_slice(&v[src..src + d.head_dim]);
+        }
+    }
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+    let got = [tree_q.clone(), tree_k.clone(), tree_v.clone()].concat();
+    let check = exact(&bits(&got), &bits(&[want_q, want_k, want_v].concat()));
+    if !check.passed() {
+        return Ok(check);
+    }
+    // The CPU reference of the tree form.
+    let [q, k, v] = s.split(&data.qkv);
+    let host = HostQkv {
+        q: &q,
+        k: &k,
+        v: &v,
+        qk_norm: s.norm.then_some((data.qk_norm.as_slice(), 1e-6)),
+        factors: s.factors.then_some(data.factors.as_slice()),
+    };
+    let (mut kc, mut vc) = (data.cache.clone(), data.cache.clone());
+    let rq = rope_kv::reference_tree(d, &s.cfg(None), &host, (pos, &table), &mut kc, &mut vc);
+    let (rtol, atol) = s.bound(&data, pos);
+    Ok(rel_abs(&got, &[rq, kc, vc].concat(), rtol, atol))
+}
+
+pub fn tree_cases(v: &mut Vec<Case>) {
+    for (name, s) in [
+        ("tree_rows_equal_one_row", setup(13, 9, 3, 64, 64)),
+        ("tree_rows_equal_one_row_norm_factors", Setup { norm: true, factors: true, ..setup(9, 8, 2, 128, 64) }),
+        ("tree_rows_equal_one_row_61", Setup { style: RopeStyle::Interleaved, ..setup(61, 9, 3, 64, 128) }),
+    ] {
+        v.push(Case::new("rope_kv", name, move |gpu| tree_rows_equal_one_row(gpu, &s, 21, 902)));
+    }
 }
