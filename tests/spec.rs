@@ -17,6 +17,7 @@ use common::tiny::{
 use shaderlm::generate::draft::{check_same_vocab, DraftModel, Drafter, Lookup};
 use shaderlm::generate::eagle::EagleDraft;
 use shaderlm::generate::spec::{generate_spec, SpecOptions, SpecStats, Speculator};
+use shaderlm::generate::tree::TreeShape;
 use shaderlm::generate::{generate, GenOptions, GenOutput, Generator};
 use shaderlm::gpu::Gpu;
 use shaderlm::model::eagle_fit::write_head;
@@ -166,6 +167,26 @@ fn run(
     n: usize,
     drafter: Option<(&mut dyn Drafter, usize)>,
 ) -> (GenOutput, GenOutput, SpecStats) {
+    let spec = drafter.map(|(d, k)| {
+        let opts = SpecOptions {
+            max_draft: k,
+            min_accepted: 0.0,
+            ..Default::default()
+        };
+        (d, opts)
+    });
+    run_with(gen, loaded, params, (prompt, follow), n, spec)
+}
+
+/// [`run`] with the speculation options given.
+fn run_with(
+    gen: &mut Generator<'_>,
+    loaded: &LoadedModel,
+    params: &SamplingParams,
+    (prompt, follow): (&[u32], &[u32]),
+    n: usize,
+    drafter: Option<(&mut dyn Drafter, SpecOptions)>,
+) -> (GenOutput, GenOutput, SpecStats) {
     let opts = GenOptions {
         max_tokens: n,
         stop_strings: Vec::new(),
@@ -175,14 +196,10 @@ fn run(
     let tok = &loaded.tokenizer;
     let mut sampler = Sampler::new(params.clone());
     let (first, stats) = match drafter {
-        Some((d, k)) => {
+        Some((d, spec_opts)) => {
             let mut spec = Speculator {
                 drafter: d,
-                opts: SpecOptions {
-                    max_draft: k,
-                    min_accepted: 0.0,
-                    ..Default::default()
-                },
+                opts: spec_opts,
             };
             generate_spec(gen, tok, &mut sampler, prompt, &opts, &mut spec, |_| true).unwrap()
         }
@@ -268,6 +285,100 @@ fn speculative_generation_equals_plain_on_smollm2() {
                             st.accepted, st.drafted,
                             "{label}: a greedy self-draft must be accepted whole"
                         );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Draft trees (EAGLE-2's dynamic tree grown by SmolLM2 drafting for itself, prompt lookup's merged matches, and
+/// the EAGLE head's chain), verified in one tree step each, with the tree shapes (depth, top-k, size): the
+/// same tokens as plain decoding, greedy and seeded, and the same follow-up turn (the accepted path's K/V were
+/// moved where plain decoding writes them).
+#[test]
+fn draft_trees_equal_plain_on_smollm2() {
+    let (gpu, loaded) = common::golden::load("SmolLM2-135M-Instruct.Q4_1.gguf", "");
+    let outputs = StepOutputs {
+        logits: true,
+        argmax: true,
+        hidden: true,
+        ..Default::default()
+    };
+    let follow = loaded.tokenizer.encode("\nNow say it again, shorter.", false).unwrap();
+    let seeded = SamplingParams {
+        temperature: 0.8,
+        seed: 7,
+        ..Default::default()
+    };
+    let mut target = Generator::new(&gpu, &loaded.model, loaded.ctx, outputs).unwrap();
+    let with_logits = StepOutputs {
+        logits: true,
+        ..Default::default()
+    };
+    let mut draft = DraftModel::greedy(
+        Generator::new(&gpu, &loaded.model, loaded.ctx, with_logits).unwrap(),
+        0.0,
+    );
+    let mut lookup = Lookup::default();
+    let head_dir = tempfile::tempdir().unwrap();
+    let h = loaded.model.cfg.hidden;
+    let fc = common::rng::Rng::new(17).vec(2 * h * h, 0.05);
+    write_head(head_dir.path(), &loaded.model.cfg, &fc, &vec![0.0; h]).unwrap();
+    let head = Llama::load_eagle(&gpu, head_dir.path(), &loaded.model).unwrap();
+    let mut eagle = EagleDraft::new(&gpu, &head, loaded.ctx).unwrap();
+    let shapes = [(2, 10, 12), (6, 10, 60), (3, 4, 16)].map(|(depth, topk, size)| TreeShape { depth, topk, size });
+    let runs = [
+        ("chat_capital", SamplingParams::greedy(), &shapes[..]),
+        ("code_python", SamplingParams::greedy(), &shapes[2..]),
+        ("chat_capital", seeded, &shapes[..1]),
+    ];
+    for (name, params, shapes) in runs {
+        let fx = common::golden::fixture("smollm2", name);
+        let prompt = &fx.prompt_tokens;
+        let label = format!("{name} at temperature {}", params.temperature);
+        target.truncate(0);
+        let (p1, p2, _) = run(&mut target, &loaded, &params, prompt, &follow, 16, None);
+        for &shape in shapes {
+            let sources: [(&str, &mut dyn Drafter); 3] = [
+                ("lookup", &mut lookup),
+                ("self-draft", &mut draft),
+                ("eagle", &mut eagle),
+            ];
+            for (source, drafter) in sources {
+                target.truncate(0);
+                let opts = SpecOptions {
+                    min_accepted: 0.0,
+                    tree: Some(shape),
+                    ..Default::default()
+                };
+                let (s1, s2, st) = run_with(
+                    &mut target,
+                    &loaded,
+                    &params,
+                    (prompt, &follow),
+                    16,
+                    Some((drafter, opts)),
+                );
+                let tag = format!("{label}, {source} tree {shape:?}");
+                assert_eq!(s1.generated, p1.generated, "{tag}: first turn");
+                assert_eq!(s2.generated, p2.generated, "{tag}: follow-up turn");
+                println!(
+                    "{tag}: {} tree steps, {} tokens per step, {}/{} nodes accepted",
+                    st.verify_steps,
+                    st.mean_accepted_len(),
+                    st.accepted,
+                    st.drafted
+                );
+                if source == "self-draft" {
+                    assert!(
+                        st.verify_steps > 0 && st.accepted > 0,
+                        "{tag}: nothing drafted or accepted"
+                    );
+                    if params.temperature == 0.0 {
+                        // The draft's own greedy path is its best-scored one at depth 1, so each step keeps at
+                        // least one draft.
+                        assert!(st.accepted >= st.verify_steps, "{tag}: {st:?}");
                     }
                 }
             }

@@ -2,6 +2,7 @@
 //! the last n-gram, in the prompt or the output so far) and a draft model that shares the target's vocabulary.
 //! A draft only proposes; the target's verification decides, so a bad draft costs time, never correctness.
 
+use super::tree::{expand, DraftTree, TreeShape};
 use super::{Generator, StepResult};
 use crate::error::{Error, Result};
 use crate::model::llama::MAX_CHAIN;
@@ -13,6 +14,20 @@ pub trait Drafter {
     /// Up to `max` tokens likely to follow `history` (the prompt and every token chosen so far) into `out`
     /// (cleared first); none when it has no guess.
     fn propose(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()>;
+    /// A tree of drafts after `history` grown as `shape` says, into `tree` (reset to the root, `history`'s last
+    /// token), at most `max_nodes` nodes with the root. By default the chain [`Drafter::propose`] gives.
+    fn propose_tree(
+        &mut self,
+        history: &[u32],
+        shape: TreeShape,
+        max_nodes: usize,
+        tree: &mut DraftTree,
+    ) -> Result<()> {
+        let mut chain = Vec::new();
+        self.propose(history, shape.depth.min(max_nodes.saturating_sub(1)), &mut chain)?;
+        tree.insert(&chain, max_nodes);
+        Ok(())
+    }
     /// The source's name in reports.
     fn name(&self) -> &'static str;
     /// For drafts sampled at random: the distribution each proposal of the last `propose` was drawn from ((id,
@@ -67,6 +82,36 @@ impl Drafter for Lookup {
     }
     fn name(&self) -> &'static str {
         "lookup"
+    }
+    /// The continuations of up to `shape.topk` earlier occurrences of the last n-gram (longest n first, latest
+    /// first), each up to `shape.depth` tokens, merged into one tree.
+    fn propose_tree(
+        &mut self,
+        history: &[u32],
+        shape: TreeShape,
+        max_nodes: usize,
+        tree: &mut DraftTree,
+    ) -> Result<()> {
+        let len = history.len();
+        let mut found = 0;
+        for n in (self.ngram_min.max(1)..=self.ngram_max).rev() {
+            if n >= len {
+                continue;
+            }
+            let tail = &history[len - n..];
+            for j in (0..len - n).rev().filter(|&j| &history[j..j + n] == tail) {
+                let from = j + n;
+                tree.insert(
+                    &history[from..(from + shape.depth).min(len)],
+                    max_nodes.min(shape.size + 1),
+                );
+                found += 1;
+                if found == shape.topk {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -200,6 +245,24 @@ impl Drafter for DraftModel<'_> {
     }
     fn name(&self) -> &'static str {
         "draft model"
+    }
+    /// EAGLE-2's dynamic tree grown by this model (`tree::expand`), after the catch-up step.
+    fn propose_tree(
+        &mut self,
+        history: &[u32],
+        shape: TreeShape,
+        max_nodes: usize,
+        tree: &mut DraftTree,
+    ) -> Result<()> {
+        if history.is_empty() || history.len() > self.gen.max_ctx() {
+            return Ok(());
+        }
+        let same = self.gen.tokens.iter().zip(history).take_while(|(a, b)| a == b).count();
+        let keep = same.min(history.len() - 1);
+        self.gen.truncate(keep);
+        self.gen.feed(&history[keep..])?;
+        let size = shape.size.min(max_nodes.saturating_sub(1));
+        expand(&mut self.gen, TreeShape { size, ..shape }, tree)
     }
     fn draft_dists(&self) -> Option<&[Vec<(u32, f32)>]> {
         self.sampler.as_ref().map(|_| self.dists.as_slice())

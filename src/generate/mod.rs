@@ -7,6 +7,7 @@ pub mod eagle;
 mod emit;
 pub mod spec;
 pub mod stats;
+pub mod tree;
 
 use emit::Emitter;
 
@@ -31,6 +32,9 @@ struct Plans {
     verify: HashMap<(usize, bool), Step>,
     /// Chained greedy draft steps by (tokens of the first link, links).
     chain: HashMap<(usize, usize), Step>,
+    /// Draft-tree steps by nodes, and the plan that moves an accepted path's K/V into place.
+    tree: HashMap<usize, Step>,
+    mover: Option<crate::model::tree_step::KvMover>,
 }
 
 impl Plans {

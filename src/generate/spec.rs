@@ -9,9 +9,10 @@
 
 use super::draft::Drafter;
 use super::emit::Emitter;
+use super::tree::{DraftTree, TreeShape};
 use super::{choose, record_topk, row_logits, GenOptions, GenOutput, Generator};
 use crate::error::Result;
-use crate::ops::attention_decode::MAX_TOKENS;
+use crate::ops::attention_decode::{MAX_TOKENS, MAX_TREE_ROWS};
 use crate::sampling::pick;
 use crate::sampling::Sampler;
 use crate::tokenizer::Tokenizer;
@@ -32,6 +33,9 @@ pub struct SpecOptions {
     /// one-token step, so drafts that are rarely right make decoding slower than plain.
     pub min_accepted: f32,
     pub window: usize,
+    /// Verify a draft tree grown as this says instead of a chain of `max_draft` (EAGLE-2's dynamic tree for a
+    /// draft model; several matches for prompt lookup; the chain for other sources).
+    pub tree: Option<TreeShape>,
 }
 
 impl Default for SpecOptions {
@@ -40,6 +44,7 @@ impl Default for SpecOptions {
             max_draft: MAX_DRAFT,
             min_accepted: 0.5,
             window: 8,
+            tree: None,
         }
     }
 }
@@ -119,14 +124,19 @@ impl SpecStats {
     }
 
     fn record(&mut self, drafted: usize, accepted: usize) {
+        self.record_tree(drafted, drafted, accepted);
+    }
+
+    /// A verification of `drafted` drafts reaching `depth` (a chain: `drafted`) of which `accepted` were kept.
+    fn record_tree(&mut self, drafted: usize, depth: usize, accepted: usize) {
         self.verify_steps += 1;
         self.drafted += drafted;
         self.accepted += accepted;
-        if self.drafted_at.len() < drafted {
-            self.drafted_at.resize(drafted, 0);
-            self.accepted_at.resize(drafted, 0);
+        if self.drafted_at.len() < depth {
+            self.drafted_at.resize(depth, 0);
+            self.accepted_at.resize(depth, 0);
         }
-        for d in 0..drafted {
+        for d in 0..depth {
             self.drafted_at[d] += 1;
             self.accepted_at[d] += usize::from(d < accepted);
         }
@@ -172,6 +182,10 @@ pub fn generate_spec(
     let mut step_ids = Vec::with_capacity(MAX_TOKENS);
     let mut recent: VecDeque<usize> = VecDeque::with_capacity(spec.window);
     let mut on = spec.max_draft > 0;
+    let mut tree = DraftTree::default();
+    if let Some(shape) = spec.tree {
+        shape.check()?;
+    }
     if !emit.done() {
         let mut next = choose(gen, sampler, 0, &history, &mut emit.out)?;
         loop {
@@ -192,8 +206,29 @@ pub fn generate_spec(
                 .min(MAX_DRAFT)
                 .min(room)
                 .min(emit.budget().saturating_sub(1));
+            if let (true, Some(shape)) = (on, spec.tree) {
+                let t = Instant::now();
+                tree.reset(next);
+                let max_nodes = (gen.max_ctx() - base).min(MAX_TREE_ROWS).min(shape.size + 1);
+                if max_nodes > 1 {
+                    drafter.propose_tree(&history, shape, max_nodes, &mut tree)?;
+                }
+                stats.draft_time += t.elapsed();
+            }
             drafts.clear();
-            if on && k > 0 {
+            if tree.len() > 1 {
+                let t = Instant::now();
+                let (accepted, stopped) = verify_tree(gen, sampler, &tree, (&mut history, &mut next), &mut emit)?;
+                drafter.observe(base, &gen.result);
+                stats.verify_time += t.elapsed();
+                stats.record_tree(tree.len() - 1, tree.max_depth(), accepted);
+                tree.reset(next);
+                if stopped {
+                    break;
+                }
+                on = keep_on(spec, &mut recent, accepted, &mut stats, on);
+                continue;
+            } else if on && k > 0 && spec.tree.is_none() {
                 let t = Instant::now();
                 drafter.propose(&history, k, &mut drafts)?;
                 drafts.truncate(k);
@@ -252,28 +287,70 @@ pub fn generate_spec(
             if stopped {
                 break;
             }
-            if recent.len() == spec.window {
-                recent.pop_front();
-            }
-            recent.push_back(accepted);
-            // Judged over the window's last half or more, or already after 2 steps that kept nothing.
-            let judged =
-                recent.len() >= spec.window.div_ceil(2) || (recent.len() >= 2 && recent.iter().all(|&a| a == 0));
-            if judged && spec.min_accepted > 0.0 {
-                let mean = recent.iter().sum::<usize>() as f32 / recent.len() as f32;
-                if mean < spec.min_accepted {
-                    on = false;
-                    stats.turned_off = Some(format!(
-                        "{mean:.2} drafts accepted per step over the last {} steps (below {})",
-                        recent.len(),
-                        spec.min_accepted
-                    ));
-                }
-            }
+            on = keep_on(spec, &mut recent, accepted, &mut stats, on);
         }
     }
     emit.out.decode_time = t1.elapsed();
     Ok((emit.finish()?, stats))
+}
+
+/// Whether speculation stays on after a verification that kept `accepted` drafts: judged over the window's last
+/// half or more, or already after 2 steps that kept nothing; the reason is recorded when it turns off.
+fn keep_on(spec: &SpecOptions, recent: &mut VecDeque<usize>, accepted: usize, stats: &mut SpecStats, on: bool) -> bool {
+    if recent.len() == spec.window {
+        recent.pop_front();
+    }
+    recent.push_back(accepted);
+    let judged = recent.len() >= spec.window.div_ceil(2) || (recent.len() >= 2 && recent.iter().all(|&a| a == 0));
+    if on && judged && spec.min_accepted > 0.0 {
+        let mean = recent.iter().sum::<usize>() as f32 / recent.len() as f32;
+        if mean < spec.min_accepted {
+            stats.turned_off = Some(format!(
+                "{mean:.2} drafts accepted per step over the last {} steps (below {})",
+                recent.len(),
+                spec.min_accepted
+            ));
+            return false;
+        }
+    }
+    on
+}
+
+/// Verify `tree` (its root `next`, the last chosen token) in one tree step and keep the path the target chooses:
+/// from the root, the child whose token is the target's choice at the current node (sample-and-match), until no
+/// child is. The accepted tokens go to `history` and `emit`; `next` becomes the target's choice after them. The
+/// cache then holds the root and the accepted path (the last emitted token excepted when the emitter stopped).
+/// Returns (accepted drafts, stopped).
+fn verify_tree(
+    gen: &mut Generator<'_>,
+    sampler: &mut Sampler,
+    tree: &DraftTree,
+    (history, next): (&mut Vec<u32>, &mut u32),
+    emit: &mut Emitter<'_, impl FnMut(&str) -> bool>,
+) -> Result<(usize, bool)> {
+    let base = gen.tokens.len();
+    gen.feed_tree(base, &tree.tokens, &tree.table()?)?;
+    let mut path = vec![0u32];
+    let mut stopped = false;
+    loop {
+        let node = *path.last().expect("the root") as usize;
+        let c = choose(gen, sampler, node, history, &mut emit.out)?;
+        let Some(child) = tree.child(node, c) else {
+            *next = c;
+            break;
+        };
+        history.push(c);
+        path.push(child as u32);
+        if !emit.push(c)? {
+            stopped = true;
+            break;
+        }
+    }
+    let accepted = path.len() - 1;
+    path.truncate(path.len() - usize::from(stopped));
+    let tokens: Vec<u32> = path.iter().map(|&i| tree.tokens[i as usize]).collect();
+    gen.accept_path(base, &tokens, &path)?;
+    Ok((accepted, stopped))
 }
 
 /// Speculative sampling's acceptance test (Leviathan et al., Chen et al. 2023) for a draft `d` drawn from `q`,

@@ -87,7 +87,7 @@ struct RopeTable {
 pub struct KvCache {
     pub max_ctx: usize,
     /// Per layer: K and V, each `[n_kv, max_ctx, head_dim]` of the model's [`KvType`].
-    layers: Vec<(GpuTensor, GpuTensor)>,
+    pub(super) layers: Vec<(GpuTensor, GpuTensor)>,
     /// Rope of the global layers, then (with sliding windows) of the local ones, for this context size.
     rope: Vec<RopeTable>,
     /// Per layer: InfLLM-v2 compressed keys (when the model attends sparsely past `dense_len`).
@@ -465,6 +465,7 @@ impl Llama {
             n_tokens: n,
             sparse: false,
             sparse_keys: None,
+            tree: None,
         };
         self.plan_step(gpu, g, &ctx, (ids, None), out, true)
     }
@@ -499,6 +500,7 @@ impl Llama {
                 n_tokens,
                 sparse: false,
                 sparse_keys: None,
+                tree: None,
             };
             let (_, logits, _) = self.forward(&mut g, gpu, &ctx, (token, None), StepOutputs::default(), false)?;
             let best = g.argmax(logits)?; // [1, 1]: the last row's
@@ -520,6 +522,7 @@ impl Llama {
             router: Vec::new(),
             hidden: None,
             chain,
+            tree: None,
         })
     }
 
@@ -552,6 +555,7 @@ impl Llama {
             n_tokens,
             sparse,
             sparse_keys,
+            tree: None,
         };
         // An EAGLE head's second input: the target's features `[n, hidden]`, one per token.
         let features = self
@@ -562,7 +566,7 @@ impl Llama {
     }
 
     /// A step's view of one session: its cache and its rotations as graph settings.
-    fn seq_context<'a>(&self, g: &mut Graph, cache: &'a KvCache) -> SeqContext<'a> {
+    pub(super) fn seq_context<'a>(&self, g: &mut Graph, cache: &'a KvCache) -> SeqContext<'a> {
         SeqContext {
             cache,
             ropes: cache.rope.iter().map(|t| self.rope(g, t)).collect(),
@@ -571,7 +575,7 @@ impl Llama {
 
     /// Record the forward pass and the read-backs `out` asks for into `g`, and plan it: a step over `ctx`'s rows,
     /// whose inputs are `ids` (and an EAGLE head's features).
-    fn plan_step(
+    pub(super) fn plan_step(
         &self,
         gpu: &Gpu,
         mut g: Graph,
@@ -595,6 +599,7 @@ impl Llama {
             router,
             hidden,
             chain: Vec::new(),
+            tree: None,
         })
     }
 
@@ -733,7 +738,7 @@ impl Llama {
         let a = if let [seq] = s.seqs.as_slice() {
             let (kc, vc) = caches(g, seq);
             // Norms, rotation and the cache write in one dispatch: q [n, n_heads, head_dim].
-            let q = g.rope_kv(src, qk_norm, rope_of(seq), kc, vc)?;
+            let q = g.rope_kv_tree(src, qk_norm, rope_of(seq), (kc, vc), s.tree)?;
             g.tap(q, Tap::Rope(i));
             self.attend(g, s, i, q, kc, vc)?
         } else {
@@ -824,6 +829,9 @@ impl Llama {
             Some((sc, keys)) => Some((sc, sparse::compress(g, sc, &keys[i], kc, s.n_tokens)?)),
             None => None,
         };
+        if let Some(tree) = s.tree {
+            return g.attention_decode_tree(q, kc, vc, c.attn_scale, c.layer_window(i), tree);
+        }
         match (s.sparse, compressed) {
             (true, Some((sc, cc))) => sparse::attention(g, sc, q, kc, vc, cc, s.seqs[0].cache.max_ctx, c.attn_scale),
             _ if s.n_tokens <= crate::ops::attention_decode::MAX_TOKENS => {
@@ -941,7 +949,7 @@ enum AttnIn {
 }
 
 /// The sparse settings and a cache's compressed keys (per layer).
-type SparseKeys<'a> = Option<(&'a SparseConfig, &'a [CompressedKeys])>;
+pub(super) type SparseKeys<'a> = Option<(&'a SparseConfig, &'a [CompressedKeys])>;
 
 /// Most sequences of a batched step ([`Llama::batch_step`]): as many rows as the kernels' batch invariance is
 /// tested for.
@@ -951,18 +959,20 @@ pub const MAX_BATCH: usize = crate::ops::attention_decode::MAX_TOKENS;
 pub const MAX_CHAIN: usize = 8;
 
 /// What every layer of one step graph shares.
-struct StepContext<'a> {
+pub(super) struct StepContext<'a> {
     /// The sequences whose tokens the step runs: one, or (a batched step) one per row.
-    seqs: Vec<SeqContext<'a>>,
+    pub(super) seqs: Vec<SeqContext<'a>>,
     /// Rows of the step.
-    n_tokens: usize,
+    pub(super) n_tokens: usize,
     /// Whether this step attends sparsely.
-    sparse: bool,
-    sparse_keys: SparseKeys<'a>,
+    pub(super) sparse: bool,
+    pub(super) sparse_keys: SparseKeys<'a>,
+    /// A tree step's table `[n, TREE_W]` u32 (see `attention_decode::TREE_W`): rows are the nodes of a draft tree.
+    pub(super) tree: Option<TensorId>,
 }
 
 /// One sequence of a step: its session's cache and rotations (global, then sliding-window).
-struct SeqContext<'a> {
+pub(super) struct SeqContext<'a> {
     cache: &'a KvCache,
     ropes: Vec<RopeConfig>,
 }

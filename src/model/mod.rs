@@ -16,6 +16,7 @@ pub mod rope_scaling;
 pub mod sparse;
 pub mod step;
 pub mod synthetic;
+pub mod tree_step;
 pub mod weights;
 
 pub use config::{Arch, LlamaConfig, SparseConfig};

@@ -71,6 +71,8 @@ pub struct Step {
     pub(super) router: Vec<TensorId>,
     /// The LM head's input `[rows, hidden]`, when asked for.
     pub(super) hidden: Option<TensorId>,
+    /// A tree step's table `[n_tokens, TREE_W]` ([`super::Llama::tree_step`]).
+    pub(super) tree: Option<TensorId>,
 }
 
 impl Step {
@@ -126,6 +128,26 @@ impl Step {
         }
         out.argmax = out.row_argmax.last().copied();
         Ok(())
+    }
+
+    /// Run a tree step ([`super::Llama::tree_step`]): `tokens` the nodes of a draft tree with their `table`
+    /// (`[n, TREE_W]`, `attention_decode::tree_table`), row r at position `pos + depth(r)` and cached in slot
+    /// `pos + slot(r)`; `out` then holds every row's outputs.
+    pub fn run_tree(
+        &mut self,
+        gpu: &Gpu,
+        tokens: &[u32],
+        table: &[u32],
+        pos: usize,
+        out: &mut StepResult,
+    ) -> Result<()> {
+        let id = self
+            .tree
+            .ok_or_else(|| Error::Invalid("run_tree on a step that is not a tree step".into()))?;
+        self.write_tokens(gpu, tokens)?;
+        self.plan.write_input(gpu, id, bytemuck::cast_slice(table))?;
+        self.plan.run(gpu, &vars(pos))?;
+        self.read(out)
     }
 
     /// Sequences the step runs (1 unless it is a batched step).

@@ -1,0 +1,382 @@
+//! Draft trees for speculative decoding: the tree a draft source proposes (node 0 the last chosen token, each
+//! other node a draft token after its parent), EAGLE-2's expansion of a draft model's tree (the top-k children of
+//! the best nodes, by cumulative log-probability, reranked to the tree size), and the target's side: one step over
+//! every node (`Llama::tree_step`) and the accepted path's K/V moved into place.
+//! Sources: Li, Wei, Zhang, Zhang, "EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees" (2024);
+//! Miao et al., "SpecInfer" (2024), tree-based verification.
+
+use super::Generator;
+use crate::error::{Error, Result};
+use crate::ops::attention_decode::{tree_table, MAX_TREE_DEPTH, MAX_TREE_ROWS, TREE_W};
+use std::collections::hash_map::Entry;
+
+/// How a draft tree grows (CPM.cu's `spec_num_iter`, `spec_topk_per_iter`, `spec_tree_size`): `depth` expansion
+/// rounds, each keeping the `topk` best new nodes (and each expanded node proposing its `topk` best children),
+/// then the `size` best nodes of all (the root not counted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TreeShape {
+    pub depth: usize,
+    pub topk: usize,
+    pub size: usize,
+}
+
+impl TreeShape {
+    /// "DEPTH,TOPK,SIZE", e.g. "6,10,60".
+    pub fn parse(s: &str) -> Result<TreeShape> {
+        let bad = |why: String| Error::Invalid(format!("draft tree {s:?}: {why}"));
+        let v: Vec<usize> = s
+            .split(',')
+            .map(|x| x.trim().parse::<usize>())
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|_| bad("want DEPTH,TOPK,SIZE (three whole numbers), e.g. 6,10,60".into()))?;
+        let [depth, topk, size] = v[..] else {
+            return Err(bad("want DEPTH,TOPK,SIZE, e.g. 6,10,60".into()));
+        };
+        let shape = TreeShape { depth, topk, size };
+        shape.check().map_err(|e| bad(e.to_string()))?;
+        Ok(shape)
+    }
+
+    /// An error unless every part is in range.
+    pub fn check(&self) -> Result<()> {
+        let max_size = MAX_TREE_ROWS - 1;
+        if !(1..=MAX_TREE_DEPTH).contains(&self.depth)
+            || !(1..=max_size).contains(&self.topk)
+            || !(1..=max_size).contains(&self.size)
+        {
+            return Err(Error::Invalid(format!(
+                "depth {} (1..={MAX_TREE_DEPTH}), top-k {} and size {} (1..={max_size} each)",
+                self.depth, self.topk, self.size
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A draft tree: node 0 is the root (the last chosen token, not yet in the target's cache), every other node a
+/// draft token following its parent; parents come before their children.
+#[derive(Clone, Debug, Default)]
+pub struct DraftTree {
+    pub tokens: Vec<u32>,
+    pub parents: Vec<usize>,
+    depths: Vec<usize>,
+}
+
+impl DraftTree {
+    /// Start over with only the root.
+    pub fn reset(&mut self, root: u32) {
+        self.tokens.clear();
+        self.parents.clear();
+        self.depths.clear();
+        self.tokens.push(root);
+        self.parents.push(0);
+        self.depths.push(0);
+    }
+
+    /// Add `token` under `parent`; returns its index.
+    pub fn push(&mut self, parent: usize, token: u32) -> usize {
+        self.tokens.push(token);
+        self.parents.push(parent);
+        self.depths.push(self.depths[parent] + 1);
+        self.tokens.len() - 1
+    }
+
+    /// Nodes, the root included.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    pub fn depth(&self, node: usize) -> usize {
+        self.depths[node]
+    }
+
+    /// The deepest node's depth.
+    pub fn max_depth(&self) -> usize {
+        self.depths.iter().copied().max().unwrap_or(0)
+    }
+
+    /// The child of `parent` whose token is `token`.
+    pub fn child(&self, parent: usize, token: u32) -> Option<usize> {
+        (parent + 1..self.len()).find(|&i| self.parents[i] == parent && self.tokens[i] == token)
+    }
+
+    /// The nodes from the root to `node`.
+    pub fn path(&self, node: usize) -> Vec<u32> {
+        let mut p = vec![node as u32];
+        let mut n = node;
+        while n != 0 {
+            n = self.parents[n];
+            p.push(n as u32);
+        }
+        p.reverse();
+        p
+    }
+
+    /// Add `tokens` as a path below the root, sharing the nodes already there, up to `max_nodes` nodes in all.
+    pub fn insert(&mut self, tokens: &[u32], max_nodes: usize) {
+        let mut node = 0;
+        for &t in tokens {
+            node = match self.child(node, t) {
+                Some(c) => c,
+                None if self.len() < max_nodes => self.push(node, t),
+                None => return,
+            };
+        }
+    }
+
+    /// The table of a step over every node, node i in slot i (`attention_decode::tree_table`).
+    pub fn table(&self) -> Result<Vec<u32>> {
+        let paths: Vec<Vec<u32>> = (0..self.len()).map(|i| self.path(i)).collect();
+        tree_table(paths.iter().map(Vec::as_slice))
+    }
+}
+
+impl Generator<'_> {
+    /// Run the nodes of a draft tree as one step: `ids` `[n]` with their `table` (`[n, TREE_W]`, slots relative to
+    /// `base`), row r at position `base + depth(r)`, its K/V cached in slot `base + slot(r)`. `self.result` then
+    /// holds every row's outputs, each what plain decoding along that row's path computes. The cached tokens are
+    /// not changed: [`Generator::accept_path`] keeps a path. `base` is at most the cached length (a draft model's
+    /// root is already cached at `base`; the target's is row 0).
+    pub fn feed_tree(&mut self, base: usize, ids: &[u32], table: &[u32]) -> Result<()> {
+        let n = ids.len();
+        if n == 0 || table.len() != n * TREE_W || base > self.tokens.len() {
+            return Err(Error::Invalid(format!(
+                "a tree step of {n} nodes with a table of {} entries after {base} of {} cached tokens",
+                table.len(),
+                self.tokens.len()
+            )));
+        }
+        let vocab = self.model.cfg.vocab as u32;
+        if let Some(bad) = ids.iter().find(|&&t| t >= vocab) {
+            return Err(Error::Invalid(format!(
+                "token id {bad} is outside the vocabulary of {vocab}"
+            )));
+        }
+        // The deepest position and the highest slot a row uses.
+        let reach = table
+            .chunks(TREE_W)
+            .map(|row| {
+                let d = (row[0] as usize).min(MAX_TREE_DEPTH);
+                row[1..=d + 1].iter().map(|&s| s as usize).max().unwrap_or(0).max(d)
+            })
+            .max()
+            .unwrap_or(0);
+        if base + reach >= self.cache.max_ctx {
+            return Err(Error::Invalid(format!(
+                "a draft tree reaching {} positions past {base} does not fit the context of {}",
+                reach + 1,
+                self.cache.max_ctx
+            )));
+        }
+        let (gpu, model) = (self.gpu, self.model);
+        let step = match self.plans.tree.entry(n) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(model.tree_step(gpu, &self.cache, n, self.outputs)?),
+        };
+        step.run_tree(gpu, ids, table, base, &mut self.result)
+    }
+
+    /// Keep one path of the last tree step at `base`: `tokens[k]`, cached in slot `base + slots[k]`, becomes the
+    /// token at position `base + k` (its K/V moved there, in every layer, in one submission). The cache then holds
+    /// the tokens before `base` and the path.
+    pub fn accept_path(&mut self, base: usize, tokens: &[u32], slots: &[u32]) -> Result<()> {
+        if tokens.len() != slots.len() || base > self.tokens.len() || base + tokens.len() > self.cache.max_ctx {
+            return Err(Error::Invalid(format!(
+                "a path of {} tokens ({} slots) at {base} of {} cached, context {}",
+                tokens.len(),
+                slots.len(),
+                self.tokens.len(),
+                self.cache.max_ctx
+            )));
+        }
+        let moves: Vec<(u32, u32)> = slots
+            .iter()
+            .enumerate()
+            .filter(|&(k, &s)| s as usize != k)
+            .map(|(k, &s)| ((base + s as usize) as u32, (base + k) as u32))
+            .collect();
+        if !moves.is_empty() {
+            if self.plans.mover.is_none() {
+                self.plans.mover = Some(self.model.kv_mover(self.gpu, &self.cache)?);
+            }
+            self.plans.mover.as_mut().expect("just built").run(self.gpu, &moves)?;
+        }
+        self.tokens.truncate(base);
+        self.tokens.extend_from_slice(tokens);
+        Ok(())
+    }
+}
+
+/// The `k` best (token id, log-probability) of `logits` (one row; token ids through `ids` for a restricted head),
+/// best first, ties to the lower index.
+pub fn top_log_probs(logits: &[f32], k: usize, ids: Option<&[u32]>) -> Vec<(u32, f64)> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let lse = max + logits.iter().map(|&l| (l as f64 - max).exp()).sum::<f64>().ln();
+    let mut best: Vec<(usize, f32)> = Vec::with_capacity(k + 1);
+    for (i, &l) in logits.iter().enumerate() {
+        if best.len() == k && best.last().is_some_and(|b| b.1 >= l) {
+            continue;
+        }
+        let at = best.partition_point(|b| b.1 >= l);
+        best.insert(at, (i, l));
+        best.truncate(k);
+    }
+    best.into_iter()
+        .map(|(i, l)| (ids.map_or(i as u32, |m| m[i]), l as f64 - lse))
+        .collect()
+}
+
+/// EAGLE-2's expansion with a draft session whose last step ran the root (its logits are the root's): the root's
+/// `topk` best children start the frontier; each round runs the frontier as one tree step and keeps the `topk`
+/// best of their children by cumulative log-probability; finally the `size` best nodes of all (parents before
+/// children) form `tree`. The draft's cached tokens are left as they were.
+pub(super) fn expand(gen: &mut Generator<'_>, shape: TreeShape, tree: &mut DraftTree) -> Result<()> {
+    const ROOT: usize = usize::MAX;
+    struct Cand {
+        parent: usize,
+        token: u32,
+        score: f64,
+        /// The draft cache slot (relative to the root's position) once the node has run.
+        slot: u32,
+    }
+    if !gen.outputs.logits {
+        return Err(Error::Invalid(
+            "a draft model grows a tree from its logits: its steps must read them (StepOutputs::logits)".into(),
+        ));
+    }
+    let base = gen.tokens.len().saturating_sub(1);
+    let ids = gen.model().head_ids();
+    let width = ids.map_or(gen.model().cfg.vocab, <[u32]>::len);
+    let last = gen.result.logits.len().saturating_sub(width);
+    let mut cands: Vec<Cand> = top_log_probs(&gen.result.logits[last..], shape.topk, ids)
+        .into_iter()
+        .map(|(token, lp)| Cand {
+            parent: ROOT,
+            token,
+            score: lp,
+            slot: 0,
+        })
+        .collect();
+    let mut frontier: Vec<usize> = (0..cands.len()).collect();
+    let mut fed = 0u32;
+    let by_score =
+        |c: &[Cand], v: &mut Vec<usize>| v.sort_by(|&a, &b| c[b].score.total_cmp(&c[a].score).then(a.cmp(&b)));
+    for _ in 1..shape.depth {
+        if frontier.is_empty() || base + 1 + fed as usize + frontier.len() >= gen.max_ctx() {
+            break;
+        }
+        let mut paths = Vec::with_capacity(frontier.len());
+        let mut tokens = Vec::with_capacity(frontier.len());
+        for (r, &f) in frontier.iter().enumerate() {
+            cands[f].slot = 1 + fed + r as u32;
+            let mut path = vec![cands[f].slot];
+            let mut p = cands[f].parent;
+            while p != ROOT {
+                path.push(cands[p].slot);
+                p = cands[p].parent;
+            }
+            path.push(0);
+            path.reverse();
+            paths.push(path);
+            tokens.push(cands[f].token);
+        }
+        fed += frontier.len() as u32;
+        let table = tree_table(paths.iter().map(Vec::as_slice))?;
+        gen.feed_tree(base, &tokens, &table)?;
+        let vocab = width;
+        let mut next = Vec::with_capacity(frontier.len() * shape.topk);
+        for (r, &f) in frontier.iter().enumerate() {
+            let row = &gen.result.logits[r * vocab..(r + 1) * vocab];
+            for (token, lp) in top_log_probs(row, shape.topk, ids) {
+                let score = cands[f].score + lp;
+                cands.push(Cand {
+                    parent: f,
+                    token,
+                    score,
+                    slot: 0,
+                });
+                next.push(cands.len() - 1);
+            }
+        }
+        by_score(&cands, &mut next);
+        next.truncate(shape.topk);
+        frontier = next;
+    }
+    // The `size` best; a node whose parent was not kept (equal scores) is dropped, and so are its descendants.
+    let mut order: Vec<usize> = (0..cands.len()).collect();
+    by_score(&cands, &mut order);
+    let mut keep = vec![false; cands.len()];
+    for &i in order.iter().take(shape.size.min(MAX_TREE_ROWS - 1)) {
+        keep[i] = true;
+    }
+    let mut node_of = vec![0usize; cands.len()];
+    for (i, c) in cands.iter().enumerate() {
+        let parent = match c.parent {
+            ROOT => Some(0),
+            p if keep[p] => Some(node_of[p]),
+            _ => None,
+        };
+        match parent {
+            Some(p) if keep[i] && tree.depth(p) < MAX_TREE_DEPTH => node_of[i] = tree.push(p, c.token),
+            _ => keep[i] = false,
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tree_paths_children_and_table() {
+        let mut t = DraftTree::default();
+        t.reset(5);
+        let a = t.push(0, 7);
+        let b = t.push(0, 8);
+        let c = t.push(a, 9);
+        assert_eq!((t.len(), t.depth(c), t.max_depth()), (4, 2, 2));
+        assert_eq!(t.path(c), [0, a as u32, c as u32]);
+        assert_eq!((t.child(0, 8), t.child(a, 9), t.child(b, 9)), (Some(b), Some(c), None));
+        t.insert(&[7, 9, 4], 10);
+        assert_eq!(t.len(), 5, "shares 7 and 9, adds 4");
+        t.insert(&[6, 6], 6);
+        assert_eq!(t.len(), 6, "stops at the node limit");
+        let table = t.table().unwrap();
+        assert_eq!(
+            &table[c * TREE_W..c * TREE_W + 5],
+            &[2, 0, a as u32, c as u32, c as u32]
+        );
+    }
+
+    #[test]
+    fn top_log_probs_are_the_best_normalized() {
+        let logits = [1.0f32, 3.0, 2.0, 3.0, -1.0];
+        let top = top_log_probs(&logits, 3, None);
+        let ids: Vec<u32> = top.iter().map(|x| x.0).collect();
+        assert_eq!(ids, [1, 3, 2], "ties to the lower id");
+        let lse = logits.iter().map(|&l| (l as f64).exp()).sum::<f64>().ln();
+        assert!((top[0].1 - (3.0 - lse)).abs() < 1e-12);
+        let mapped = top_log_probs(&logits, 1, Some(&[10, 11, 12, 13, 14]));
+        assert_eq!(mapped[0].0, 11);
+    }
+
+    #[test]
+    fn shapes_parse_and_refuse() {
+        assert_eq!(
+            TreeShape::parse("6,10,60").unwrap(),
+            TreeShape {
+                depth: 6,
+                topk: 10,
+                size: 60
+            }
+        );
+        for bad in ["", "6,10", "6,10,64", "0,1,1", "15,2,2", "a,b,c", "6,0,5"] {
+            assert!(TreeShape::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! Steps over a speculative draft tree (EAGLE-2, SpecInfer): every node of the tree as one row, each at its own
+//! depth and attending only to the cached prefix and its own path (the tree forms of `rope_kv` and
+//! `attention_decode`), and the K/V moves that put the accepted path where plain decoding would have cached it.
+
+use super::llama::{Llama, StepContext};
+use super::step::{Step, StepOutputs};
+use super::KvCache;
+use crate::error::{Error, Result};
+use crate::gpu::{DType, Gpu};
+use crate::graph::{Graph, Plan, StepVars, TensorId};
+use crate::ops::attention_decode::{MAX_TREE_ROWS, TREE_W};
+use crate::ops::kv_move::{moves_list, MAX_MOVES};
+
+impl Llama {
+    /// A step over the `n_tokens` nodes of a draft tree ([`Step::run_tree`]): row r at position `pos + depth(r)`,
+    /// its K/V cached in slot `pos + slot(r)`, attending to the keys before `pos` and to its path. Outputs cover
+    /// every row, each equal bit for bit to the one-token step of plain decoding along that path (the kernels are
+    /// batch invariant, and the attention walks the path in order). Dense attention only (InfLLM-v2's compressed
+    /// keys assume a sequence); at most `MAX_TREE_ROWS` rows.
+    pub fn tree_step(&self, gpu: &Gpu, cache: &KvCache, n_tokens: usize, out: StepOutputs) -> Result<Step> {
+        if self.cfg.sparse.is_some() {
+            return Err(Error::Invalid(
+                "draft trees need dense attention (this model has InfLLM-v2 sparse attention)".into(),
+            ));
+        }
+        if n_tokens == 0 || n_tokens > MAX_TREE_ROWS || n_tokens > cache.max_ctx {
+            return Err(Error::Invalid(format!(
+                "a tree step of {n_tokens} nodes (1..={MAX_TREE_ROWS}, context {})",
+                cache.max_ctx
+            )));
+        }
+        let mut g = Graph::new();
+        let ids = g.input("ids", &[n_tokens], DType::U32);
+        let tree = g.input("tree", &[n_tokens, TREE_W], DType::U32);
+        let ctx = StepContext {
+            seqs: vec![self.seq_context(&mut g, cache)],
+            n_tokens,
+            sparse: false,
+            sparse_keys: None,
+            tree: Some(tree),
+        };
+        let features = self
+            .is_eagle()
+            .then(|| g.input("features", &[n_tokens, self.cfg.hidden], DType::F32));
+        let mut step = self.plan_step(gpu, g, &ctx, (ids, features), out, true)?;
+        step.tree = Some(tree);
+        Ok(step)
+    }
+
+    /// The plan that moves K/V entries within `cache`, every layer at once ([`KvMover::run`]).
+    pub fn kv_mover(&self, gpu: &Gpu, cache: &KvCache) -> Result<KvMover> {
+        let mut g = Graph::new();
+        let moves = g.input("moves", &[1 + 2 * MAX_MOVES], DType::U32);
+        for (k, v) in &cache.layers {
+            let (k, v) = (g.external(k), g.external(v));
+            g.kv_move(k, v, moves)?;
+        }
+        Ok(KvMover {
+            plan: Plan::new(gpu, g)?,
+            moves,
+        })
+    }
+}
+
+/// Moves of K/V entries in every layer of one cache, in one submission.
+pub struct KvMover {
+    plan: Plan,
+    /// `[1 + 2 * MAX_MOVES]` u32: the count, then (source, destination) positions.
+    moves: TensorId,
+}
+
+impl KvMover {
+    /// Move each (source, destination) position pair's keys and values, in order, in every layer.
+    pub fn run(&mut self, gpu: &Gpu, pairs: &[(u32, u32)]) -> Result<()> {
+        if pairs.is_empty() {
+            return Ok(());
+        }
+        self.plan
+            .write_input(gpu, self.moves, bytemuck::cast_slice(&moves_list(pairs)?))?;
+        self.plan.run(gpu, &StepVars::default())
+    }
+}
