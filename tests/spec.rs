@@ -292,8 +292,8 @@ fn speculative_generation_equals_plain_on_smollm2() {
     }
 }
 
-/// Draft trees (EAGLE-2's dynamic tree grown by SmolLM2 drafting for itself, prompt lookup's merged matches, and
-/// the EAGLE head's chain), verified in one tree step each, with the tree shapes (depth, top-k, size): the
+/// Draft trees (EAGLE-2's dynamic tree grown by SmolLM2 drafting for itself and by an EAGLE head, and prompt
+/// lookup's merged matches), verified in one tree step each, with the tree shapes (depth, top-k, size): the
 /// same tokens as plain decoding, greedy and seeded, and the same follow-up turn (the accepted path's K/V were
 /// moved where plain decoding writes them).
 #[test]
@@ -326,7 +326,7 @@ fn draft_trees_equal_plain_on_smollm2() {
     let fc = common::rng::Rng::new(17).vec(2 * h * h, 0.05);
     write_head(head_dir.path(), &loaded.model.cfg, &fc, &vec![0.0; h]).unwrap();
     let head = Llama::load_eagle(&gpu, head_dir.path(), &loaded.model).unwrap();
-    let mut eagle = EagleDraft::new(&gpu, &head, loaded.ctx).unwrap();
+    let mut eagle = EagleDraft::for_trees(&gpu, &head, loaded.ctx).unwrap();
     let shapes = [(2, 10, 12), (6, 10, 60), (3, 4, 16)].map(|(depth, topk, size)| TreeShape { depth, topk, size });
     let runs = [
         ("chat_capital", SamplingParams::greedy(), &shapes[..]),

@@ -97,7 +97,7 @@ pub fn run(
     let name = drafter.name();
     let mut speculator = Speculator {
         drafter: &mut *drafter,
-        opts: spec_args.options(),
+        opts: spec_args.options()?,
     };
     let tok = &loaded.tokenizer;
     let opts = GenOptions {

@@ -114,7 +114,7 @@ pub fn run(args: &ChatArgs, device: &DeviceArgs) -> anyhow::Result<()> {
             Some(d) => {
                 let mut spec = Speculator {
                     drafter: &mut **d,
-                    opts: args.spec.options(),
+                    opts: args.spec.options()?,
                 };
                 generate_spec(&mut gen, tok, &mut sampler, &ids[shared..], &opts, &mut spec, print).map(|r| r.0)
             }

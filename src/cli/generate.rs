@@ -132,7 +132,7 @@ pub fn run(args: &GenerateArgs, device: &DeviceArgs) -> anyhow::Result<()> {
             let name = drafter.name();
             let mut spec = Speculator {
                 drafter: &mut *drafter,
-                opts: args.spec.options(),
+                opts: args.spec.options()?,
             };
             let (out, stats) = generate_spec(&mut gen, tok, &mut sampler, &prompt_ids, &opts, &mut spec, print)?;
             spec_report = Some(stats.report(name));

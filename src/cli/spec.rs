@@ -7,6 +7,7 @@ use clap::{Args, ValueEnum};
 use shaderlm::generate::draft::{check_same_vocab, DraftModel, Drafter, Lookup};
 use shaderlm::generate::eagle::EagleDraft;
 use shaderlm::generate::spec::{SpecOptions, MAX_DRAFT};
+use shaderlm::generate::tree::TreeShape;
 use shaderlm::generate::Generator;
 use shaderlm::gpu::Gpu;
 use shaderlm::model::frspec;
@@ -73,6 +74,12 @@ pub struct SpecArgs {
     /// never).
     #[arg(long, default_value_t = 0.5, value_name = "N")]
     pub spec_min_accepted: f32,
+    /// Verify a draft tree in one step instead of a chain: DEPTH,TOPK,SIZE as CPM.cu's num_iter, topk_per_iter
+    /// and tree_size, e.g. 6,10,60. A draft model grows EAGLE-2's dynamic tree (top-k expansion by cumulative
+    /// log-probability, reranked to SIZE nodes); prompt lookup merges up to TOPK matches of DEPTH tokens; an
+    /// EAGLE head drafts its chain of up to DEPTH.
+    #[arg(long, value_name = "DEPTH,TOPK,SIZE")]
+    pub spec_tree: Option<String>,
 }
 
 impl SpecArgs {
@@ -90,6 +97,9 @@ impl SpecArgs {
             self.spec_min_accepted.is_finite() && self.spec_min_accepted >= 0.0,
             "--spec-min-accepted must be >= 0"
         );
+        if let Some(t) = &self.spec_tree {
+            TreeShape::parse(t)?;
+        }
         anyhow::ensure!(
             self.draft_layers.is_none() || self.draft_model.is_some(),
             "--draft-layers cuts a draft model: it needs --draft-model PATH"
@@ -113,12 +123,13 @@ impl SpecArgs {
         }
     }
 
-    pub fn options(&self) -> SpecOptions {
-        SpecOptions {
+    pub fn options(&self) -> anyhow::Result<SpecOptions> {
+        Ok(SpecOptions {
             max_draft: self.draft_max,
             min_accepted: self.spec_min_accepted,
+            tree: self.spec_tree.as_deref().map(TreeShape::parse).transpose()?,
             ..Default::default()
-        }
+        })
     }
 
     /// Whether the target's steps must read back their hidden states (an EAGLE head drafts from them).
@@ -215,7 +226,10 @@ impl SpecArgs {
             (None, _) => None,
             (Some(SpecKind::Lookup), _) => Some(Box::new(Lookup::default())),
             (Some(SpecKind::Eagle), Some(LoadedDraft::Eagle { head, ctx })) => {
-                let mut d = EagleDraft::new(gpu, head, *ctx)?;
+                let mut d = match self.spec_tree {
+                    Some(_) => EagleDraft::for_trees(gpu, head, *ctx)?,
+                    None => EagleDraft::new(gpu, head, *ctx)?,
+                };
                 d.set_chunk(chunk);
                 Some(Box::new(d))
             }
@@ -223,7 +237,8 @@ impl SpecArgs {
             (Some(SpecKind::Draft), Some(LoadedDraft::Model(d))) => {
                 let sample = self.draft_sample && !params.is_greedy();
                 let outputs = StepOutputs {
-                    logits: self.draft_p_min > 0.0 || sample,
+                    // A tree grows from the draft's log-probabilities.
+                    logits: self.draft_p_min > 0.0 || sample || self.spec_tree.is_some(),
                     argmax: true,
                     ..Default::default()
                 };

@@ -39,6 +39,9 @@ pub trait Drafter {
     /// The target's last step ran tokens at positions `pos ..` and gave `result` (an EAGLE head keeps the
     /// features, `result.hidden`). Rows past what the target keeps are overwritten by later calls.
     fn observe(&mut self, _pos: usize, _result: &StepResult) {}
+    /// The target's last step ran a draft tree at `pos` and kept `path` (its rows from the root, row 0): row
+    /// `path[k]` holds the outputs at position `pos + k`.
+    fn observe_path(&mut self, _pos: usize, _result: &StepResult, _path: &[u32]) {}
     /// Whether [`Drafter::observe`] needs the target's hidden states (`StepOutputs::hidden`).
     fn needs_hidden(&self) -> bool {
         false
@@ -262,7 +265,7 @@ impl Drafter for DraftModel<'_> {
         self.gen.truncate(keep);
         self.gen.feed(&history[keep..])?;
         let size = shape.size.min(max_nodes.saturating_sub(1));
-        expand(&mut self.gen, TreeShape { size, ..shape }, tree)
+        expand(&mut self.gen, TreeShape { size, ..shape }, tree, false)
     }
     fn draft_dists(&self) -> Option<&[Vec<(u32, f32)>]> {
         self.sampler.as_ref().map(|_| self.dists.as_slice())

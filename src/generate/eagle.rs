@@ -1,8 +1,10 @@
 //! Drafting with an EAGLE-1 head ([`crate::model::eagle`]): the head's session holds one entry per target position
 //! j, built from token `t_{j+1}` and the target's feature `f_j`; a draft continues from the last real entry with the
-//! head's own predicted features, one head step per draft token.
+//! head's own predicted features, one head step per draft token; or EAGLE-2's dynamic tree (`tree::expand`), each
+//! node run with its parent's predicted feature.
 
 use super::draft::Drafter;
+use super::tree::{expand, DraftTree, TreeShape};
 use super::{Generator, StepResult};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
@@ -22,12 +24,22 @@ pub struct EagleDraft<'a> {
 impl<'a> EagleDraft<'a> {
     /// A drafting session of `head` (from [`Llama::load_eagle`]) for `max_ctx` positions.
     pub fn new(gpu: &'a Gpu, head: &'a Llama, max_ctx: usize) -> Result<EagleDraft<'a>> {
+        Self::with_outputs(gpu, head, max_ctx, false)
+    }
+
+    /// A session that also grows draft trees ([`Drafter::propose_tree`]): its steps read their logits too.
+    pub fn for_trees(gpu: &'a Gpu, head: &'a Llama, max_ctx: usize) -> Result<EagleDraft<'a>> {
+        Self::with_outputs(gpu, head, max_ctx, true)
+    }
+
+    fn with_outputs(gpu: &'a Gpu, head: &'a Llama, max_ctx: usize, logits: bool) -> Result<EagleDraft<'a>> {
         if !head.is_eagle() {
             return Err(Error::Invalid("EagleDraft needs an EAGLE head".into()));
         }
         let outputs = StepOutputs {
             argmax: true,
             hidden: true,
+            logits,
             ..Default::default()
         };
         Ok(EagleDraft {
@@ -61,26 +73,37 @@ impl<'a> EagleDraft<'a> {
     }
 }
 
-impl Drafter for EagleDraft<'_> {
-    fn propose(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()> {
-        out.clear();
+impl EagleDraft<'_> {
+    /// Bring the head's cache up to the target's last feature (entry j pairs f_j with `history[j + 1]`: the real
+    /// entries that still match are kept, the rest redone); its last step's outputs are then the root's (`history`'s
+    /// last token's) children. False when there is nothing to draft from or no room for `max` drafts.
+    fn catch_up(&mut self, history: &[u32], max: usize) -> Result<bool> {
         let h = self.hidden();
         // The target has run positions 0 .. n (features known); history[n] is the token it runs next.
         let n = history.len().saturating_sub(1);
         if n == 0 || max == 0 || self.features.len() < n * h {
-            return Ok(());
+            return Ok(false);
         }
-        // Entry j pairs f_j with history[j + 1]: keep the real entries that still match, redo the rest.
         let tokens = &self.gen.tokens;
         let same = tokens.iter().zip(&history[1..]).take_while(|(a, b)| a == b).count();
         let keep = same.min(self.real).min(n - 1);
         self.gen.truncate(keep);
         if n + max > self.gen.max_ctx() {
-            return Ok(());
+            return Ok(false);
         }
         let features = &self.features[keep * h..n * h];
         self.gen.feed_with(&history[keep + 1..=n], features)?;
         self.real = n;
+        Ok(true)
+    }
+}
+
+impl Drafter for EagleDraft<'_> {
+    fn propose(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()> {
+        out.clear();
+        if !self.catch_up(history, max)? {
+            return Ok(());
+        }
         let mut d = self.take_draft()?;
         out.push(d);
         while out.len() < max {
@@ -94,6 +117,33 @@ impl Drafter for EagleDraft<'_> {
     }
     fn name(&self) -> &'static str {
         "eagle"
+    }
+    /// EAGLE-2's dynamic tree from the head (`tree::expand` with features); needs a session from
+    /// [`EagleDraft::for_trees`].
+    fn propose_tree(
+        &mut self,
+        history: &[u32],
+        shape: TreeShape,
+        max_nodes: usize,
+        tree: &mut DraftTree,
+    ) -> Result<()> {
+        let size = shape.size.min(max_nodes.saturating_sub(1));
+        if size == 0 || !self.catch_up(history, shape.depth)? {
+            return Ok(());
+        }
+        expand(&mut self.gen, TreeShape { size, ..shape }, tree, true)
+    }
+    fn observe_path(&mut self, pos: usize, result: &StepResult, path: &[u32]) {
+        let h = self.hidden();
+        self.features.truncate(pos * h);
+        self.features.resize(pos * h, 0.0);
+        for &row in path {
+            let r = row as usize;
+            if let Some(f) = result.hidden.get(r * h..(r + 1) * h) {
+                self.features.extend_from_slice(f);
+            }
+        }
+        self.real = self.real.min(pos);
     }
     fn observe(&mut self, pos: usize, result: &StepResult) {
         let h = self.hidden();

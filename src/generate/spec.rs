@@ -218,8 +218,9 @@ pub fn generate_spec(
             drafts.clear();
             if tree.len() > 1 {
                 let t = Instant::now();
-                let (accepted, stopped) = verify_tree(gen, sampler, &tree, (&mut history, &mut next), &mut emit)?;
-                drafter.observe(base, &gen.result);
+                let (path, stopped) = verify_tree(gen, sampler, &tree, (&mut history, &mut next), &mut emit)?;
+                drafter.observe_path(base, &gen.result, &path);
+                let accepted = path.len() - 1;
                 stats.verify_time += t.elapsed();
                 stats.record_tree(tree.len() - 1, tree.max_depth(), accepted);
                 tree.reset(next);
@@ -320,16 +321,16 @@ fn keep_on(spec: &SpecOptions, recent: &mut VecDeque<usize>, accepted: usize, st
 /// from the root, the child whose token is the target's choice at the current node (sample-and-match), until no
 /// child is. The accepted tokens go to `history` and `emit`; `next` becomes the target's choice after them. The
 /// cache then holds the root and the accepted path (the last emitted token excepted when the emitter stopped).
-/// Returns (accepted drafts, stopped).
+/// Returns the accepted path (its nodes from the root) and whether the emitter stopped.
 fn verify_tree(
     gen: &mut Generator<'_>,
     sampler: &mut Sampler,
     tree: &DraftTree,
     (history, next): (&mut Vec<u32>, &mut u32),
     emit: &mut Emitter<'_, impl FnMut(&str) -> bool>,
-) -> Result<(usize, bool)> {
+) -> Result<(Vec<u32>, bool)> {
     let base = gen.tokens.len();
-    gen.feed_tree(base, &tree.tokens, &tree.table()?)?;
+    gen.feed_tree(base, &tree.tokens, &tree.table()?, None)?;
     let mut path = vec![0u32];
     let mut stopped = false;
     loop {
@@ -346,11 +347,10 @@ fn verify_tree(
             break;
         }
     }
-    let accepted = path.len() - 1;
-    path.truncate(path.len() - usize::from(stopped));
-    let tokens: Vec<u32> = path.iter().map(|&i| tree.tokens[i as usize]).collect();
-    gen.accept_path(base, &tokens, &path)?;
-    Ok((accepted, stopped))
+    let kept = path.len() - usize::from(stopped);
+    let tokens: Vec<u32> = path[..kept].iter().map(|&i| tree.tokens[i as usize]).collect();
+    gen.accept_path(base, &tokens, &path[..kept])?;
+    Ok((path, stopped))
 }
 
 /// Speculative sampling's acceptance test (Leviathan et al., Chen et al. 2023) for a draft `d` drawn from `q`,

@@ -140,8 +140,8 @@ impl Generator<'_> {
     /// `base`), row r at position `base + depth(r)`, its K/V cached in slot `base + slot(r)`. `self.result` then
     /// holds every row's outputs, each what plain decoding along that row's path computes. The cached tokens are
     /// not changed: [`Generator::accept_path`] keeps a path. `base` is at most the cached length (a draft model's
-    /// root is already cached at `base`; the target's is row 0).
-    pub fn feed_tree(&mut self, base: usize, ids: &[u32], table: &[u32]) -> Result<()> {
+    /// root is already cached at `base`; the target's is row 0). An EAGLE head's rows take `features` `[n, hidden]`.
+    pub fn feed_tree(&mut self, base: usize, ids: &[u32], table: &[u32], features: Option<&[f32]>) -> Result<()> {
         let n = ids.len();
         if n == 0 || table.len() != n * TREE_W || base > self.tokens.len() {
             return Err(Error::Invalid(format!(
@@ -173,10 +173,19 @@ impl Generator<'_> {
             )));
         }
         let (gpu, model) = (self.gpu, self.model);
+        if model.is_eagle() != features.is_some() || features.is_some_and(|f| f.len() != n * model.cfg.hidden) {
+            return Err(Error::Invalid(format!(
+                "a tree step of {n} nodes: an EAGLE head takes [n, {}] features, other models none",
+                model.cfg.hidden
+            )));
+        }
         let step = match self.plans.tree.entry(n) {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(e) => e.insert(model.tree_step(gpu, &self.cache, n, self.outputs)?),
         };
+        if let Some(f) = features {
+            step.write_features(gpu, f)?;
+        }
         step.run_tree(gpu, ids, table, base, &mut self.result)
     }
 
@@ -233,8 +242,9 @@ pub fn top_log_probs(logits: &[f32], k: usize, ids: Option<&[u32]>) -> Vec<(u32,
 /// EAGLE-2's expansion with a draft session whose last step ran the root (its logits are the root's): the root's
 /// `topk` best children start the frontier; each round runs the frontier as one tree step and keeps the `topk`
 /// best of their children by cumulative log-probability; finally the `size` best nodes of all (parents before
-/// children) form `tree`. The draft's cached tokens are left as they were.
-pub(super) fn expand(gen: &mut Generator<'_>, shape: TreeShape, tree: &mut DraftTree) -> Result<()> {
+/// children) form `tree`. The draft's cached tokens are left as they were. An EAGLE head (`eagle`) runs each node
+/// with its parent's predicted feature (the root's: the last step's output) and predicts its own.
+pub(super) fn expand(gen: &mut Generator<'_>, shape: TreeShape, tree: &mut DraftTree, eagle: bool) -> Result<()> {
     const ROOT: usize = usize::MAX;
     struct Cand {
         parent: usize,
@@ -242,6 +252,23 @@ pub(super) fn expand(gen: &mut Generator<'_>, shape: TreeShape, tree: &mut Draft
         score: f64,
         /// The draft cache slot (relative to the root's position) once the node has run.
         slot: u32,
+        /// An EAGLE head's predicted feature of the node, once it has run.
+        feature: Vec<f32>,
+    }
+    let h = gen.model().cfg.hidden;
+    let root_feature = match eagle {
+        true => gen
+            .result
+            .hidden
+            .get(gen.result.hidden.len().saturating_sub(h)..)
+            .unwrap_or(&[])
+            .to_vec(),
+        false => Vec::new(),
+    };
+    if eagle && root_feature.len() != h {
+        return Err(Error::Invalid(
+            "an EAGLE head's tree needs its steps' features (StepOutputs::hidden)".into(),
+        ));
     }
     if !gen.outputs.logits {
         return Err(Error::Invalid(
@@ -259,6 +286,7 @@ pub(super) fn expand(gen: &mut Generator<'_>, shape: TreeShape, tree: &mut Draft
             token,
             score: lp,
             slot: 0,
+            feature: Vec::new(),
         })
         .collect();
     let mut frontier: Vec<usize> = (0..cands.len()).collect();
@@ -271,6 +299,7 @@ pub(super) fn expand(gen: &mut Generator<'_>, shape: TreeShape, tree: &mut Draft
         }
         let mut paths = Vec::with_capacity(frontier.len());
         let mut tokens = Vec::with_capacity(frontier.len());
+        let mut features = Vec::with_capacity(if eagle { frontier.len() * h } else { 0 });
         for (r, &f) in frontier.iter().enumerate() {
             cands[f].slot = 1 + fed + r as u32;
             let mut path = vec![cands[f].slot];
@@ -283,10 +312,19 @@ pub(super) fn expand(gen: &mut Generator<'_>, shape: TreeShape, tree: &mut Draft
             path.reverse();
             paths.push(path);
             tokens.push(cands[f].token);
+            if eagle {
+                let p = cands[f].parent;
+                features.extend_from_slice(if p == ROOT { &root_feature } else { &cands[p].feature });
+            }
         }
         fed += frontier.len() as u32;
         let table = tree_table(paths.iter().map(Vec::as_slice))?;
-        gen.feed_tree(base, &tokens, &table)?;
+        gen.feed_tree(base, &tokens, &table, eagle.then_some(features.as_slice()))?;
+        if eagle {
+            for (r, &f) in frontier.iter().enumerate() {
+                cands[f].feature = gen.result.hidden[r * h..(r + 1) * h].to_vec();
+            }
+        }
         let vocab = width;
         let mut next = Vec::with_capacity(frontier.len() * shape.topk);
         for (r, &f) in frontier.iter().enumerate() {
@@ -298,6 +336,7 @@ pub(super) fn expand(gen: &mut Generator<'_>, shape: TreeShape, tree: &mut Draft
                     token,
                     score,
                     slot: 0,
+                    feature: Vec::new(),
                 });
                 next.push(cands.len() - 1);
             }
