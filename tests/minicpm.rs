@@ -35,6 +35,7 @@ const LOGITS: StepOutputs = StepOutputs {
     topk: 0,
     router: false,
     hidden: false,
+    aux_hidden: false,
 };
 
 #[test]

@@ -113,7 +113,8 @@ pub fn run(args: &BenchArgs, device: &DeviceArgs) -> anyhow::Result<()> {
     let draft = args.spec.load_draft(&gpu, &model_args, &loaded)?;
     let outputs = StepOutputs {
         argmax: true,
-        hidden: args.spec.needs_hidden(),
+        hidden: SpecArgs::needs_hidden(draft.as_ref()),
+        aux_hidden: SpecArgs::needs_aux_hidden(draft.as_ref()),
         ..Default::default()
     };
     let mut gen = Generator::new(&gpu, &loaded.model, loaded.ctx, outputs)?;

@@ -42,7 +42,8 @@ pub fn run(args: &ChatArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         argmax: !params.needs_logits(),
         topk: 0,
         router: false,
-        hidden: args.spec.needs_hidden(),
+        hidden: SpecArgs::needs_hidden(draft.as_ref()),
+        aux_hidden: SpecArgs::needs_aux_hidden(draft.as_ref()),
     };
     let mut gen = Generator::new(&gpu, &loaded.model, loaded.ctx, outputs)?;
     gen.chunk = args.model.chunk;

@@ -104,7 +104,8 @@ pub fn run(args: &GenerateArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         argmax: !params.needs_logits(),
         topk: if args.json { 10 } else { 0 },
         router: args.stats,
-        hidden: args.spec.needs_hidden(),
+        hidden: SpecArgs::needs_hidden(draft.as_ref()),
+        aux_hidden: SpecArgs::needs_aux_hidden(draft.as_ref()),
     };
     let mut gen = Generator::new(&gpu, &loaded.model, loaded.ctx, outputs)?;
     gen.chunk = args.model.chunk;

@@ -132,9 +132,15 @@ impl SpecArgs {
         })
     }
 
-    /// Whether the target's steps must read back their hidden states (an EAGLE head drafts from them).
-    pub fn needs_hidden(&self) -> bool {
-        matches!(self.kind(), Ok(Some(SpecKind::Eagle)))
+    /// Whether the target's steps must read back their final hidden states (an EAGLE-1 head drafts from them).
+    pub fn needs_hidden(draft: Option<&LoadedDraft>) -> bool {
+        matches!(draft, Some(LoadedDraft::Eagle { head, .. }) if !head.is_eagle3())
+    }
+
+    /// Whether the target's steps must read back the hidden states entering three of its layers (an EAGLE-3 head's
+    /// features).
+    pub fn needs_aux_hidden(draft: Option<&LoadedDraft>) -> bool {
+        matches!(draft, Some(LoadedDraft::Eagle { head, .. }) if head.is_eagle3())
     }
 
     /// Load the draft model or EAGLE head (when one is asked for) onto `gpu`: a draft model with the target's

@@ -46,6 +46,11 @@ pub trait Drafter {
     fn needs_hidden(&self) -> bool {
         false
     }
+    /// Whether [`Drafter::observe`] needs the hidden states entering three of the target's layers
+    /// (`StepOutputs::aux_hidden`, an EAGLE-3 head's features).
+    fn needs_aux_hidden(&self) -> bool {
+        false
+    }
 }
 
 /// Prompt lookup decoding: for n from `ngram_max` down to `ngram_min`, the latest earlier occurrence of the last n

@@ -8,6 +8,7 @@ use super::tree::{expand, DraftTree, TreeShape};
 use super::{Generator, StepResult};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+use crate::model::eagle3::FeatureProjector;
 use crate::model::{Llama, StepOutputs};
 
 /// An EAGLE head drafting greedily for its target.
@@ -19,6 +20,11 @@ pub struct EagleDraft<'a> {
     real: usize,
     /// The head's last predicted feature.
     last: Vec<f32>,
+    /// An EAGLE-3 head's projection of the target's three hidden states to its features, and its scratch.
+    projector: Option<FeatureProjector>,
+    rows: Vec<f32>,
+    /// A failure while observing the target (reported by the next proposal).
+    failed: Option<Error>,
 }
 
 impl<'a> EagleDraft<'a> {
@@ -47,6 +53,9 @@ impl<'a> EagleDraft<'a> {
             features: Vec::new(),
             real: 0,
             last: Vec::new(),
+            projector: head.is_eagle3().then(FeatureProjector::default),
+            rows: Vec::new(),
+            failed: None,
         })
     }
 
@@ -78,6 +87,9 @@ impl EagleDraft<'_> {
     /// entries that still match are kept, the rest redone); its last step's outputs are then the root's (`history`'s
     /// last token's) children. False when there is nothing to draft from or no room for `max` drafts.
     fn catch_up(&mut self, history: &[u32], max: usize) -> Result<bool> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
         let h = self.hidden();
         // The target has run positions 0 .. n (features known); history[n] is the token it runs next.
         let n = history.len().saturating_sub(1);
@@ -133,31 +145,49 @@ impl Drafter for EagleDraft<'_> {
         }
         expand(&mut self.gen, TreeShape { size, ..shape }, tree, true)
     }
-    fn observe_path(&mut self, pos: usize, result: &StepResult, path: &[u32]) {
-        let h = self.hidden();
-        self.features.truncate(pos * h);
-        self.features.resize(pos * h, 0.0);
-        for &row in path {
-            let r = row as usize;
-            if let Some(f) = result.hidden.get(r * h..(r + 1) * h) {
-                self.features.extend_from_slice(f);
-            }
-        }
-        self.real = self.real.min(pos);
-    }
     fn observe(&mut self, pos: usize, result: &StepResult) {
         let h = self.hidden();
-        let rows = result.hidden.len() / h;
-        let end = (pos + rows) * h;
-        if self.features.len() < end {
-            self.features.resize(end, 0.0);
+        let rows = match self.projector {
+            Some(_) => result.aux_hidden.len() / (3 * h),
+            None => result.hidden.len() / h,
+        };
+        let all: Vec<u32> = (0..rows as u32).collect();
+        self.observe_path(pos, result, &all);
+    }
+    fn observe_path(&mut self, pos: usize, result: &StepResult, path: &[u32]) {
+        let h = self.hidden();
+        // The target's feature of each kept row: its hidden state, or (EAGLE-3) its three projected.
+        let (src, width) = match self.projector {
+            Some(_) => (&result.aux_hidden, 3 * h),
+            None => (&result.hidden, h),
+        };
+        self.rows.clear();
+        for &r in path {
+            match src.get(r as usize * width..(r as usize + 1) * width) {
+                Some(row) => self.rows.extend_from_slice(row),
+                None => break,
+            }
         }
-        self.features[pos * h..end].copy_from_slice(&result.hidden[..rows * h]);
-        self.features.truncate(end);
+        self.features.truncate(pos * h);
+        self.features.resize(pos * h, 0.0);
+        match &mut self.projector {
+            Some(p) if !self.rows.is_empty() => {
+                let mut projected = Vec::new();
+                match p.project(self.gen.gpu(), self.gen.model(), &self.rows, &mut projected) {
+                    Ok(()) => self.features.extend_from_slice(&projected),
+                    Err(e) => self.failed = Some(e),
+                }
+            }
+            Some(_) => {}
+            None => self.features.extend_from_slice(&self.rows),
+        }
         // Entries from `pos` on may have used other features.
         self.real = self.real.min(pos);
     }
     fn needs_hidden(&self) -> bool {
-        true
+        self.projector.is_none()
+    }
+    fn needs_aux_hidden(&self) -> bool {
+        self.projector.is_some()
     }
 }

@@ -162,6 +162,12 @@ pub fn generate_spec(
     let (drafter, spec) = (&mut *speculator.drafter, &speculator.opts);
     let mut emit = Emitter::new(tok, opts, prompt, on_text);
     let mut stats = SpecStats::default();
+    if drafter.needs_aux_hidden() && !gen.outputs.aux_hidden {
+        return Err(crate::error::Error::Invalid(format!(
+            "the {} drafter needs the hidden states entering three of the target's layers (StepOutputs::aux_hidden)",
+            drafter.name()
+        )));
+    }
     if drafter.needs_hidden() && !gen.outputs.hidden {
         return Err(crate::error::Error::Invalid(format!(
             "the {} drafter needs the target's hidden states (StepOutputs::hidden)",

@@ -15,6 +15,10 @@ pub enum StDtype {
     F16,
     BF16,
     I32,
+    /// Index tensors (an EAGLE-3 head's `d2t`).
+    I64,
+    /// Masks (an EAGLE-3 head's `t2d`).
+    Bool,
 }
 
 struct Shard {
@@ -56,6 +60,8 @@ fn open_shard(path: &Path) -> Result<Shard> {
             safetensors::Dtype::F16 => StDtype::F16,
             safetensors::Dtype::BF16 => StDtype::BF16,
             safetensors::Dtype::I32 => StDtype::I32,
+            safetensors::Dtype::I64 => StDtype::I64,
+            safetensors::Dtype::BOOL => StDtype::Bool,
             other => {
                 return Err(file_err(
                     path,
@@ -145,6 +151,25 @@ impl SafetensorsModel {
         Some((*dtype, shape, &shard.map[range.clone()], &shard.path))
     }
 
+    /// An integer tensor (I64 or I32) as i64 values, or None when absent; an error for another dtype.
+    pub fn i64s(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<i64>)>> {
+        let Some((dtype, shape, bytes, path)) = self.get(name) else {
+            return Ok(None);
+        };
+        let values = match dtype {
+            StDtype::I64 => bytes
+                .chunks_exact(8)
+                .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
+                .collect(),
+            StDtype::I32 => bytes
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes(b.try_into().expect("4 bytes")) as i64)
+                .collect(),
+            other => return Err(file_err(path, format!("{name}: {other:?}, expected an integer tensor"))),
+        };
+        Ok(Some((shape.to_vec(), values)))
+    }
+
     /// The tensor as f32 values (converting f16/bf16), for norms, biases and CPU references.
     pub fn f32(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>> {
         let Some((dtype, shape, bytes, path)) = self.get(name) else {
@@ -172,6 +197,6 @@ pub fn to_f32(dtype: StDtype, bytes: &[u8]) -> Option<Vec<f32>> {
             .chunks_exact(2)
             .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
             .collect(),
-        StDtype::I32 => return None,
+        StDtype::I32 | StDtype::I64 | StDtype::Bool => return None,
     })
 }

@@ -371,6 +371,7 @@ pub fn safetensors_weights(st: &SafetensorsModel) -> u64 {
                 (Some("qzeros" | "scales"), ..) => return 0,
                 _ => return file,
             },
+            StDtype::I64 | StDtype::Bool => return file,
         };
         tensor_bytes(ty, shape).unwrap_or(file) + ALIGN_SLACK
     };

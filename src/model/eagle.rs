@@ -17,19 +17,43 @@ use crate::graph::{Graph, TensorId};
 use crate::loader::safetensors::SafetensorsModel;
 use std::path::Path;
 
-/// The head's input projection, split by columns: `fc(cat(e, f)) = W_e e + W_f f + b`.
-pub(super) struct EagleIn {
-    embed_w: Linear,         // [hidden, hidden]: fc's first `hidden` columns
-    feature_w: Linear,       // [hidden, hidden]: its last `hidden` columns
-    bias: Option<GpuTensor>, // [hidden]
+/// How a head takes its two inputs, the token embeddings `e` and the features `f` (both `[n, hidden]`).
+pub(super) enum EagleIn {
+    /// EAGLE-1: the input projection split by columns, `fc(cat(e, f)) = W_e e + W_f f + b`; the layer has no input
+    /// norm and its output goes to the target's head with no final norm.
+    V1 {
+        embed_w: Linear,         // [hidden, hidden]: fc's first `hidden` columns
+        feature_w: Linear,       // [hidden, hidden]: its last `hidden` columns
+        bias: Option<GpuTensor>, // [hidden]
+    },
+    /// EAGLE-3 ([`super::eagle3`]): the layer's q|k|v over `cat(input_norm(e), hidden_norm(f))` split by columns
+    /// (the feature half is the layer's own q|k|v, the embedding half `qkv_embed` is added to it), `f` the residual.
+    V3(super::eagle3::Eagle3In),
 }
 
 impl EagleIn {
-    /// `W_e e + b + W_f f` for embeddings `e` and features `f`, both `[n, hidden]`.
-    pub(super) fn forward(&self, g: &mut Graph, e: TensorId, f: TensorId) -> Result<TensorId> {
-        let a = self.embed_w.forward(g, e, self.bias.as_ref())?;
-        let b = self.feature_w.forward(g, f, None)?;
-        g.add_scaled(a, b, 1.0)
+    /// The head layer's residual stream `[n, hidden]`, and what its q|k|v projection adds (`[n, q + k + v]`).
+    pub(super) fn input(&self, g: &mut Graph, e: TensorId, f: TensorId) -> Result<(TensorId, Option<TensorId>)> {
+        match self {
+            EagleIn::V1 {
+                embed_w,
+                feature_w,
+                bias,
+            } => {
+                let a = embed_w.forward(g, e, bias.as_ref())?;
+                let b = feature_w.forward(g, f, None)?;
+                Ok((g.add_scaled(a, b, 1.0)?, None))
+            }
+            EagleIn::V3(v3) => Ok((f, Some(v3.qkv_embed(g, e)?))),
+        }
+    }
+
+    /// The input of the head layer's attention from its residual stream `h`: EAGLE-1's layer has no input norm.
+    pub(super) fn layer_input(&self, g: &mut Graph, h: TensorId) -> Result<TensorId> {
+        match self {
+            EagleIn::V1 { .. } => Ok(h),
+            EagleIn::V3(v3) => v3.hidden_norm(g, h),
+        }
     }
 }
 
@@ -61,10 +85,13 @@ impl WeightSource for HeadNames<'_> {
 }
 
 impl Llama {
-    /// Load the EAGLE-1 head in `dir` for drafting for `target` (same hidden size and vocabulary, checked); it
-    /// shares the target's embedding and LM head.
+    /// Load the EAGLE head in `dir` for drafting for `target` (same hidden size and vocabulary, checked): EAGLE-1,
+    /// sharing the target's embedding and LM head, or EAGLE-3 (a `midlayer`, see [`super::eagle3`]).
     pub fn load_eagle(gpu: &Gpu, dir: &Path, target: &Llama) -> Result<Llama> {
         let bad = |what: String| Error::Invalid(format!("EAGLE head {}: {what}", dir.display()));
+        if super::eagle3::is_eagle3(dir) {
+            return Self::load_eagle3(gpu, dir, target);
+        }
         if !dir.join("model.safetensors").exists() && dir.join("pytorch_model.bin").exists() {
             return Err(bad(
                 "pytorch_model.bin is a pickle; convert it to model.safetensors first (torch.load, then \
@@ -108,7 +135,7 @@ impl Llama {
             Some(b) => return Err(bad(format!("fc.bias: {:?}, expected [{h}]", b.shape))),
             None => None,
         };
-        let input = EagleIn {
+        let input = EagleIn::V1 {
             embed_w: Linear::Dense(GpuTensor::upload_f32(gpu, "eagle.fc.embed", &[h, h], &half(false))?),
             feature_w: Linear::Dense(GpuTensor::upload_f32(gpu, "eagle.fc.feature", &[h, h], &half(true))?),
             bias,
@@ -126,5 +153,11 @@ impl Llama {
     /// Whether this is an EAGLE head (its steps take features: [`super::Step::write_features`]).
     pub fn is_eagle(&self) -> bool {
         self.eagle.is_some()
+    }
+
+    /// Whether this is an EAGLE-3 head (its target's features are three layers' hidden states, projected by
+    /// [`super::eagle3::FeatureProjector`]).
+    pub fn is_eagle3(&self) -> bool {
+        matches!(self.eagle, Some(EagleIn::V3(_)))
     }
 }

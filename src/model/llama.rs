@@ -63,9 +63,9 @@ enum Ffn {
 /// A loaded model: weights only. Each session has its own [`KvCache`].
 pub struct Llama {
     pub cfg: LlamaConfig,
-    embed: Linear,        // [vocab, hidden]
-    head: Option<Linear>, // [vocab, hidden]; None when tied to `embed`
-    norm: GpuTensor,      // [hidden], times MiniCPM's logit scale
+    embed: Linear,              // [vocab, hidden]
+    head: Option<Linear>,       // [vocab, hidden]; None when tied to `embed`
+    pub(super) norm: GpuTensor, // [hidden], times MiniCPM's logit scale
     layers: Vec<Layer>,
     /// Element type of the KV caches of this model's sessions.
     kv_type: KvType,
@@ -502,8 +502,8 @@ impl Llama {
                 sparse_keys: None,
                 tree: None,
             };
-            let (_, logits, _) = self.forward(&mut g, gpu, &ctx, (token, None), StepOutputs::default(), false)?;
-            let best = g.argmax(logits)?; // [1, 1]: the last row's
+            let f = self.forward(&mut g, gpu, &ctx, (token, None), StepOutputs::default(), false)?;
+            let best = g.argmax(f.logits)?; // [1, 1]: the last row's
             g.output(best);
             chain.push(best);
             token = g.reshape(best, &[1])?;
@@ -521,9 +521,15 @@ impl Llama {
             topk: None,
             router: Vec::new(),
             hidden: None,
+            aux: Vec::new(),
             chain,
             tree: None,
         })
+    }
+
+    /// The number of q|k|v projection groups of layer `i` (1 when all three are stored alike).
+    pub(super) fn qkv_groups(&self, i: usize) -> usize {
+        self.layers.get(i).map_or(0, |l| l.qkv.groups.len())
     }
 
     /// Whether [`Llama::chain_step`] serves this model.
@@ -584,8 +590,8 @@ impl Llama {
         out: StepOutputs,
         all_rows: bool,
     ) -> Result<Step> {
-        let (hidden, logits, router) = self.forward(&mut g, gpu, ctx, (ids, features), out, all_rows)?;
-        let (logits, argmax, topk) = read_backs(&mut g, logits, out)?;
+        let f = self.forward(&mut g, gpu, ctx, (ids, features), out, all_rows)?;
+        let (logits, argmax, topk) = read_backs(&mut g, f.logits, out)?;
         Ok(Step {
             plan: Plan::new(gpu, g)?,
             n_tokens: ctx.n_tokens,
@@ -596,8 +602,9 @@ impl Llama {
             logits,
             argmax,
             topk,
-            router,
-            hidden,
+            router: f.router,
+            hidden: f.hidden,
+            aux: f.aux,
             chain: Vec::new(),
             tree: None,
         })
@@ -614,13 +621,21 @@ impl Llama {
         (ids, features): (TensorId, Option<TensorId>),
         out: StepOutputs,
         all_rows: bool,
-    ) -> Result<(Option<TensorId>, TensorId, Vec<TensorId>)> {
+    ) -> Result<Forward> {
         let n_tokens = ctx.n_tokens;
         let mut h = self.embed(g, ids)?; // [n, hidden]
+                                         // An EAGLE-3 head's q|k|v takes the embeddings besides the layer's input.
+        let mut qkv_extra = None;
         if let (Some(e), Some(f)) = (&self.eagle, features) {
-            h = e.forward(g, h, f)?;
+            (h, qkv_extra) = e.input(g, h, f)?;
         }
         g.tap(h, Tap::Embed);
+        // EAGLE-3's features: the hidden states entering three layers, each `[n, hidden]`.
+        let aux_at = match out.aux_hidden {
+            true => super::eagle3::feature_layers(self.cfg.n_layers)?.to_vec(),
+            false => Vec::new(),
+        };
+        let mut aux = Vec::with_capacity(aux_at.len());
         // The FFN output still to be added to `h`: fused into the next norm (one dispatch for add + norm).
         let mut pending: Option<TensorId> = None;
         let mut router = Vec::new();
@@ -628,16 +643,23 @@ impl Llama {
         for (i, l) in self.layers.iter().enumerate() {
             g.set_prefix(&format!("blk.{i}."));
             if fused {
+                if aux_at.contains(&i) {
+                    g.output(h);
+                    aux.push(h);
+                }
                 h = self.fused_layer(g, ctx, i, l, h)?;
                 continue;
             }
-            let x = if self.eagle.is_some() && i == 0 {
-                h // EAGLE's layer 0 has no input norm
-            } else {
-                self.add_norm(g, &mut h, pending.take(), &l.attn_norm)?
+            let x = match (&self.eagle, i) {
+                (Some(e), 0) => e.layer_input(g, h)?, // the head's own input norms
+                _ => self.add_norm(g, &mut h, pending.take(), &l.attn_norm)?,
             };
+            if aux_at.contains(&i) {
+                g.output(h); // the residual stream entering layer i
+                aux.push(h);
+            }
             g.tap(x, Tap::AttnNorm(i));
-            let o = self.attention_block(g, ctx, i, l, AttnIn::Normed(x))?;
+            let o = self.attention_block(g, ctx, i, l, AttnIn::Normed(x), qkv_extra.take())?;
             g.tap(o, Tap::AttnProj(i));
             let x = self.add_norm(g, &mut h, Some(o), &l.ffn_norm)?;
             g.tap(x, Tap::FfnNorm(i));
@@ -657,7 +679,12 @@ impl Llama {
             g.output(x);
             x
         });
-        Ok((hidden, logits, router))
+        Ok(Forward {
+            hidden,
+            logits,
+            router,
+            aux,
+        })
     }
 
     /// The sparse settings and the cache's compressed keys, when both exist; an error when `sparse` asks for them
@@ -707,10 +734,14 @@ impl Llama {
         i: usize,
         l: &Layer,
         input: AttnIn,
+        extra: Option<TensorId>,
     ) -> Result<TensorId> {
         let c = &self.cfg;
         let n = s.n_tokens;
         let mut src = QkvSource(Vec::new());
+        if extra.is_some() && l.qkv.groups.len() != 1 {
+            return Err(Error::Graph("an EAGLE-3 head's q|k|v must be one projection".into()));
+        }
         for (w, bias, count) in &l.qkv.groups {
             // [n, columns of its projections]
             let y = match (input, w) {
@@ -723,6 +754,10 @@ impl Llama {
                 (AttnIn::Residual(_), Linear::Dense(_)) => {
                     return Err(Error::Graph("a fused step with a dense projection".into()))
                 }
+            };
+            let y = match extra {
+                Some(e) => g.add_scaled(y, e, 1.0)?,
+                None => y,
             };
             if src.0.is_empty() {
                 g.tap(y, Tap::Qkv(i));
@@ -796,7 +831,7 @@ impl Llama {
     /// its prologue and the GLU epilogue, down writing `h + alpha * down`. Returns the new `h`.
     fn fused_layer(&self, g: &mut Graph, s: &StepContext<'_>, i: usize, l: &Layer, h: TensorId) -> Result<TensorId> {
         let c = &self.cfg;
-        let h = self.attention_block(g, s, i, l, AttnIn::Residual(h))?;
+        let h = self.attention_block(g, s, i, l, AttnIn::Residual(h), None)?;
         g.tap(h, Tap::AttnProj(i));
         let Ffn::SwiGlu {
             input: FfnIn::Paired(Linear::Quant { w: gu, .. }),
@@ -890,6 +925,21 @@ impl Llama {
     ) -> Result<(TensorId, TensorId)> {
         let c = &self.cfg;
         let alpha = c.mup.residual;
+        if let Some(super::eagle::EagleIn::V3(_)) = &self.eagle {
+            // EAGLE-3: the layer's output (the next feature, read back as is) normed into its own head.
+            let h = match pending {
+                Some(d) => g.add_scaled(h, d, alpha)?,
+                None => h,
+            };
+            let w = g.external(&self.norm);
+            let x = g.rms_norm(h, w, c.rms_eps)?;
+            let x = if rows < n_tokens {
+                g.rows(x, n_tokens - rows, rows)?
+            } else {
+                x
+            };
+            return Ok((h, self.lm_head().forward(g, x, None)?));
+        }
         if self.eagle.is_some() {
             // EAGLE-1 feeds its layer's output to the target's head with no norm.
             let h = match pending {
@@ -957,6 +1007,15 @@ pub const MAX_BATCH: usize = crate::ops::attention_decode::MAX_TOKENS;
 
 /// Most links of a chained draft step ([`Llama::chain_step`]), and most tokens of its first link.
 pub const MAX_CHAIN: usize = 8;
+
+/// A recorded forward pass: the hidden states asked for `[n, hidden]`, the logits `[rows, vocab]`, BlockFFN's router
+/// weights, and EAGLE-3's features (the hidden states entering its three layers, `[n, hidden]` each).
+pub(super) struct Forward {
+    pub(super) hidden: Option<TensorId>,
+    pub(super) logits: TensorId,
+    pub(super) router: Vec<TensorId>,
+    pub(super) aux: Vec<TensorId>,
+}
 
 /// What every layer of one step graph shares.
 pub(super) struct StepContext<'a> {

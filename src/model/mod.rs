@@ -4,6 +4,7 @@ pub mod blockffn;
 pub mod budget;
 pub mod config;
 pub mod eagle;
+pub mod eagle3;
 pub mod eagle_fit;
 pub mod frspec;
 pub mod fused;

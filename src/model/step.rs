@@ -22,6 +22,9 @@ pub struct StepOutputs {
     /// Read back the final-normed hidden state of every token of the step `[n, hidden]` (the LM head's input; an
     /// EAGLE head's own: its layer's output), the features an EAGLE draft head predicts from.
     pub hidden: bool,
+    /// Read back the hidden states entering the three layers an EAGLE-3 head reads (`eagle3::feature_layers`),
+    /// every token's, side by side: `[n, 3 hidden]`.
+    pub aux_hidden: bool,
 }
 
 /// One step's input: `tokens` at positions `pos ..` (after `pos` tokens already in the cache).
@@ -48,6 +51,11 @@ pub struct StepResult {
     pub router: Vec<Vec<f32>>,
     /// Every token's final-normed hidden state `[n_tokens, hidden]` (the LM head's input).
     pub hidden: Vec<f32>,
+    /// EAGLE-3's features: every token's hidden states entering the three layers, side by side `[n_tokens, 3
+    /// hidden]`.
+    pub aux_hidden: Vec<f32>,
+    /// The three layers' read-backs before they are interleaved (kept to reuse their memory).
+    aux_parts: [Vec<f32>; 3],
 }
 
 /// A planned forward step over `n_tokens` tokens.
@@ -71,6 +79,8 @@ pub struct Step {
     pub(super) router: Vec<TensorId>,
     /// The LM head's input `[rows, hidden]`, when asked for.
     pub(super) hidden: Option<TensorId>,
+    /// The hidden states entering EAGLE-3's three layers, `[n, hidden]` each, when asked for.
+    pub(super) aux: Vec<TensorId>,
     /// A tree step's table `[n_tokens, TREE_W]` ([`super::Llama::tree_step`]).
     pub(super) tree: Option<TensorId>,
 }
@@ -210,6 +220,19 @@ impl Step {
         match self.hidden {
             Some(id) => self.plan.read_into(id, &mut out.hidden)?,
             None => out.hidden.clear(),
+        }
+        out.aux_hidden.clear();
+        if let [a, b, c] = self.aux[..] {
+            let [pa, pb, pc] = &mut out.aux_parts;
+            self.plan.read_into(a, pa)?;
+            self.plan.read_into(b, pb)?;
+            self.plan.read_into(c, pc)?;
+            let h = pa.len() / self.n_tokens.max(1);
+            for r in 0..self.n_tokens {
+                for part in [&*pa, &*pb, &*pc] {
+                    out.aux_hidden.extend_from_slice(&part[r * h..(r + 1) * h]);
+                }
+            }
         }
         out.router.resize_with(self.router.len(), Vec::new);
         for (&id, r) in self.router.iter().zip(&mut out.router) {

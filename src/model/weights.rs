@@ -164,7 +164,7 @@ impl WeightSource for SafetensorsModel {
         let data = match dtype {
             StDtype::F16 => HostData::F16(bytes),
             StDtype::F32 | StDtype::BF16 => HostData::F32(to_f32(dtype, bytes).unwrap_or_default()),
-            StDtype::I32 => {
+            StDtype::I32 | StDtype::I64 | StDtype::Bool => {
                 return Err(Error::File {
                     path: path.into(),
                     message: format!("{name}: an integer tensor where floats were expected"),

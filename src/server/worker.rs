@@ -412,6 +412,7 @@ const SESSION_OUTPUTS: StepOutputs = StepOutputs {
     topk: 0,
     router: false,
     hidden: false,
+    aux_hidden: false,
 };
 
 /// Up to `lookup` prompt-lookup drafts to verify after the pending token (none without one).

@@ -77,6 +77,7 @@ pub fn check(gpu: &Gpu, loaded: &LoadedModel, dir: &str, name: &str, logit_tol: 
         topk: 0,
         router: false,
         hidden: false,
+        aux_hidden: false,
     };
     let mut gen = Generator::new(gpu, &loaded.model, loaded.ctx, outputs).unwrap();
     // Teacher-forced: feed the reference's tokens; every step's argmax and top-5 logits must agree. Up to the

@@ -85,4 +85,5 @@ pub const LOGITS_AND_ARGMAX: StepOutputs = StepOutputs {
     topk: 0,
     router: false,
     hidden: false,
+    aux_hidden: false,
 };

@@ -9,7 +9,11 @@ use std::path::Path;
 impl LlamaConfig {
     /// From a Hugging Face `config.json`, as transformers 4.x and 5.x write it.
     pub fn from_hf(path: &Path) -> Result<LlamaConfig> {
-        let v = crate::loader::read_json(path)?;
+        Self::from_hf_value(&crate::loader::read_json(path)?, path)
+    }
+
+    /// [`LlamaConfig::from_hf`] of the parsed `config.json` at `path` (named in errors).
+    pub fn from_hf_value(v: &serde_json::Value, path: &Path) -> Result<LlamaConfig> {
         let archs: Vec<&str> = v
             .get("architectures")
             .and_then(|a| a.as_array())
@@ -72,11 +76,11 @@ impl LlamaConfig {
         };
         let context = num("max_position_embeddings").map_or(4096, |x| x as usize);
         let n_layers = need("num_hidden_layers")?;
-        let mut rope = HfRope::read(path, &v, rope_dim, context)?;
+        let mut rope = HfRope::read(path, v, rope_dim, context)?;
         if let (Arch::MiniCpm, RopeScaling::LongRope(l)) = (arch, &mut rope.scaling) {
             l.fixed_ctx = Some(context);
         }
-        let sliding = hf_sliding(path, &v, arch, n_layers, &rope)?;
+        let sliding = hf_sliding(path, v, arch, n_layers, &rope)?;
         let mup = if arch == Arch::MiniCpm {
             let dim_base = num("dim_model_base").unwrap_or(hidden as f64);
             Mup {
@@ -93,7 +97,7 @@ impl LlamaConfig {
             Mup::default()
         };
         let moe = match v.get("ffn_type").and_then(|t| t.as_str()) {
-            Some("block" | "block_linear") if arch == Arch::MiniCpm => Some(moe_config(path, &v)?),
+            Some("block" | "block_linear") if arch == Arch::MiniCpm => Some(moe_config(path, v)?),
             None | Some("dense" | "mlp") => None,
             Some(other) => return Err(bad(path, format!("ffn_type {other:?} is not supported"))),
         };

@@ -1,0 +1,477 @@
+//! EAGLE heads in SafeAILab's published layouts (random weights, written here), against an independent CPU forward
+//! written from the published modeling code (`cnets.py`): EAGLE-1 (fc over the embedding and the target's final
+//! hidden state, a decoder layer with no input norm, the target's head with no final norm) and EAGLE-3 (fc over the
+//! target's three hidden states, the midlayer over the normed embedding and feature, its own norm and head over the
+//! draft vocabulary, `d2t`). EAGLE-3 drafts in chains and trees keep greedy output equal to plain decoding, and
+//! malformed EAGLE-3 heads are refused by name.
+
+mod common;
+
+use common::rng::Rng;
+use shaderlm::generate::eagle::EagleDraft;
+use shaderlm::generate::spec::{generate_spec, SpecOptions, Speculator};
+use shaderlm::generate::tree::TreeShape;
+use shaderlm::generate::{generate, GenOptions, Generator};
+use shaderlm::model::eagle3::{feature_layers, FeatureProjector};
+use shaderlm::model::weights::WeightSource;
+use shaderlm::model::{Llama, LlamaConfig, StepOutputs};
+use shaderlm::sampling::{Sampler, SamplingParams};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// A random EAGLE-3 head for target `t` with `dv` draft tokens (draft id d is target id `ids[d]`), its MLP 64 wide.
+struct Head {
+    tensors: Vec<(String, Vec<usize>, Vec<f32>)>,
+    ids: Vec<u32>,
+}
+
+impl Head {
+    fn random(t: &LlamaConfig, dv: usize, seed: u64) -> Head {
+        let (h, q, kv, ffn) = (t.hidden, t.n_heads * t.head_dim, t.n_kv_heads * t.head_dim, 64);
+        let mut rng = Rng::new(seed);
+        let mut w = |name: &str, shape: &[usize], amp: f32| {
+            let n = shape.iter().product();
+            (name.to_string(), shape.to_vec(), rng.vec(n, amp))
+        };
+        let norm = |name: &str, rng: &mut Rng| {
+            let v: Vec<f32> = (0..h).map(|_| 1.0 + 0.2 * rng.f32()).collect();
+            (name.to_string(), vec![h], v)
+        };
+        let mut tensors = vec![
+            w("fc.weight", &[h, 3 * h], 0.03),
+            w("midlayer.self_attn.q_proj.weight", &[q, 2 * h], 0.05),
+            w("midlayer.self_attn.k_proj.weight", &[kv, 2 * h], 0.05),
+            w("midlayer.self_attn.v_proj.weight", &[kv, 2 * h], 0.05),
+            w("midlayer.self_attn.o_proj.weight", &[h, q], 0.05),
+            w("midlayer.mlp.gate_proj.weight", &[ffn, h], 0.05),
+            w("midlayer.mlp.up_proj.weight", &[ffn, h], 0.05),
+            w("midlayer.mlp.down_proj.weight", &[h, ffn], 0.05),
+            w("lm_head.weight", &[dv, h], 0.1),
+        ];
+        let mut rng = Rng::new(seed + 1);
+        for name in [
+            "midlayer.input_layernorm.weight",
+            "midlayer.hidden_norm.weight",
+            "midlayer.post_attention_layernorm.weight",
+            "norm.weight",
+        ] {
+            tensors.push(norm(name, &mut rng));
+        }
+        // The draft vocabulary: every third token id, in order.
+        let ids = (0..dv as u32).map(|d| (3 * d) % t.vocab as u32).collect();
+        Head { tensors, ids }
+    }
+
+    fn get(&self, name: &str) -> &[f32] {
+        &self.tensors.iter().find(|t| t.0 == name).unwrap().2
+    }
+
+    /// Write config.json and model.safetensors (`d2t` as published: int64 offsets) into `dir`.
+    fn write(&self, dir: &Path, t: &LlamaConfig, d2t: Option<Vec<i64>>) {
+        std::fs::create_dir_all(dir).unwrap();
+        let config = serde_json::json!({
+            "architectures": ["LlamaForCausalLMEagle3"],
+            "model_type": "llama",
+            "hidden_size": t.hidden,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": t.n_heads,
+            "num_key_value_heads": t.n_kv_heads,
+            "head_dim": t.head_dim,
+            "vocab_size": t.vocab,
+            "draft_vocab_size": self.ids.len(),
+            "rms_norm_eps": t.rms_eps,
+            "rope_theta": t.rope_theta,
+            "max_position_embeddings": t.context,
+            "tie_word_embeddings": false,
+            "torch_dtype": "float32",
+        });
+        std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&config).unwrap()).unwrap();
+        let d2t = d2t.unwrap_or_else(|| {
+            self.ids
+                .iter()
+                .enumerate()
+                .map(|(d, &id)| id as i64 - d as i64)
+                .collect()
+        });
+        let mut bytes: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = self
+            .tensors
+            .iter()
+            .map(|(n, s, v)| {
+                (
+                    n.clone(),
+                    safetensors::Dtype::F32,
+                    s.clone(),
+                    bytemuck::cast_slice(v).to_vec(),
+                )
+            })
+            .collect();
+        let dv = d2t.len();
+        bytes.push((
+            "d2t".into(),
+            safetensors::Dtype::I64,
+            vec![dv],
+            bytemuck::cast_slice(&d2t).to_vec(),
+        ));
+        let mut t2d = vec![0u8; t.vocab];
+        self.ids.iter().for_each(|&id| t2d[id as usize] = 1);
+        bytes.push(("t2d".into(), safetensors::Dtype::BOOL, vec![t.vocab], t2d));
+        let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = bytes
+            .iter()
+            .map(|(n, d, s, b)| {
+                (
+                    n.clone(),
+                    safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap(),
+                )
+            })
+            .collect();
+        let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
+        safetensors::serialize_to_file(views, Some(meta), &dir.join("model.safetensors")).unwrap();
+    }
+}
+
+fn matvec(w: &[f32], x: &[f32]) -> Vec<f32> {
+    w.chunks_exact(x.len())
+        .map(|r| r.iter().zip(x).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() as f32)
+        .collect()
+}
+
+fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
+    let ms = x.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / x.len() as f64;
+    let inv = 1.0 / (ms + eps as f64).sqrt();
+    x.iter().zip(w).map(|(v, w)| (*v as f64 * inv) as f32 * w).collect()
+}
+
+/// Hugging Face's Llama rotation (rotate_half) of one head at position `pos`.
+fn rope(x: &mut [f32], pos: usize, theta: f32) {
+    let d = x.len();
+    for i in 0..d / 2 {
+        let a = pos as f64 / (theta as f64).powf(2.0 * i as f64 / d as f64);
+        let (s, c) = a.sin_cos();
+        let (x0, x1) = (x[i] as f64, x[i + d / 2] as f64);
+        x[i] = (x0 * c - x1 * s) as f32;
+        x[i + d / 2] = (x1 * c + x0 * s) as f32;
+    }
+}
+
+/// The published forward over entries 0..n (token `tokens[j]` with feature `feats[j]`, at position j): every
+/// entry's output hidden state, and the last entry's logits (EAGLE-3: its own norm and head over the draft
+/// vocabulary; EAGLE-1: `target_head` `[vocab, hidden]` over the output, no norm). `p` is the layer's name prefix.
+fn cpu_forward(
+    head: &Head,
+    t: &LlamaConfig,
+    embed: &[f32],
+    (tokens, feats): (&[u32], &[Vec<f32>]),
+    target_head: Option<&[f32]>,
+) -> (Vec<Vec<f32>>, Vec<f32>) {
+    let (h, hd, nh, nkv) = (t.hidden, t.head_dim, t.n_heads, t.n_kv_heads);
+    let eps = t.rms_eps;
+    let v1 = target_head.is_some();
+    let p = if v1 { "layers.0" } else { "midlayer" };
+    let w = |name: &str| head.get(&format!("{p}.{name}"));
+    let (mut qs, mut ks, mut vs, mut residual) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (j, (&tok, f)) in tokens.iter().zip(feats).enumerate() {
+        let e = &embed[tok as usize * h..(tok as usize + 1) * h];
+        let x = if v1 {
+            // EAGLE-1: fc(cat(e, f)) + b, which is also the residual stream (no input norm).
+            let cat: Vec<f32> = e.iter().chain(f).copied().collect();
+            let x: Vec<f32> = matvec(head.get("fc.weight"), &cat)
+                .iter()
+                .zip(head.get("fc.bias"))
+                .map(|(a, b)| a + b)
+                .collect();
+            residual.push(x.clone());
+            x
+        } else {
+            let mut x = rms_norm(e, w("input_layernorm.weight"), eps);
+            x.extend(rms_norm(f, w("hidden_norm.weight"), eps));
+            residual.push(f.clone());
+            x
+        };
+        let mut q = matvec(w("self_attn.q_proj.weight"), &x);
+        let mut k = matvec(w("self_attn.k_proj.weight"), &x);
+        q.chunks_exact_mut(hd).for_each(|c| rope(c, j, t.rope_theta));
+        k.chunks_exact_mut(hd).for_each(|c| rope(c, j, t.rope_theta));
+        qs.push(q);
+        ks.push(k);
+        vs.push(matvec(w("self_attn.v_proj.weight"), &x));
+    }
+    let mut outs = Vec::new();
+    for (j, f) in residual.iter().enumerate() {
+        let mut a = vec![0f32; nh * hd];
+        for head_i in 0..nh {
+            let kvh = head_i / (nh / nkv);
+            let qh = &qs[j][head_i * hd..(head_i + 1) * hd];
+            let scores: Vec<f64> = (0..=j)
+                .map(|i| {
+                    let kh = &ks[i][kvh * hd..(kvh + 1) * hd];
+                    qh.iter().zip(kh).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() / (hd as f64).sqrt()
+                })
+                .collect();
+            let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let p: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+            let z: f64 = p.iter().sum();
+            for d in 0..hd {
+                let v: f64 = (0..=j).map(|i| p[i] * vs[i][kvh * hd + d] as f64).sum();
+                a[head_i * hd + d] = (v / z) as f32;
+            }
+        }
+        let o = matvec(w("self_attn.o_proj.weight"), &a);
+        let r: Vec<f32> = f.iter().zip(&o).map(|(x, y)| x + y).collect();
+        let x = rms_norm(&r, w("post_attention_layernorm.weight"), eps);
+        let g = matvec(w("mlp.gate_proj.weight"), &x);
+        let u = matvec(w("mlp.up_proj.weight"), &x);
+        let m: Vec<f32> = g.iter().zip(&u).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
+        let d = matvec(w("mlp.down_proj.weight"), &m);
+        outs.push(r.iter().zip(&d).map(|(x, y)| x + y).collect::<Vec<f32>>());
+    }
+    let logits = match target_head {
+        Some(th) => matvec(th, outs.last().unwrap()),
+        None => matvec(
+            head.get("lm_head.weight"),
+            &rms_norm(outs.last().unwrap(), head.get("norm.weight"), eps),
+        ),
+    };
+    (outs, logits)
+}
+
+fn nmse(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let err: f64 = got.iter().zip(want).map(|(a, b)| (*a as f64 - *b as f64).powi(2)).sum();
+    let norm: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
+    err / norm.max(1e-30)
+}
+
+#[test]
+fn eagle3_heads_match_a_cpu_forward_draft_losslessly_and_bad_heads_are_refused() {
+    let (gpu, loaded) = common::golden::load("SmolLM2-135M-Instruct.Q4_1.gguf", "");
+    let t = &loaded.model.cfg;
+    let dv = 4096;
+    let head = Head::random(t, dv, 31);
+    let dir = tempfile::tempdir().unwrap();
+    head.write(dir.path(), t, None);
+    let model = Llama::load_eagle(&gpu, dir.path(), &loaded.model).unwrap();
+    assert!(model.is_eagle3());
+    assert_eq!(
+        model.head_ids().unwrap(),
+        head.ids.as_slice(),
+        "d2t maps draft ids to token ids"
+    );
+
+    // The target's three hidden states per prompt token, and the head's step over them.
+    let fx = common::golden::fixture("smollm2", "chat_capital");
+    let prompt = &fx.prompt_tokens[..24];
+    let aux_out = StepOutputs {
+        argmax: true,
+        aux_hidden: true,
+        ..Default::default()
+    };
+    let mut target = Generator::new(&gpu, &loaded.model, loaded.ctx, aux_out).unwrap();
+    target.feed(prompt).unwrap();
+    let h = t.hidden;
+    let aux = target.result.aux_hidden.clone();
+    assert_eq!(
+        aux.len(),
+        prompt.len() * 3 * h,
+        "[n, 3 hidden] for layers {:?}",
+        feature_layers(t.n_layers)
+    );
+    let mut features = Vec::new();
+    FeatureProjector::default()
+        .project(&gpu, &model, &aux, &mut features)
+        .unwrap();
+    let head_out = StepOutputs {
+        logits: true,
+        hidden: true,
+        argmax: true,
+        ..Default::default()
+    };
+    let mut hg = Generator::new(&gpu, &model, loaded.ctx, head_out).unwrap();
+    let n = prompt.len() - 1;
+    hg.feed_with(&prompt[1..], &features[..n * h]).unwrap();
+    // The CPU forward from the published code: the feature fc(cat(low, mid, high)), entries (t_{j+1}, f_j).
+    // The target's embedding rows, dequantized on the CPU from the file.
+    let gguf = shaderlm::loader::gguf::GgufFile::open(&loaded.path).unwrap();
+    let table = gguf.require("token_embd.weight").unwrap().to_f32().unwrap();
+    let feats: Vec<Vec<f32>> = (0..n)
+        .map(|j| matvec(head.get("fc.weight"), &aux[j * 3 * h..(j + 1) * 3 * h]))
+        .collect();
+    let (outs, logits) = cpu_forward(&head, t, &table, (&prompt[1..], &feats), None);
+    let want_hidden: Vec<f32> = outs.concat();
+    let (e1, e2) = (nmse(&hg.result.hidden, &want_hidden), nmse(&hg.result.logits, &logits));
+    println!("head vs CPU forward: hidden NMSE {e1:.2e}, logits NMSE {e2:.2e}");
+    assert!(e1 < 1e-8 && e2 < 1e-8, "hidden {e1:e}, logits {e2:e}");
+    let best = logits
+        .iter()
+        .enumerate()
+        .fold((0, f32::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b })
+        .0;
+    assert_eq!(hg.result.argmax, Some(head.ids[best]), "the argmax goes through d2t");
+
+    // Lossless: chains and trees, greedy, with a follow-up turn.
+    let full = StepOutputs {
+        argmax: true,
+        aux_hidden: true,
+        ..Default::default()
+    };
+    let mut gen = Generator::new(&gpu, &loaded.model, loaded.ctx, full).unwrap();
+    let tok = &loaded.tokenizer;
+    let opts = GenOptions {
+        max_tokens: 16,
+        stop_strings: Vec::new(),
+        stop_at_eos: false,
+    };
+    let follow = tok.encode("\nAgain, shorter.", false).unwrap();
+    let turn = |gen: &mut Generator<'_>, spec: Option<&mut Speculator<'_>>| {
+        gen.truncate(0);
+        let mut sampler = Sampler::new(SamplingParams::greedy());
+        let first = match spec {
+            Some(s) => {
+                generate_spec(gen, tok, &mut sampler, &fx.prompt_tokens, &opts, s, |_| true)
+                    .unwrap()
+                    .0
+            }
+            None => generate(gen, tok, &mut sampler, &fx.prompt_tokens, &opts, |_| true).unwrap(),
+        };
+        let mut next = vec![*first.generated.last().unwrap()];
+        next.extend_from_slice(&follow);
+        let second = generate(gen, tok, &mut sampler, &next, &opts, |_| true).unwrap();
+        (first.generated, second.generated)
+    };
+    let plain = turn(&mut gen, None);
+    let mut draft = EagleDraft::for_trees(&gpu, &model, loaded.ctx).unwrap();
+    for tree in [
+        None,
+        Some(TreeShape {
+            depth: 3,
+            topk: 4,
+            size: 16,
+        }),
+    ] {
+        let mut spec = Speculator {
+            drafter: &mut draft,
+            opts: SpecOptions {
+                min_accepted: 0.0,
+                tree,
+                ..Default::default()
+            },
+        };
+        assert_eq!(turn(&mut gen, Some(&mut spec)), plain, "EAGLE-3, tree {tree:?}");
+    }
+
+    // Malformed heads are refused by name.
+    let bad = |d2t: Option<Vec<i64>>, edit: &dyn Fn(&mut Head), want: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h2 = Head::random(t, 64, 5);
+        edit(&mut h2);
+        h2.write(dir.path(), t, d2t);
+        let err = Llama::load_eagle(&gpu, dir.path(), &loaded.model)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains(want), "{err}");
+    };
+    bad(Some(vec![t.vocab as i64; 64]), &|_| {}, "d2t[0]");
+    bad(Some(vec![0; 63]), &|_| {}, "d2t");
+    bad(None, &|h| h.tensors.retain(|x| x.0 != "fc.weight"), "fc.weight");
+    bad(
+        None,
+        &|h| {
+            h.tensors
+                .iter_mut()
+                .filter(|x| x.0 == "lm_head.weight")
+                .for_each(|x| x.1 = vec![32, 2 * x.1[1]])
+        },
+        "lm_head.weight",
+    );
+}
+
+/// A random EAGLE-1 head (SafeAILab's `layers.0.*` layout with `fc` `[hidden, 2 hidden]` and its bias) against the
+/// CPU forward: the target's final-normed hidden states as features, the head's step over (t_{j+1}, f_j).
+#[test]
+fn eagle1_heads_match_a_cpu_forward() {
+    let (gpu, loaded) = common::golden::load("SmolLM2-135M-Instruct.Q4_1.gguf", "");
+    let t = &loaded.model.cfg;
+    let (h, q, kv, ffn) = (t.hidden, t.n_heads * t.head_dim, t.n_kv_heads * t.head_dim, 64);
+    let mut rng = Rng::new(41);
+    let mut w = |name: &str, shape: &[usize], amp: f32| {
+        let n = shape.iter().product();
+        (name.to_string(), shape.to_vec(), rng.vec(n, amp))
+    };
+    let mut tensors = vec![
+        w("fc.weight", &[h, 2 * h], 0.03),
+        w("fc.bias", &[h], 0.1),
+        w("layers.0.self_attn.q_proj.weight", &[q, h], 0.05),
+        w("layers.0.self_attn.k_proj.weight", &[kv, h], 0.05),
+        w("layers.0.self_attn.v_proj.weight", &[kv, h], 0.05),
+        w("layers.0.self_attn.o_proj.weight", &[h, q], 0.05),
+        w("layers.0.mlp.gate_proj.weight", &[ffn, h], 0.05),
+        w("layers.0.mlp.up_proj.weight", &[ffn, h], 0.05),
+        w("layers.0.mlp.down_proj.weight", &[h, ffn], 0.05),
+    ];
+    tensors.push((
+        "layers.0.post_attention_layernorm.weight".into(),
+        vec![h],
+        (0..h).map(|i| 1.0 + 0.001 * i as f32).collect(),
+    ));
+    let head = Head {
+        tensors,
+        ids: Vec::new(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path()).unwrap();
+    let config = serde_json::json!({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": h, "intermediate_size": ffn,
+        "num_hidden_layers": 1, "num_attention_heads": t.n_heads, "num_key_value_heads": t.n_kv_heads,
+        "head_dim": t.head_dim, "vocab_size": t.vocab, "rms_norm_eps": t.rms_eps, "rope_theta": t.rope_theta,
+        "max_position_embeddings": t.context, "tie_word_embeddings": false, "torch_dtype": "float32",
+    });
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = head
+        .tensors
+        .iter()
+        .map(|(n, s, v)| (n.clone(), s.clone(), bytemuck::cast_slice(v).to_vec()))
+        .collect();
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = bytes
+        .iter()
+        .map(|(n, s, b)| {
+            (
+                n.clone(),
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).unwrap(),
+            )
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, &dir.path().join("model.safetensors")).unwrap();
+    let model = Llama::load_eagle(&gpu, dir.path(), &loaded.model).unwrap();
+    assert!(model.is_eagle() && !model.is_eagle3());
+
+    let fx = common::golden::fixture("smollm2", "code_python");
+    let prompt = &fx.prompt_tokens[..20];
+    let out = StepOutputs {
+        argmax: true,
+        hidden: true,
+        ..Default::default()
+    };
+    let mut target = Generator::new(&gpu, &loaded.model, loaded.ctx, out).unwrap();
+    target.feed(prompt).unwrap();
+    let features = target.result.hidden.clone();
+    let n = prompt.len() - 1;
+    let head_out = StepOutputs {
+        logits: true,
+        hidden: true,
+        ..Default::default()
+    };
+    let mut hg = Generator::new(&gpu, &model, loaded.ctx, head_out).unwrap();
+    hg.feed_with(&prompt[1..], &features[..n * h]).unwrap();
+    let gguf = shaderlm::loader::gguf::GgufFile::open(&loaded.path).unwrap();
+    let table = gguf.require("token_embd.weight").unwrap().to_f32().unwrap(); // tied: also the head
+    let feats: Vec<Vec<f32>> = features.chunks_exact(h).take(n).map(<[f32]>::to_vec).collect();
+    let (outs, logits) = cpu_forward(&head, t, &table, (&prompt[1..], &feats), Some(&table));
+    let (e1, e2) = (
+        nmse(&hg.result.hidden, &outs.concat()),
+        nmse(&hg.result.logits, &logits),
+    );
+    println!("EAGLE-1 head vs CPU forward: hidden NMSE {e1:.2e}, logits NMSE {e2:.2e}");
+    // f32 sums in another order than the f64 ones here: NMSE near 1e-13 measured.
+    assert!(e1 < 1e-8 && e2 < 1e-8, "hidden {e1:e}, logits {e2:e}");
+}
