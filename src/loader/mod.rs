@@ -5,6 +5,8 @@ pub mod gguf_value;
 pub mod gguf_write;
 pub mod quant_config;
 pub mod safetensors;
+pub mod torch_pickle;
+pub mod zip;
 
 use crate::error::{Error, Result};
 use std::path::Path;

@@ -89,15 +89,28 @@ impl Llama {
     /// sharing the target's embedding and LM head, or EAGLE-3 (a `midlayer`, see [`super::eagle3`]).
     pub fn load_eagle(gpu: &Gpu, dir: &Path, target: &Llama) -> Result<Llama> {
         let bad = |what: String| Error::Invalid(format!("EAGLE head {}: {what}", dir.display()));
+        if !dir.join("model.safetensors").exists() && dir.join("pytorch_model.bin").exists() {
+            // The published pickle: read by the restricted reader, loaded through a converted copy.
+            let tmp = std::env::temp_dir().join(format!("shaderlm-eagle-{}", std::process::id()));
+            let convert = || -> Result<Llama> {
+                std::fs::create_dir_all(&tmp).map_err(|source| Error::Io {
+                    path: tmp.clone(),
+                    source,
+                })?;
+                let tensors = crate::loader::torch_pickle::read(&dir.join("pytorch_model.bin"))?;
+                crate::loader::torch_pickle::write_safetensors(&tensors, &tmp.join("model.safetensors"))?;
+                std::fs::copy(dir.join("config.json"), tmp.join("config.json")).map_err(|source| Error::Io {
+                    path: dir.join("config.json"),
+                    source,
+                })?;
+                Self::load_eagle(gpu, &tmp, target)
+            };
+            let head = convert().map_err(|e| bad(format!("pytorch_model.bin: {e}")));
+            let _ = std::fs::remove_dir_all(&tmp);
+            return head;
+        }
         if super::eagle3::is_eagle3(dir) {
             return Self::load_eagle3(gpu, dir, target);
-        }
-        if !dir.join("model.safetensors").exists() && dir.join("pytorch_model.bin").exists() {
-            return Err(bad(
-                "pytorch_model.bin is a pickle; convert it to model.safetensors first (torch.load, then \
-                 safetensors.torch.save_file)"
-                    .into(),
-            ));
         }
         let mut cfg = LlamaConfig::from_hf(&dir.join("config.json"))?;
         let t = &target.cfg;

@@ -160,11 +160,22 @@ pub fn read_ranking(path: &Path) -> Result<Vec<u32>> {
     let zip =
         std::io::Read::read(&mut crate::loader::open_regular(path)?, &mut head).is_ok_and(|n| n == 2) && head == *b"PK";
     if zip {
-        return Err(bad(
-            "a zip archive (PyTorch's torch.save): convert it to a JSON list of ids, e.g. \
-             python -c \"import torch, json; print(json.dumps(torch.load('freq.pt').tolist()))\" > freq.json"
-                .into(),
-        ));
+        // FR-Spec's published freq_N.pt: torch.save of a 1-D tensor of token ids, most frequent first.
+        let tensors = crate::loader::torch_pickle::read(path)?;
+        let ids = match &tensors[..] {
+            [(_, t)] if t.shape.len() == 1 => t.to_i64(),
+            _ => None,
+        };
+        let ids = ids.ok_or_else(|| {
+            bad(format!(
+                "expected one 1-D integer tensor of token ids, found {:?}",
+                tensors.iter().map(|(n, t)| (n, t.dtype, &t.shape)).collect::<Vec<_>>()
+            ))
+        })?;
+        return ids
+            .iter()
+            .map(|&i| u32::try_from(i).map_err(|_| bad(format!("token id {i} is not a valid id"))))
+            .collect();
     }
     serde_json::from_str::<Vec<u32>>(&crate::loader::read_text(path)?)
         .map_err(|e| bad(format!("expected a JSON list of token ids, most frequent first: {e}")))
