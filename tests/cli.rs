@@ -666,6 +666,31 @@ fn eagle_fit_then_generate_with_the_head() {
         String::from_utf8_lossy(&spec.stdout),
         String::from_utf8_lossy(&plain.stdout)
     );
+    // Draft trees: from the head, and from prompt lookup, print the same text; a tree needs a draft source and a
+    // shape of three numbers, and takes no sampled drafts.
+    let h = head.to_str().unwrap();
+    for extra in [
+        &["--eagle", h, "--spec-tree", "2,4,6"][..],
+        &["--spec", "lookup", "--spec-tree", "3,4,16"],
+    ] {
+        let tree = gen(&[extra, &["--spec-min-accepted", "0"]].concat());
+        assert!(
+            tree.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&tree.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&tree.stdout),
+            String::from_utf8_lossy(&plain.stdout),
+            "{extra:?}"
+        );
+    }
+    fails_with(&gen(&["--spec-tree", "6,10,60"]), &["--spec-tree", "draft source"]);
+    fails_with(&gen(&["--spec", "lookup", "--spec-tree", "6,10"]), &["DEPTH,TOPK,SIZE"]);
+    fails_with(
+        &gen(&["--draft-model", p, "--draft-sample", "--spec-tree", "2,2,2"]),
+        &["--draft-sample"],
+    );
     fails_with(&gen(&["--spec", "eagle"]), &["--spec eagle needs --eagle DIR"]);
     fails_with(&gen(&["--spec", "lookup", "--eagle", "x"]), &["use --spec eagle"]);
     fails_with(

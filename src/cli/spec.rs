@@ -99,6 +99,15 @@ impl SpecArgs {
         );
         if let Some(t) = &self.spec_tree {
             TreeShape::parse(t)?;
+            anyhow::ensure!(
+                self.spec.is_some() || self.draft_model.is_some() || self.eagle.is_some(),
+                "--spec-tree grows a tree of drafts: it needs a draft source (--spec lookup, --draft-model or --eagle)"
+            );
+            anyhow::ensure!(
+                !self.draft_sample && self.draft_p_min == 0.0,
+                "--spec-tree ranks deterministic drafts by probability: leave out --draft-sample and --draft-p-min \
+                 (sampled output stays lossless by sample-and-match)"
+            );
         }
         anyhow::ensure!(
             self.draft_layers.is_none() || self.draft_model.is_some(),
