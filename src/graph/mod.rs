@@ -122,6 +122,9 @@ pub struct Graph {
     prefix: String,
     /// The sequence of the nodes recorded from now on (see [`Graph::set_seq`]).
     seq: usize,
+    /// Up to this many rows, ops whose kernel choice depends on the row count pick the one whose rows equal the
+    /// one-row result (see [`Graph::set_invariant_rows`]).
+    invariant_rows: usize,
 }
 
 impl Graph {
@@ -137,6 +140,17 @@ impl Graph {
             source,
         });
         TensorId(self.tensors.len() - 1)
+    }
+
+    /// From now on, ops of up to `rows` rows choose kernels whose every row equals the one-row result bit for bit
+    /// (a draft tree's step: the dense matmul keeps its GEMV past `matmul::GEMV_MAX_M` rows).
+    pub fn set_invariant_rows(&mut self, rows: usize) {
+        self.invariant_rows = rows;
+    }
+
+    /// See [`Graph::set_invariant_rows`].
+    pub fn invariant_rows(&self) -> usize {
+        self.invariant_rows
     }
 
     /// A tensor the host writes before each run.

@@ -30,6 +30,7 @@ impl Llama {
             )));
         }
         let mut g = Graph::new();
+        g.set_invariant_rows(MAX_TREE_ROWS);
         let ids = g.input("ids", &[n_tokens], DType::U32);
         let tree = g.input("tree", &[n_tokens, TREE_W], DType::U32);
         let ctx = StepContext {

@@ -339,7 +339,7 @@ impl Graph {
                 ),
             ));
         }
-        self.attention_split_kv(q, k_cache, v_cache, scale, window, None)
+        self.attention_split_kv(q, k_cache, v_cache, scale, window, (None, None))
     }
 
     /// [`Graph::attention_decode_window`] writing its output into `out` `[n_q, n_heads, head_dim]` f32 (a
@@ -361,13 +361,14 @@ impl Graph {
                 format!("output {shape:?} {:?} for queries {q_shape:?} (at most {MAX_TOKENS})", self.dtype(out)),
             ));
         }
-        self.attention_split_kv(q, k_cache, v_cache, scale, window, Some(out))?;
+        self.attention_split_kv(q, k_cache, v_cache, scale, window, (Some(out), None))?;
         Ok(())
     }
 
     /// The split-KV kernel for any number of queries: `attention_decode` without its token limit. Chunks of many
     /// tokens share each K/V read among only `rows_for(head_dim)` rows (the tiled prefill kernel shares it among
-    /// 64), so `attention_prefill` sends here only the head dims its own kernel does not serve.
+    /// 64), so `attention_prefill` sends here only the head dims its own kernel does not serve. Writes `into` a
+    /// given output, or takes a draft tree's table (its tree form), not both.
     pub(super) fn attention_split_kv(
         &mut self,
         q: TensorId,
@@ -375,7 +376,7 @@ impl Graph {
         v_cache: TensorId,
         scale: f32,
         window: Option<usize>,
-        into: Option<TensorId>,
+        (into, tree): (Option<TensorId>, Option<TensorId>),
     ) -> Result<TensorId> {
         let window = check_window("attention_decode", window)?;
         let shape = AttnShape::check(self, "attention_decode", q, k_cache, v_cache)?;
@@ -395,22 +396,29 @@ impl Graph {
             splits,
             scale,
             window,
-            tree: false,
+            tree: tree.is_some(),
         };
         let partials: [(&str, &[usize], DType); 2] = [
             ("attn_partial_o", &[n, h, splits, d], DType::F32),
             ("attn_partial_ml", &[n, h, splits, 2], DType::F32),
         ];
-        if let Some(out) = into {
-            self.add_node(kernel, &[q, k_cache, v_cache, out], &partials)?;
-            return Ok(out);
+        match (into, tree) {
+            (Some(out), None) => {
+                self.add_node(kernel, &[q, k_cache, v_cache, out], &partials)?;
+                Ok(out)
+            }
+            (None, tree) => {
+                let mut inputs = vec![q, k_cache, v_cache];
+                inputs.extend(tree);
+                let outs = self.add_node(
+                    kernel,
+                    &inputs,
+                    &[("attn_out", &[n, h, d], DType::F32), partials[0], partials[1]],
+                )?;
+                Ok(outs[0])
+            }
+            (Some(_), Some(_)) => Err(Error::shape("attention_decode", "a tree step writes its own output")),
         }
-        let outs = self.add_node(
-            kernel,
-            &[q, k_cache, v_cache],
-            &[("attn_out", &[n, h, d], DType::F32), partials[0], partials[1]],
-        )?;
-        Ok(outs[0])
     }
 }
 
@@ -428,9 +436,7 @@ impl Graph {
         window: Option<usize>,
         tree: TensorId,
     ) -> Result<TensorId> {
-        let window = check_window("attention_decode", window)?;
-        let shape = AttnShape::check(self, "attention_decode", q, k_cache, v_cache)?;
-        let n = shape.n_tokens;
+        let n = AttnShape::check(self, "attention_decode", q, k_cache, v_cache)?.n_tokens;
         if n > MAX_TREE_ROWS || self.shape(tree) != [n, TREE_W] || self.dtype(tree) != DType::U32 {
             return Err(Error::shape(
                 "attention_decode",
@@ -441,28 +447,7 @@ impl Graph {
                 ),
             ));
         }
-        if !scale.is_finite() {
-            return Err(Error::shape("attention_decode", format!("scale {scale} is not finite")));
-        }
-        let splits = splits_for(shape.max_ctx);
-        let (h, d) = (shape.n_heads, shape.head_dim);
-        let kernel = AttentionDecode {
-            shape,
-            splits,
-            scale,
-            window,
-            tree: true,
-        };
-        let outs = self.add_node(
-            kernel,
-            &[q, k_cache, v_cache, tree],
-            &[
-                ("attn_out", &[n, h, d], DType::F32),
-                ("attn_partial_o", &[n, h, splits, d], DType::F32),
-                ("attn_partial_ml", &[n, h, splits, 2], DType::F32),
-            ],
-        )?;
-        Ok(outs[0])
+        self.attention_split_kv(q, k_cache, v_cache, scale, window, (None, Some(tree)))
     }
 }
 

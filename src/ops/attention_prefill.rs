@@ -207,7 +207,7 @@ impl Graph {
         let window_keys = check_window("attention_prefill", window)?;
         let shape = AttnShape::check(self, "attention_prefill", q, k_cache, v_cache)?;
         if !HEAD_DIMS.contains(&shape.head_dim) {
-            return self.attention_split_kv(q, k_cache, v_cache, scale, window, None);
+            return self.attention_split_kv(q, k_cache, v_cache, scale, window, (None, None));
         }
         if !scale.is_finite() {
             return Err(Error::shape(

@@ -25,6 +25,9 @@ pub enum MatmulPath {
     GemvGpu,
     /// Register-blocked 8 x 4 tiles, no workgroup memory (`matmul_gemm`).
     Gemm,
+    /// The adapter's GEMV (CPU or GPU flavour) for any number of rows: what `Auto` picks in a graph whose rows must
+    /// equal one-row results ([`Graph::set_invariant_rows`]).
+    Gemv,
 }
 
 /// Most rows of x that `Auto` sends to the GEMV (one row per grid z): a speculative verification step.
@@ -91,8 +94,8 @@ impl Matmul {
     fn path(&self, caps: &Caps) -> MatmulPath {
         match self.path {
             MatmulPath::Auto if self.m > GEMV_MAX_M => MatmulPath::Gemm,
-            MatmulPath::Auto if caps.cpu_adapter => MatmulPath::GemvCpu,
-            MatmulPath::Auto => MatmulPath::GemvGpu,
+            MatmulPath::Auto | MatmulPath::Gemv if caps.cpu_adapter => MatmulPath::GemvCpu,
+            MatmulPath::Auto | MatmulPath::Gemv => MatmulPath::GemvGpu,
             p => p,
         }
     }
@@ -286,6 +289,11 @@ impl Graph {
                 return Err(bad("bias must be f32 [N]"));
             }
         }
+        // Rows that must each equal the one-row result take the GEMV however many there are.
+        let path = match path {
+            MatmulPath::Auto if m > GEMV_MAX_M && m <= self.invariant_rows() => MatmulPath::Gemv,
+            p => p,
+        };
         // Grid dims that are not folded: GEMV rows of x (z); GEMM blocks of x (x) and of W rows (y, smallest WG).
         let grid_ok = match path {
             MatmulPath::Gemm | MatmulPath::Auto => {

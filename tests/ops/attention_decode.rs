@@ -313,73 +313,17 @@ pub fn random_tree(rng: &mut Rng, n: usize) -> Vec<Vec<u32>> {
     paths
 }
 
-/// Tree form, bitwise: row r of a tree step over `s.n_tokens` nodes written at `pos ..` equals the one-query step at
-/// `pos + depth(r)` over a cache holding the prefix and then r's path in order (what plain decoding of that path
-/// would have cached). Positions past the step's nodes hold NaN, so a read outside the path fails the case.
-fn tree_rows(gpu: &Gpu, s: AttnShape, pos: usize, seed: u64, window: Option<usize>) -> shaderlm::Result<Check> {
-    let mut rng = Rng::new(seed);
-    let scale = 1.0 / (s.head_dim as f32).sqrt();
-    let (n, hd) = (s.n_tokens, s.head_dim);
-    let paths = random_tree(&mut rng, n);
-    let table = tree_table(paths.iter().map(Vec::as_slice))?;
-    let q = rng.vec(n * s.n_heads * hd, AMP);
-    let (kc, vc) = caches(&mut rng, s, pos + n, AMP);
-    let cache_shape = [s.n_kv, s.max_ctx, hd];
-    let upload = |k: &[f32], v: &[f32]| -> shaderlm::Result<(GpuTensor, GpuTensor)> {
-        Ok((
-            GpuTensor::upload_f32(gpu, "k_cache", &cache_shape, k)?,
-            GpuTensor::upload_f32(gpu, "v_cache", &cache_shape, v)?,
-        ))
-    };
-    let (kt, vt) = upload(&kc, &vc)?;
-    let mut g = Graph::new();
-    let tq = g.input("q", &[n, s.n_heads, hd], DType::F32);
-    let tt = g.input("tree", &[n, TREE_W], DType::U32);
-    let (tk, tv) = (g.external(&kt), g.external(&vt));
-    let o = g.attention_decode_tree(tq, tk, tv, scale, window, tt)?;
-    g.output(o);
-    let mut plan = Plan::new(gpu, g)?;
-    plan.write_input(gpu, tq, bytemuck::cast_slice(&q))?;
-    plan.write_input(gpu, tt, bytemuck::cast_slice(&table))?;
-    plan.run(gpu, &StepVars { pos: pos as u32 })?;
-    let got: Vec<u32> = plan.read_f32(o)?.iter().map(|v| v.to_bits()).collect();
-    let row = s.n_heads * hd;
-    let mut want = Vec::with_capacity(got.len());
-    for (r, path) in paths.iter().enumerate() {
-        // The path in order at pos .., NaN after it.
-        let (mut k1, mut v1) = (kc.clone(), vc.clone());
-        for h in 0..s.n_kv {
-            for t in pos..s.max_ctx {
-                let dst = (h * s.max_ctx + t) * hd;
-                match path.get(t - pos) {
-                    Some(&slot) => {
-                        let src = (h * s.max_ctx + pos + slot as usize) * hd;
-                        k1[dst..dst + hd].copy_from_slice(&kc[src..src + hd]);
-                        v1[dst..dst + hd].copy_from_slice(&vc[src..src + hd]);
-                    }
-                    None => {
-                        k1[dst..dst + hd].fill(f32::NAN);
-                        v1[dst..dst + hd].fill(f32::NAN);
-                    }
-                }
-            }
-        }
-        let (kt1, vt1) = upload(&k1, &v1)?;
-        let mut g = Graph::new();
-        let tq = g.input("q", &[1, s.n_heads, hd], DType::F32);
-        let (tk, tv) = (g.external(&kt1), g.external(&vt1));
-        let o = g.attention_decode_window(tq, tk, tv, scale, window)?;
-        g.output(o);
-        let mut one = Plan::new(gpu, g)?;
-        one.write_input(gpu, tq, bytemuck::cast_slice(&q[r * row..(r + 1) * row]))?;
-        one.run(gpu, &StepVars { pos: (pos + path.len() - 1) as u32 })?;
-        want.extend(one.read_f32(o)?.iter().map(|v| v.to_bits()));
-    }
-    Ok(exact(&got, &want))
+/// A tree step over `s.n_tokens` nodes of a random tree written at `pos ..` (positions past them hold NaN, so a read
+/// outside a row's path fails the case): the tree, its table, q, the caches and the output `[n_q, n_heads, hd]`.
+struct TreeRun {
+    paths: Vec<Vec<u32>>,
+    table: Vec<u32>,
+    q: Vec<f32>,
+    caches: (Vec<f32>, Vec<f32>),
+    out: Vec<f32>,
 }
 
-/// Tree form against the f64 CPU reference (`reference_tree`), the same NMSE bound as the plain form.
-fn tree_vs_reference(gpu: &Gpu, s: AttnShape, pos: usize, seed: u64) -> shaderlm::Result<Check> {
+fn tree_run(gpu: &Gpu, s: AttnShape, pos: usize, seed: u64, window: Option<usize>) -> shaderlm::Result<TreeRun> {
     let mut rng = Rng::new(seed);
     let scale = 1.0 / (s.head_dim as f32).sqrt();
     let (n, hd) = (s.n_tokens, s.head_dim);
@@ -394,14 +338,71 @@ fn tree_vs_reference(gpu: &Gpu, s: AttnShape, pos: usize, seed: u64) -> shaderlm
     let tq = g.input("q", &[n, s.n_heads, hd], DType::F32);
     let tt = g.input("tree", &[n, TREE_W], DType::U32);
     let (tk, tv) = (g.external(&kt), g.external(&vt));
-    let o = g.attention_decode_tree(tq, tk, tv, scale, None, tt)?;
+    let o = g.attention_decode_tree(tq, tk, tv, scale, window, tt)?;
     g.output(o);
     let mut plan = Plan::new(gpu, g)?;
     plan.write_input(gpu, tq, bytemuck::cast_slice(&q))?;
     plan.write_input(gpu, tt, bytemuck::cast_slice(&table))?;
     plan.run(gpu, &StepVars { pos: pos as u32 })?;
-    let want = attention_decode::reference_tree(&q, &kc, &vc, s, (pos, &table), scale, None);
-    Ok(nmse(&plan.read_f32(o)?, &want, NMSE_MAX))
+    let out = plan.read_f32(o)?;
+    Ok(TreeRun {
+        paths,
+        table,
+        q,
+        caches: (kc, vc),
+        out,
+    })
+}
+
+/// Tree form, bitwise: row r of a tree step equals the one-query step at `pos + depth(r)` over a cache holding the
+/// prefix and then r's path in order (what plain decoding of that path would have cached).
+fn tree_rows(gpu: &Gpu, s: AttnShape, pos: usize, seed: u64, window: Option<usize>) -> shaderlm::Result<Check> {
+    let t = tree_run(gpu, s, pos, seed, window)?;
+    let (kc, vc) = &t.caches;
+    let (scale, hd, row) = (1.0 / (s.head_dim as f32).sqrt(), s.head_dim, s.n_heads * s.head_dim);
+    let cache_shape = [s.n_kv, s.max_ctx, hd];
+    let got: Vec<u32> = t.out.iter().map(|v| v.to_bits()).collect();
+    let mut want = Vec::with_capacity(got.len());
+    for (r, path) in t.paths.iter().enumerate() {
+        // The path in order at pos .., NaN after it.
+        let (mut k1, mut v1) = (kc.clone(), vc.clone());
+        for h in 0..s.n_kv {
+            for p in pos..s.max_ctx {
+                let dst = (h * s.max_ctx + p) * hd;
+                match path.get(p - pos) {
+                    Some(&slot) => {
+                        let src = (h * s.max_ctx + pos + slot as usize) * hd;
+                        k1[dst..dst + hd].copy_from_slice(&kc[src..src + hd]);
+                        v1[dst..dst + hd].copy_from_slice(&vc[src..src + hd]);
+                    }
+                    None => {
+                        k1[dst..dst + hd].fill(f32::NAN);
+                        v1[dst..dst + hd].fill(f32::NAN);
+                    }
+                }
+            }
+        }
+        let kt1 = GpuTensor::upload_f32(gpu, "k_cache", &cache_shape, &k1)?;
+        let vt1 = GpuTensor::upload_f32(gpu, "v_cache", &cache_shape, &v1)?;
+        let mut g = Graph::new();
+        let tq = g.input("q", &[1, s.n_heads, hd], DType::F32);
+        let (tk, tv) = (g.external(&kt1), g.external(&vt1));
+        let o = g.attention_decode_window(tq, tk, tv, scale, window)?;
+        g.output(o);
+        let mut one = Plan::new(gpu, g)?;
+        one.write_input(gpu, tq, bytemuck::cast_slice(&t.q[r * row..(r + 1) * row]))?;
+        one.run(gpu, &StepVars { pos: (pos + path.len() - 1) as u32 })?;
+        want.extend(one.read_f32(o)?.iter().map(|v| v.to_bits()));
+    }
+    Ok(exact(&got, &want))
+}
+
+/// Tree form against the f64 CPU reference (`reference_tree`), the same NMSE bound as the plain form.
+fn tree_vs_reference(gpu: &Gpu, s: AttnShape, pos: usize, seed: u64) -> shaderlm::Result<Check> {
+    let t = tree_run(gpu, s, pos, seed, None)?;
+    let scale = 1.0 / (s.head_dim as f32).sqrt();
+    let want = attention_decode::reference_tree(&t.q, &t.caches.0, &t.caches.1, s, (pos, &t.table), scale, None);
+    Ok(nmse(&t.out, &want, NMSE_MAX))
 }
 
 /// The tree cases: (name, nodes, n_heads, n_kv, head_dim, pos, max_ctx, window), each on both kernels.

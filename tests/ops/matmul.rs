@@ -13,7 +13,7 @@ use crate::common::{exact, gpu_fallback, nmse, Case, Check, Rng};
 use shaderlm::gpu::{DType, Gpu, GpuOptions, GpuTensor};
 use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
-use shaderlm::ops::matmul::{self, MatmulPath};
+use shaderlm::ops::matmul::{self, MatmulPath, GEMV_MAX_M};
 use shaderlm::ops::silu_mul::{reference_paired, Glu};
 use std::sync::OnceLock;
 
@@ -54,6 +54,7 @@ impl Shape {
             MatmulPath::GemvCpu => "gemv_cpu",
             MatmulPath::GemvGpu => "gemv_gpu",
             MatmulPath::Gemm => "gemm",
+            MatmulPath::Gemv => "gemv",
         };
         let dt = if self.dtype == DType::F16 { "f16" } else { "f32" };
         let b = if self.bias { "_bias" } else { "" };
@@ -214,12 +215,15 @@ pub fn cases() -> Vec<Case> {
     for dtype in dtypes {
         for (k, n) in [(576, 129), (64, 1000), (12, 7)] {
             let name = format!("batch_rows_equal_one_row_{dtype:?}_k{k}_n{n}");
-            v.push(Case::new("matmul", name, move |gpu| batch_rows(gpu, dtype, k, n, None)));
+            v.push(Case::new("matmul", name, move |gpu| batch_rows(gpu, dtype, k, n, None, GEMV_MAX_M)));
         }
         let name = format!("batch_rows_equal_one_row_{dtype:?}_k576_n130_silu");
         v.push(Case::new("matmul", name, move |gpu| {
-            batch_rows(gpu, dtype, 576, 130, Some(Glu::Silu))
+            batch_rows(gpu, dtype, 576, 130, Some(Glu::Silu), GEMV_MAX_M)
         }));
+        // A draft tree's step (Graph::set_invariant_rows): up to 64 rows, every one the one-row result.
+        let name = format!("tree_rows_equal_one_row_{dtype:?}_k576_n129");
+        v.push(Case::new("matmul", name, move |gpu| batch_rows(gpu, dtype, 576, 129, None, 64)));
     }
     // The GLU epilogue (W's rows (gate, up) pairs, y = act(gate) * up) on every kernel, f32 and f16 weights, both
     // activations; N = 2 * 13 and 2 * 65 end inside a 4-row group; K = 7 and 12 take the unaligned kernels;
@@ -376,10 +380,9 @@ pub fn cases() -> Vec<Case> {
     v
 }
 
-/// Bitwise: M-row matmuls (Auto, M = 2..=GEMV_MAX_M) against one-row matmuls of each row (with a GLU epilogue
-/// when `glu`).
-fn batch_rows(gpu: &Gpu, dtype: DType, k: usize, n: usize, glu: Option<Glu>) -> shaderlm::Result<Check> {
-    let most = matmul::GEMV_MAX_M;
+/// Bitwise: M-row matmuls (Auto, M = 2..=GEMV_MAX_M, then 9, 16, 33 and 64 up to `most`, in graphs whose rows must be
+/// invariant up to `most`) against one-row matmuls of each row (with a GLU epilogue when `glu`).
+fn batch_rows(gpu: &Gpu, dtype: DType, k: usize, n: usize, glu: Option<Glu>, most: usize) -> shaderlm::Result<Check> {
     let mut rng = Rng::new(77);
     let x = rng.vec(most * k, 1.0);
     let w = rng.vec(n * k, 1.0);
@@ -389,6 +392,9 @@ fn batch_rows(gpu: &Gpu, dtype: DType, k: usize, n: usize, glu: Option<Glu>) -> 
     };
     let run = |m: usize, x: &[f32]| -> shaderlm::Result<Vec<u32>> {
         let mut g = Graph::new();
+        if most > GEMV_MAX_M {
+            g.set_invariant_rows(most);
+        }
         let tx = g.input("x", &[m, k], DType::F32);
         let tw = g.external(&wt);
         let y = match glu {
@@ -405,7 +411,7 @@ fn batch_rows(gpu: &Gpu, dtype: DType, k: usize, n: usize, glu: Option<Glu>) -> 
     for r in 0..most {
         want.extend(run(1, &x[r * k..(r + 1) * k])?);
     }
-    for m in 2..=most {
+    for m in (2..=GEMV_MAX_M).chain([9, 16, 33, 64]).filter(|&m| m <= most) {
         let cols = if glu.is_some() { n / 2 } else { n };
         let check = exact(&run(m, &x[..m * k])?, &want[..m * cols]);
         if !check.passed() {
