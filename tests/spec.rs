@@ -381,7 +381,7 @@ fn speculative_generation_equals_plain_on_smollm2() {
         let prompt = &fx.prompt_tokens;
         let label = format!("{name} at temperature {}", params.temperature);
         target.truncate(0);
-        let (p1, p2, _) = run(&mut target, &loaded, &params, prompt, &follow, 16, None);
+        let (p1, p2, _) = run(&mut target, loaded, &params, prompt, follow, 16, None);
         for k in ks {
             let sources: [(&str, &mut dyn Drafter); 3] = [
                 ("lookup", &mut lookup),
@@ -390,7 +390,7 @@ fn speculative_generation_equals_plain_on_smollm2() {
             ];
             for (source, drafter) in sources {
                 target.truncate(0);
-                let (s1, s2, st) = run(&mut target, &loaded, &params, prompt, &follow, 16, Some((drafter, k)));
+                let (s1, s2, st) = run(&mut target, loaded, &params, prompt, follow, 16, Some((drafter, k)));
                 assert_eq!(s1.generated, p1.generated, "{label}, {source} k={k}: first turn");
                 assert_eq!(s2.generated, p2.generated, "{label}, {source} k={k}: follow-up turn");
                 println!(
@@ -438,7 +438,7 @@ fn draft_trees_equal_plain_on_smollm2() {
         let prompt = &fx.prompt_tokens;
         let label = format!("{name} at temperature {}", params.temperature);
         target.truncate(0);
-        let (p1, p2, _) = run(&mut target, &loaded, &params, prompt, &follow, 16, None);
+        let (p1, p2, _) = run(&mut target, loaded, &params, prompt, follow, 16, None);
         for &shape in shapes {
             let sources: [(&str, &mut dyn Drafter); 3] = [
                 ("lookup", &mut lookup),
@@ -454,9 +454,9 @@ fn draft_trees_equal_plain_on_smollm2() {
                 };
                 let (s1, s2, st) = run_with(
                     &mut target,
-                    &loaded,
+                    loaded,
                     &params,
-                    (prompt, &follow),
+                    (prompt, follow),
                     16,
                     Some((drafter, opts)),
                 );
