@@ -1,7 +1,7 @@
 //! An in-tree mutation fuzzer on stable Rust: valid tiny seeds (a GGUF with a vocabulary and template, a Hugging
 //! Face directory) are mutated, bytes and JSON alike, and fed to the library's entry points that read files: the
 //! GGUF parser, configs from GGUF and config.json, tokenizers and templates from both, safetensors headers, the
-//! quantization config, `info`'s summary. Every case must return (Ok or an error), never panic, never ask for one
+//! quantization config, `info`'s summary, PyTorch files (`torch_pickle::read`: a zip and a pickle). Every case must return (Ok or an error), never panic, never ask for one
 //! allocation over [`ALLOC_BUDGET`] and never take over [`CASE_SECS`].
 //!
 //! The command line gets its own corpus (`fuzz/command_lines.rs`): every subcommand and flag, run through the
@@ -280,6 +280,8 @@ struct Seeds {
     gguf: Vec<u8>,
     hf: Vec<(String, Vec<u8>)>,
     template: String,
+    /// A torch.save state dict of two tensors (one sharing the other's storage type through the memo).
+    torch: Vec<u8>,
 }
 
 fn seeds(dir: &Path) -> Seeds {
@@ -298,16 +300,39 @@ fn seeds(dir: &Path) -> Seeds {
     }
     files.sort();
     let template = String::from_utf8(std::fs::read(hf.join("chat_template.jinja")).unwrap()).unwrap();
+    let mut p = common::torch::Pickle::default();
+    p.b.extend([0x80, 2, b'}']);
+    p.put();
+    p.b.push(b'(');
+    p.str("ids");
+    p.tensor("0", "LongStorage", &[4]);
+    p.str("w");
+    p.tensor("1", "FloatStorage", &[2, 3]);
+    p.b.extend([b'u', b'.']);
+    let storages = vec![
+        bytemuck::cast_slice(&[3i64, 1, 4, 1]).to_vec(),
+        bytemuck::cast_slice(&[0.5f32; 6]).to_vec(),
+    ];
     Seeds {
         gguf: std::fs::read(gguf).unwrap(),
         hf: files,
         template,
+        torch: common::torch::torch_file("archive", p.b, storages),
     }
 }
 
 /// One case: which entry point, from the case's own generator.
 fn run_case(rng: &mut Rng, s: &Seeds, dir: &Path) {
-    match rng.below(10) {
+    match rng.below(11) {
+        10 => {
+            let mut b = s.torch.clone();
+            for _ in 0..1 + rng.below(3) {
+                mutate_bytes(rng, &mut b);
+            }
+            let path = dir.join("model.pt");
+            std::fs::write(&path, b).unwrap();
+            let _ = shaderlm::loader::torch_pickle::read(&path);
+        }
         0..=3 => {
             let mut b = s.gguf.clone();
             if rng.below(2) == 0 {

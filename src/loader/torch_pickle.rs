@@ -98,50 +98,82 @@ enum V {
     },
 }
 
-/// Most values on the stack or in the memo (a guard against hostile files).
+/// Most values on the stack or in the memo, and the deepest nesting of containers (guards against hostile files:
+/// state dicts nest a few levels).
 const MAX_VALUES: usize = 1 << 20;
+const MAX_DEPTH: u16 = 64;
+
+/// A value with the nesting depth of its containers (0 for a leaf).
+type Slot = (V, u16);
 
 struct Machine<'a> {
     code: &'a [u8],
     at: usize,
-    stack: Vec<V>,
-    memo: std::collections::HashMap<u32, V>,
+    stack: Vec<Slot>,
+    memo: std::collections::HashMap<u32, Slot>,
 }
 
+type Step<T> = std::result::Result<T, String>;
+
 impl<'a> Machine<'a> {
-    fn take(&mut self, n: usize) -> std::result::Result<&'a [u8], String> {
+    fn take(&mut self, n: usize) -> Step<&'a [u8]> {
         let s = self.code.get(self.at..self.at.saturating_add(n)).ok_or("truncated")?;
         self.at += n;
         Ok(s)
     }
-    fn uint(&mut self, n: usize) -> std::result::Result<u64, String> {
+    fn uint(&mut self, n: usize) -> Step<u64> {
         Ok(self.take(n)?.iter().rev().fold(0u64, |a, &b| (a << 8) | b as u64))
     }
-    fn line(&mut self) -> std::result::Result<String, String> {
+    fn line(&mut self) -> Step<String> {
         let rest = &self.code[self.at.min(self.code.len())..];
         let end = rest.iter().position(|&b| b == b'\n').ok_or("truncated")?;
         self.at += end + 1;
         Ok(String::from_utf8_lossy(&rest[..end]).into_owned())
     }
-    fn pop(&mut self) -> std::result::Result<V, String> {
+    fn pop(&mut self) -> Step<Slot> {
         self.stack.pop().ok_or_else(|| "stack underflow".to_string())
     }
     /// The values above the topmost mark, which is removed.
-    fn pop_mark(&mut self) -> std::result::Result<Vec<V>, String> {
-        let m = self.stack.iter().rposition(|v| matches!(v, V::Mark)).ok_or("no mark")?;
+    fn pop_mark(&mut self) -> Step<Vec<Slot>> {
+        let m = self
+            .stack
+            .iter()
+            .rposition(|v| matches!(v.0, V::Mark))
+            .ok_or("no mark")?;
         let items = self.stack.split_off(m + 1);
         self.stack.pop();
         Ok(items)
     }
-    fn push(&mut self, v: V) -> std::result::Result<(), String> {
+    fn push_at(&mut self, v: V, depth: u16) -> Step<()> {
         if self.stack.len() >= MAX_VALUES {
             return Err("too many values".into());
         }
-        self.stack.push(v);
+        if depth > MAX_DEPTH {
+            return Err(format!("containers nested deeper than {MAX_DEPTH}"));
+        }
+        self.stack.push((v, depth));
         Ok(())
     }
+    fn push(&mut self, v: V) -> Step<()> {
+        self.push_at(v, 0)
+    }
+    /// A container of `items`, one level above the deepest of them.
+    fn push_container(&mut self, items: Vec<Slot>, make: impl FnOnce(Vec<V>) -> V) -> Step<()> {
+        let depth = items.iter().map(|s| s.1).max().unwrap_or(0) + 1;
+        self.push_at(make(items.into_iter().map(|s| s.0).collect()), depth)
+    }
+    /// Add `items` to the container on top of the stack (`add` puts them in), which then nests as deep as they do.
+    fn extend_top(&mut self, items: Vec<Slot>, add: impl FnOnce(&mut V, Vec<V>) -> Step<()>) -> Step<()> {
+        let depth = items.iter().map(|s| s.1 + 1).max().unwrap_or(0);
+        let top = self.stack.last_mut().ok_or("stack underflow")?;
+        top.1 = top.1.max(depth);
+        if top.1 > MAX_DEPTH {
+            return Err(format!("containers nested deeper than {MAX_DEPTH}"));
+        }
+        add(&mut top.0, items.into_iter().map(|s| s.0).collect())
+    }
 
-    fn run(&mut self) -> std::result::Result<V, String> {
+    fn run(&mut self) -> Step<V> {
         loop {
             let op = self.take(1)?[0];
             match op {
@@ -197,30 +229,37 @@ impl<'a> Machine<'a> {
                     self.take(n)?;
                     self.push(V::Other)?
                 }
-                b'q' | b'r' => {
-                    let k = if op == b'q' { self.uint(1)? } else { self.uint(4)? } as u32;
-                    let top = self.stack.last().ok_or("stack underflow")?.clone();
+                b'q' | b'r' | 0x94 => {
+                    let k = match op {
+                        b'q' => self.uint(1)? as u32,
+                        b'r' => self.uint(4)? as u32,
+                        _ => self.memo.len() as u32,
+                    };
+                    let top = self.stack.last().ok_or("stack underflow")?;
+                    // Containers are memoized only while small (sizes, strides): a reference to a large one could
+                    // multiply it (the "billion laughs" of pickles).
+                    let leaf_or_small = match &top.0 {
+                        V::Tuple(t) | V::List(t) => t.len() <= 64 && top.1 <= 1,
+                        V::Dict(d) => d.is_empty(),
+                        _ => true,
+                    };
                     if self.memo.len() >= MAX_VALUES {
                         return Err("too many memo entries".into());
                     }
-                    self.memo.insert(k, top);
-                }
-                0x94 => {
-                    let top = self.stack.last().ok_or("stack underflow")?.clone();
-                    let k = self.memo.len() as u32;
-                    self.memo.insert(k, top);
+                    let put = if leaf_or_small { top.clone() } else { (V::Other, 0) };
+                    self.memo.insert(k, put);
                 }
                 b'h' | b'j' => {
                     let k = if op == b'h' { self.uint(1)? } else { self.uint(4)? } as u32;
-                    let v = self.memo.get(&k).ok_or("a memo key that was never set")?.clone();
-                    self.push(v)?
+                    let (v, d) = self.memo.get(&k).ok_or("a memo key that was never set")?.clone();
+                    self.push_at(v, d)?
                 }
                 b'c' => {
                     let (module, name) = (self.line()?, self.line()?);
                     self.push(V::Global(format!("{module}.{name}")))?
                 }
                 0x93 => {
-                    let (name, module) = (self.pop()?, self.pop()?);
+                    let (name, module) = (self.pop()?.0, self.pop()?.0);
                     match (module, name) {
                         (V::Str(m), V::Str(n)) => self.push(V::Global(format!("{m}.{n}")))?,
                         _ => return Err("STACK_GLOBAL of non-strings".into()),
@@ -228,7 +267,7 @@ impl<'a> Machine<'a> {
                 }
                 b't' => {
                     let items = self.pop_mark()?;
-                    self.push(V::Tuple(items))?
+                    self.push_container(items, V::Tuple)?
                 }
                 0x85..=0x87 => {
                     let n = (op - 0x84) as usize;
@@ -236,51 +275,52 @@ impl<'a> Machine<'a> {
                         return Err("stack underflow".into());
                     }
                     let items = self.stack.split_off(self.stack.len() - n);
-                    self.push(V::Tuple(items))?
+                    self.push_container(items, V::Tuple)?
                 }
                 b'Q' => {
-                    let pid = self.pop()?;
+                    let pid = self.pop()?.0;
                     self.push(storage(pid)?)?
                 }
                 b'R' | 0x81 => {
-                    let (args, f) = (self.pop()?, self.pop()?);
+                    let (args, f) = (self.pop()?.0, self.pop()?.0);
                     self.push(call(f, args)?)?
                 }
                 b'b' => {
                     self.pop()?; // BUILD: the state (a state dict's `_metadata`) is dropped
                 }
-                b's' => {
-                    let (v, k) = (self.pop()?, self.pop()?);
-                    match self.stack.last_mut() {
-                        Some(V::Dict(d)) => d.push((k, v)),
-                        _ => return Err("SETITEM without a dict".into()),
-                    }
-                }
-                b'u' => {
-                    let items = self.pop_mark()?;
-                    let Some(V::Dict(d)) = self.stack.last_mut() else {
-                        return Err("SETITEMS without a dict".into());
+                b's' | b'u' => {
+                    let items = if op == b's' {
+                        let (v, k) = (self.pop()?, self.pop()?);
+                        vec![k, v]
+                    } else {
+                        self.pop_mark()?
                     };
-                    let mut it = items.into_iter();
-                    while let (Some(k), Some(v)) = (it.next(), it.next()) {
-                        d.push((k, v));
-                    }
+                    self.extend_top(items, |top, items| {
+                        let V::Dict(d) = top else {
+                            return Err("SETITEM without a dict".into());
+                        };
+                        let mut it = items.into_iter();
+                        while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                            d.push((k, v));
+                        }
+                        Ok(())
+                    })?
                 }
-                b'a' => {
-                    let v = self.pop()?;
-                    match self.stack.last_mut() {
-                        Some(V::List(l)) => l.push(v),
-                        _ => return Err("APPEND without a list".into()),
-                    }
+                b'a' | b'e' => {
+                    let items = if op == b'a' {
+                        vec![self.pop()?]
+                    } else {
+                        self.pop_mark()?
+                    };
+                    self.extend_top(items, |top, items| match top {
+                        V::List(l) => {
+                            l.extend(items);
+                            Ok(())
+                        }
+                        _ => Err("APPEND without a list".into()),
+                    })?
                 }
-                b'e' => {
-                    let items = self.pop_mark()?;
-                    match self.stack.last_mut() {
-                        Some(V::List(l)) => l.extend(items),
-                        _ => return Err("APPENDS without a list".into()),
-                    }
-                }
-                b'.' => return self.pop(),
+                b'.' => return Ok(self.pop()?.0),
                 other => {
                     return Err(format!(
                         "pickle opcode 0x{other:02x} is not one torch.save writes for tensors"
@@ -396,23 +436,34 @@ pub fn read(path: &Path) -> Result<Vec<(String, TorchTensor)>> {
             else {
                 unreachable!("collect keeps tensors only")
             };
-            let n: usize = shape.iter().product();
-            let mut want = 1;
+            let too_big = || bad(format!("tensor {name:?}: shape {shape:?} is too large"));
+            let n = shape
+                .iter()
+                .try_fold(1usize, |a, &d| a.checked_mul(d))
+                .ok_or_else(too_big)?;
+            if stride.len() != shape.len() {
+                return Err(bad(format!(
+                    "tensor {name:?}: {} strides for shape {shape:?}",
+                    stride.len()
+                )));
+            }
+            let mut want = 1usize;
             for (i, &d) in shape.iter().enumerate().rev() {
                 if d > 1 && stride[i] != want {
                     return Err(bad(format!(
                         "tensor {name:?}: strides {stride:?} of shape {shape:?} are not contiguous"
                     )));
                 }
-                want *= d;
+                want = want.checked_mul(d).ok_or_else(too_big)?;
             }
             let r = zip
                 .entries
                 .get(&format!("{prefix}data/{key}"))
                 .ok_or_else(|| bad(format!("tensor {name:?}: storage {key} missing")))?;
-            let (from, len) = (offset * dtype.size(), n * dtype.size());
+            let from = offset.checked_mul(dtype.size()).ok_or_else(too_big)?;
+            let len = n.checked_mul(dtype.size()).ok_or_else(too_big)?;
             let bytes = map[r.clone()]
-                .get(from..from + len)
+                .get(from..from.checked_add(len).ok_or_else(too_big)?)
                 .ok_or_else(|| bad(format!("tensor {name:?}: {n} values past the end of storage {key}")))?;
             Ok((
                 name,

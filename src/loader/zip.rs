@@ -11,14 +11,17 @@ pub struct StoredZip {
     pub entries: HashMap<String, Range<usize>>,
 }
 
+fn bytes_at(b: &[u8], at: usize, n: usize) -> Option<&[u8]> {
+    b.get(at..at.checked_add(n)?)
+}
 fn u16_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?) as u64)
+    Some(u16::from_le_bytes(bytes_at(b, at, 2)?.try_into().ok()?) as u64)
 }
 fn u32_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?) as u64)
+    Some(u32::from_le_bytes(bytes_at(b, at, 4)?.try_into().ok()?) as u64)
 }
 fn u64_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+    Some(u64::from_le_bytes(bytes_at(b, at, 8)?.try_into().ok()?))
 }
 
 impl StoredZip {
@@ -38,19 +41,22 @@ impl StoredZip {
         if count == 0xffff || cd == 0xffff_ffff {
             // Zip64: the locator just before the record points at the zip64 record.
             let loc = eocd.checked_sub(20).ok_or_else(|| bad("no zip64 locator"))?;
-            if bytes[loc..loc + 4] != [0x50, 0x4b, 0x06, 0x07] {
+            if bytes_at(bytes, loc, 4) != Some(&[0x50, 0x4b, 0x06, 0x07]) {
                 return Err(bad("no zip64 locator"));
             }
             let rec = u64_at(bytes, loc + 8).ok_or_else(|| bad("truncated"))? as usize;
-            if bytes.get(rec..rec + 4) != Some(&[0x50, 0x4b, 0x06, 0x06]) {
+            if bytes_at(bytes, rec, 4) != Some(&[0x50, 0x4b, 0x06, 0x06]) {
                 return Err(bad("bad zip64 record"));
             }
             count = u64_at(bytes, rec + 32).ok_or_else(|| bad("truncated"))?;
             cd = u64_at(bytes, rec + 48).ok_or_else(|| bad("truncated"))?;
         }
         let mut entries = HashMap::new();
-        let mut at = cd as usize;
+        let mut at = usize::try_from(cd).map_err(|_| bad("central directory offset"))?;
         for _ in 0..count {
+            if at > bytes.len() {
+                return Err(bad("truncated central directory"));
+            }
             let field = |off: usize, len: usize| -> Result<u64> {
                 let v = if len == 2 {
                     u16_at(bytes, at + off)
@@ -59,7 +65,7 @@ impl StoredZip {
                 };
                 v.ok_or_else(|| bad("truncated central directory"))
             };
-            if bytes.get(at..at + 4) != Some(&[0x50, 0x4b, 0x01, 0x02]) {
+            if bytes_at(bytes, at, 4) != Some(&[0x50, 0x4b, 0x01, 0x02]) {
                 return Err(bad("bad central directory entry"));
             }
             let (method, mut size) = (field(10, 2)?, field(24, 4)?);
@@ -98,8 +104,8 @@ impl StoredZip {
                     "entry {name} is compressed (method {method}); only stored entries are read"
                 )));
             }
-            let l = local as usize;
-            if bytes.get(l..l + 4) != Some(&[0x50, 0x4b, 0x03, 0x04]) {
+            let l = usize::try_from(local).unwrap_or(usize::MAX);
+            if bytes_at(bytes, l, 4) != Some(&[0x50, 0x4b, 0x03, 0x04]) {
                 return Err(bad(&format!("entry {name}: bad local header")));
             }
             let data =

@@ -8,3 +8,4 @@ pub mod minicpm;
 pub mod rng;
 pub mod steps;
 pub mod tiny;
+pub mod torch;
