@@ -352,16 +352,32 @@ pub(super) fn expand(gen: &mut Generator<'_>, shape: TreeShape, tree: &mut Draft
     for &i in order.iter().take(shape.size.min(MAX_TREE_ROWS - 1)) {
         keep[i] = true;
     }
-    let mut node_of = vec![0usize; cands.len()];
-    for (i, c) in cands.iter().enumerate() {
-        let parent = match c.parent {
+    // A node whose parent was not kept goes too (candidates come after their parents).
+    for i in 0..cands.len() {
+        let p = cands[i].parent;
+        keep[i] &= p == ROOT || keep[p];
+    }
+    // The spine first: from the root, the best kept child each time. The target most often keeps a prefix of it,
+    // and nodes 1..=d already sit at the positions of depths 1..=d: no K/V to move after the verification.
+    let mut spine = Vec::new();
+    let mut at = ROOT;
+    while let Some(best) = (0..cands.len())
+        .filter(|&i| keep[i] && cands[i].parent == at)
+        .min_by(|&a, &b| cands[b].score.total_cmp(&cands[a].score).then(a.cmp(&b)))
+    {
+        spine.push(best);
+        at = best;
+    }
+    let rest: Vec<usize> = (0..cands.len()).filter(|&i| keep[i] && !spine.contains(&i)).collect();
+    // Each candidate's node once placed (a parent is placed before its children in this order).
+    let mut node_of: Vec<Option<usize>> = vec![None; cands.len()];
+    for i in spine.into_iter().chain(rest) {
+        let p = match cands[i].parent {
             ROOT => Some(0),
-            p if keep[p] => Some(node_of[p]),
-            _ => None,
+            p => node_of[p],
         };
-        match parent {
-            Some(p) if keep[i] && tree.depth(p) < MAX_TREE_DEPTH => node_of[i] = tree.push(p, c.token),
-            _ => keep[i] = false,
+        if let Some(p) = p.filter(|&p| tree.depth(p) < MAX_TREE_DEPTH) {
+            node_of[i] = Some(tree.push(p, cands[i].token));
         }
     }
     Ok(())
