@@ -9,6 +9,7 @@ mod common;
 use common::blockffn::write_blockffn;
 use common::gpu::gpu;
 use common::minicpm::write_minicpm;
+use common::spec_runs::{run, Smol};
 use common::steps::{bits, tokens, weights, LOGITS_AND_ARGMAX};
 use common::tiny::{
     phi3, random, stored, weights as tiny_weights, write_gguf, write_gguf_chat, write_gguf_chat_as, write_hf,
@@ -16,11 +17,9 @@ use common::tiny::{
 };
 use shaderlm::generate::draft::{check_same_vocab, DraftModel, Drafter, Lookup};
 use shaderlm::generate::eagle::EagleDraft;
-use shaderlm::generate::spec::{generate_spec, SpecOptions, SpecStats, Speculator};
-use shaderlm::generate::tree::TreeShape;
-use shaderlm::generate::{generate, GenOptions, GenOutput, Generator};
+use shaderlm::generate::spec::{generate_spec, SpecOptions, Speculator};
+use shaderlm::generate::{GenOptions, Generator};
 use shaderlm::gpu::Gpu;
-use shaderlm::model::eagle_fit::write_head;
 use shaderlm::model::load::LoadedModel;
 use shaderlm::model::{frspec, Llama, LoadOptions, StepOutputs};
 use shaderlm::quant::GgmlType;
@@ -72,89 +71,6 @@ fn verify_rows_equal_decode_steps(label: &str, model: &Llama, prompt: &[u32], co
         done += keep;
     }
     assert!(done >= 12, "{label}: the schedule verified only {done} tokens");
-}
-
-/// A draft tree of 23 nodes (random parents, at most 6 deep; more rows than a verification step's 8, so every
-/// kernel must keep its rows invariant up to a tree's size) after `prompt`, run as one tree step: every row's logits
-/// and argmax equal the one-token steps of plain decoding along that row's path, bit for bit; then the deepest
-/// path is accepted (its K/V moved into place) and the next token's logits equal plain decoding's after it.
-fn tree_rows_equal_decode_steps(label: &str, model: &Llama, prompt: &[u32], seed: u32) {
-    let gpu = gpu();
-    let (ctx, vocab) = (128, model.cfg.vocab);
-    let toks = tokens(23, vocab, seed);
-    let mut tree = shaderlm::generate::tree::DraftTree::default();
-    tree.reset(toks[0]);
-    for (i, &t) in toks.iter().enumerate().skip(1) {
-        let mut parent = (i * 7 + seed as usize) % i;
-        while tree.depth(parent) >= 6 {
-            parent = tree.parents[parent];
-        }
-        tree.push(parent, t);
-    }
-    let mut plain = Generator::new(gpu, model, ctx, LOGITS_AND_ARGMAX).unwrap();
-    let mut spec = Generator::new(gpu, model, ctx, LOGITS_AND_ARGMAX).unwrap();
-    spec.feed(prompt).unwrap();
-    let base = prompt.len();
-    spec.feed_tree(base, &tree.tokens, &tree.table().unwrap(), None)
-        .unwrap();
-    let path_tokens = |node: usize| -> Vec<u32> { tree.path(node).iter().map(|&i| tree.tokens[i as usize]).collect() };
-    for node in 0..tree.len() {
-        plain.truncate(0);
-        plain.feed(prompt).unwrap();
-        for t in path_tokens(node) {
-            plain.feed(&[t]).unwrap();
-        }
-        let got = bits(&spec.result.logits[node * vocab..(node + 1) * vocab]);
-        assert!(
-            got == bits(&plain.result.logits),
-            "{label}: tree row {node} (depth {}) differs",
-            tree.depth(node)
-        );
-        assert_eq!(
-            spec.result.row_argmax[node],
-            plain.result.argmax.unwrap(),
-            "{label}: argmax of row {node}"
-        );
-    }
-    // Accept the deepest path (nodes side by side in the cache until moved), then one more token.
-    let deepest = (0..tree.len()).max_by_key(|&n| (tree.depth(n), n)).unwrap();
-    let (path, toks) = (tree.path(deepest), path_tokens(deepest));
-    spec.accept_path(base, &toks, &path).unwrap();
-    spec.feed(&[5]).unwrap();
-    plain.truncate(0);
-    plain.feed(prompt).unwrap();
-    for &t in toks.iter().chain(&[5]) {
-        plain.feed(&[t]).unwrap();
-    }
-    assert!(
-        bits(&spec.result.logits) == bits(&plain.result.logits),
-        "{label}: the step after the accepted path"
-    );
-}
-
-#[test]
-fn tree_rows_equal_decode_steps_along_their_paths() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny.gguf");
-    write_gguf(&path, &Tiny::llama(), 31, GgmlType::Q4_1);
-    tree_rows_equal_decode_steps("llama Q4_1", &weights(&path), &tokens(9, 101, 1), 3);
-    let mut qwen3 = Tiny::llama();
-    qwen3.arch = "qwen3";
-    qwen3.kv_heads = 1;
-    // Gemma 3's windows of 5 keys (crossed by the deeper paths), Qwen3's q/k norms, Phi-3's partial rotation, all
-    // with dense f32 weights (the dense matmul's GEMV on every row).
-    for (label, t) in [("qwen3", qwen3), ("gemma3", Tiny::gemma3()), ("phi3", phi3())] {
-        let dir = tempfile::tempdir().unwrap();
-        write_hf(dir.path(), &t, 33, false);
-        tree_rows_equal_decode_steps(label, &weights(dir.path()), &tokens(11, 101, 5), 7);
-    }
-    // MiniCPM's muP scales, and BlockFFN's experts routed per row (their union over the tree's rows).
-    let dir = tempfile::tempdir().unwrap();
-    let t = write_minicpm(dir.path(), 34, None);
-    tree_rows_equal_decode_steps("minicpm", &weights(dir.path()), &tokens(9, t.vocab, 7), 9);
-    let dir = tempfile::tempdir().unwrap();
-    let t = write_blockffn(dir.path(), 36, "block", "rms");
-    tree_rows_equal_decode_steps("blockffn", &weights(dir.path()), &tokens(9, t.vocab, 11), 13);
 }
 
 #[test]
@@ -239,121 +155,6 @@ fn verify_rows_equal_decode_steps_minicpm_dense_sparse_and_blockffn() {
     }
 }
 
-/// One generation of `n` tokens after `prompt`, plain or with `drafter`, then a follow-up turn (`follow` fed on
-/// top of what the cache holds, `n` more tokens): both outputs, and the speculation stats.
-fn run(
-    gen: &mut Generator<'_>,
-    loaded: &LoadedModel,
-    params: &SamplingParams,
-    prompt: &[u32],
-    follow: &[u32],
-    n: usize,
-    drafter: Option<(&mut dyn Drafter, usize)>,
-) -> (GenOutput, GenOutput, SpecStats) {
-    let spec = drafter.map(|(d, k)| {
-        let opts = SpecOptions {
-            max_draft: k,
-            min_accepted: 0.0,
-            ..Default::default()
-        };
-        (d, opts)
-    });
-    run_with(gen, loaded, params, (prompt, follow), n, spec)
-}
-
-/// [`run`] with the speculation options given.
-fn run_with(
-    gen: &mut Generator<'_>,
-    loaded: &LoadedModel,
-    params: &SamplingParams,
-    (prompt, follow): (&[u32], &[u32]),
-    n: usize,
-    drafter: Option<(&mut dyn Drafter, SpecOptions)>,
-) -> (GenOutput, GenOutput, SpecStats) {
-    let opts = GenOptions {
-        max_tokens: n,
-        stop_strings: Vec::new(),
-        stop_at_eos: false,
-    };
-    assert!(gen.tokens.is_empty(), "each run starts from an empty cache");
-    let tok = &loaded.tokenizer;
-    let mut sampler = Sampler::new(params.clone());
-    let (first, stats) = match drafter {
-        Some((d, spec_opts)) => {
-            let mut spec = Speculator {
-                drafter: d,
-                opts: spec_opts,
-            };
-            generate_spec(gen, tok, &mut sampler, prompt, &opts, &mut spec, |_| true).unwrap()
-        }
-        None => (
-            generate(gen, tok, &mut sampler, prompt, &opts, |_| true).unwrap(),
-            SpecStats::default(),
-        ),
-    };
-    // The follow-up turn: the last generated token and the new message, after what the cache keeps.
-    let mut next = vec![*first.generated.last().unwrap()];
-    next.extend_from_slice(follow);
-    let second = generate(gen, tok, &mut sampler, &next, &opts, |_| true).unwrap();
-    (first, second, stats)
-}
-
-/// What the SmolLM2 speculation tests share: the model, the follow-up message, seeded sampling, and an EAGLE-1 head
-/// at SmolLM2's shape in the published layout (random fc, its layer an identity).
-struct Smol {
-    gpu: Gpu,
-    loaded: LoadedModel,
-    follow: Vec<u32>,
-    seeded: SamplingParams,
-    head_dir: tempfile::TempDir,
-}
-
-impl Smol {
-    fn new() -> Smol {
-        let (gpu, loaded) = common::golden::load("SmolLM2-135M-Instruct.Q4_1.gguf", "");
-        let follow = loaded.tokenizer.encode("\nNow say it again, shorter.", false).unwrap();
-        let seeded = SamplingParams {
-            temperature: 0.8,
-            seed: 7,
-            ..Default::default()
-        };
-        let head_dir = tempfile::tempdir().unwrap();
-        let h = loaded.model.cfg.hidden;
-        let fc = common::rng::Rng::new(17).vec(2 * h * h, 0.05);
-        write_head(head_dir.path(), &loaded.model.cfg, &fc, &vec![0.0; h]).unwrap();
-        Smol {
-            gpu,
-            loaded,
-            follow,
-            seeded,
-            head_dir,
-        }
-    }
-
-    /// The target's session: logits and argmax, and the hidden states an EAGLE head drafts from.
-    fn target(&self) -> Generator<'_> {
-        let outputs = StepOutputs {
-            logits: true,
-            argmax: true,
-            hidden: true,
-            ..Default::default()
-        };
-        Generator::new(&self.gpu, &self.loaded.model, self.loaded.ctx, outputs).unwrap()
-    }
-
-    /// SmolLM2 drafting for itself, its steps reading `outputs`.
-    fn self_draft(&self, outputs: StepOutputs) -> DraftModel<'_> {
-        DraftModel::greedy(
-            Generator::new(&self.gpu, &self.loaded.model, self.loaded.ctx, outputs).unwrap(),
-            0.0,
-        )
-    }
-
-    fn head(&self) -> Llama {
-        Llama::load_eagle(&self.gpu, self.head_dir.path(), &self.loaded.model).unwrap()
-    }
-}
-
 /// SmolLM2 on two golden prompts, one session each for the target and the draft (reset between runs, so plans are
 /// built once): prompt lookup, SmolLM2 drafting for itself (which must then be accepted whole) and an EAGLE-1 head
 /// (random fc, in the published layout) with 1, 3 and 7 drafts per step, greedy and seeded sampling: the same tokens as plain decoding, and the same continuation in a
@@ -404,81 +205,6 @@ fn speculative_generation_equals_plain_on_smollm2() {
                             st.accepted, st.drafted,
                             "{label}: a greedy self-draft must be accepted whole"
                         );
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Draft trees (EAGLE-2's dynamic tree grown by SmolLM2 drafting for itself and by an EAGLE head, and prompt
-/// lookup's merged matches), verified in one tree step each, with the tree shapes (depth, top-k, size): the
-/// same tokens as plain decoding, greedy and seeded, and the same follow-up turn (the accepted path's K/V were
-/// moved where plain decoding writes them).
-#[test]
-fn draft_trees_equal_plain_on_smollm2() {
-    let smol = Smol::new();
-    let (gpu, loaded, follow, seeded) = (&smol.gpu, &smol.loaded, &smol.follow, smol.seeded.clone());
-    let mut target = smol.target();
-    let mut draft = smol.self_draft(StepOutputs {
-        logits: true, // a tree grows from the draft's log-probabilities
-        ..Default::default()
-    });
-    let mut lookup = Lookup::default();
-    let head = smol.head();
-    let mut eagle = EagleDraft::for_trees(gpu, &head, loaded.ctx).unwrap();
-    let shapes = [(2, 10, 12), (6, 10, 60), (3, 4, 16)].map(|(depth, topk, size)| TreeShape { depth, topk, size });
-    let runs = [
-        ("chat_capital", SamplingParams::greedy(), &shapes[..]),
-        ("code_python", SamplingParams::greedy(), &shapes[2..]),
-        ("chat_capital", seeded, &shapes[..1]),
-    ];
-    for (name, params, shapes) in runs {
-        let fx = common::golden::fixture("smollm2", name);
-        let prompt = &fx.prompt_tokens;
-        let label = format!("{name} at temperature {}", params.temperature);
-        target.truncate(0);
-        let (p1, p2, _) = run(&mut target, loaded, &params, prompt, follow, 16, None);
-        for &shape in shapes {
-            let sources: [(&str, &mut dyn Drafter); 3] = [
-                ("lookup", &mut lookup),
-                ("self-draft", &mut draft),
-                ("eagle", &mut eagle),
-            ];
-            for (source, drafter) in sources {
-                target.truncate(0);
-                let opts = SpecOptions {
-                    min_accepted: 0.0,
-                    tree: Some(shape),
-                    ..Default::default()
-                };
-                let (s1, s2, st) = run_with(
-                    &mut target,
-                    loaded,
-                    &params,
-                    (prompt, follow),
-                    16,
-                    Some((drafter, opts)),
-                );
-                let tag = format!("{label}, {source} tree {shape:?}");
-                assert_eq!(s1.generated, p1.generated, "{tag}: first turn");
-                assert_eq!(s2.generated, p2.generated, "{tag}: follow-up turn");
-                println!(
-                    "{tag}: {} tree steps, {} tokens per step, {}/{} nodes accepted",
-                    st.verify_steps,
-                    st.mean_accepted_len(),
-                    st.accepted,
-                    st.drafted
-                );
-                if source == "self-draft" {
-                    assert!(
-                        st.verify_steps > 0 && st.accepted > 0,
-                        "{tag}: nothing drafted or accepted"
-                    );
-                    if params.temperature == 0.0 {
-                        // The draft's own greedy path is its best-scored one at depth 1, so each step keeps at
-                        // least one draft.
-                        assert!(st.accepted >= st.verify_steps, "{tag}: {st:?}");
                     }
                 }
             }

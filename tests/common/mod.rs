@@ -6,6 +6,7 @@ pub mod golden;
 pub mod gpu;
 pub mod minicpm;
 pub mod rng;
+pub mod spec_runs;
 pub mod steps;
 pub mod tiny;
 pub mod torch;

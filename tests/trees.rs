@@ -1,0 +1,180 @@
+//! Draft trees verified in one step are lossless. (1) Every row of a tree step equals plain decoding along that
+//! row's path, bit for bit, for every architecture, and so does the step after an accepted path (its K/V moved into
+//! place). (2) Generation with trees (EAGLE-2's dynamic tree from a draft model and an EAGLE head, prompt lookup's
+//! merged matches) gives plain decoding's tokens on the SmolLM2 golden prompts, greedy and seeded, and the same
+//! follow-up turn.
+
+mod common;
+
+use common::blockffn::write_blockffn;
+use common::gpu::gpu;
+use common::minicpm::write_minicpm;
+use common::spec_runs::{run, run_with, Smol};
+use common::steps::{bits, tokens, weights, LOGITS_AND_ARGMAX};
+use common::tiny::{phi3, write_gguf, write_hf, Tiny};
+use shaderlm::generate::draft::{Drafter, Lookup};
+use shaderlm::generate::eagle::EagleDraft;
+use shaderlm::generate::spec::SpecOptions;
+use shaderlm::generate::tree::TreeShape;
+use shaderlm::generate::Generator;
+use shaderlm::model::{Llama, StepOutputs};
+use shaderlm::quant::GgmlType;
+use shaderlm::sampling::SamplingParams;
+
+/// A draft tree of 23 nodes (random parents, at most 6 deep; more rows than a verification step's 8, so every
+/// kernel must keep its rows invariant up to a tree's size) after `prompt`, run as one tree step: every row's logits
+/// and argmax equal the one-token steps of plain decoding along that row's path, bit for bit; then the deepest
+/// path is accepted (its K/V moved into place) and the next token's logits equal plain decoding's after it.
+fn tree_rows_equal_decode_steps(label: &str, model: &Llama, prompt: &[u32], seed: u32) {
+    let gpu = gpu();
+    let (ctx, vocab) = (128, model.cfg.vocab);
+    let toks = tokens(23, vocab, seed);
+    let mut tree = shaderlm::generate::tree::DraftTree::default();
+    tree.reset(toks[0]);
+    for (i, &t) in toks.iter().enumerate().skip(1) {
+        let mut parent = (i * 7 + seed as usize) % i;
+        while tree.depth(parent) >= 6 {
+            parent = tree.parents[parent];
+        }
+        tree.push(parent, t);
+    }
+    let mut plain = Generator::new(gpu, model, ctx, LOGITS_AND_ARGMAX).unwrap();
+    let mut spec = Generator::new(gpu, model, ctx, LOGITS_AND_ARGMAX).unwrap();
+    spec.feed(prompt).unwrap();
+    let base = prompt.len();
+    spec.feed_tree(base, &tree.tokens, &tree.table().unwrap(), None)
+        .unwrap();
+    let path_tokens = |node: usize| -> Vec<u32> { tree.path(node).iter().map(|&i| tree.tokens[i as usize]).collect() };
+    for node in 0..tree.len() {
+        plain.truncate(0);
+        plain.feed(prompt).unwrap();
+        for t in path_tokens(node) {
+            plain.feed(&[t]).unwrap();
+        }
+        let got = bits(&spec.result.logits[node * vocab..(node + 1) * vocab]);
+        assert!(
+            got == bits(&plain.result.logits),
+            "{label}: tree row {node} (depth {}) differs",
+            tree.depth(node)
+        );
+        assert_eq!(
+            spec.result.row_argmax[node],
+            plain.result.argmax.unwrap(),
+            "{label}: argmax of row {node}"
+        );
+    }
+    // Accept the deepest path (nodes side by side in the cache until moved), then one more token.
+    let deepest = (0..tree.len()).max_by_key(|&n| (tree.depth(n), n)).unwrap();
+    let (path, toks) = (tree.path(deepest), path_tokens(deepest));
+    spec.accept_path(base, &toks, &path).unwrap();
+    spec.feed(&[5]).unwrap();
+    plain.truncate(0);
+    plain.feed(prompt).unwrap();
+    for &t in toks.iter().chain(&[5]) {
+        plain.feed(&[t]).unwrap();
+    }
+    assert!(
+        bits(&spec.result.logits) == bits(&plain.result.logits),
+        "{label}: the step after the accepted path"
+    );
+}
+
+#[test]
+fn tree_rows_equal_decode_steps_along_their_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_gguf(&path, &Tiny::llama(), 31, GgmlType::Q4_1);
+    tree_rows_equal_decode_steps("llama Q4_1", &weights(&path), &tokens(9, 101, 1), 3);
+    let mut qwen3 = Tiny::llama();
+    qwen3.arch = "qwen3";
+    qwen3.kv_heads = 1;
+    // Gemma 3's windows of 5 keys (crossed by the deeper paths), Qwen3's q/k norms, Phi-3's partial rotation, all
+    // with dense f32 weights (the dense matmul's GEMV on every row).
+    for (label, t) in [("qwen3", qwen3), ("gemma3", Tiny::gemma3()), ("phi3", phi3())] {
+        let dir = tempfile::tempdir().unwrap();
+        write_hf(dir.path(), &t, 33, false);
+        tree_rows_equal_decode_steps(label, &weights(dir.path()), &tokens(11, 101, 5), 7);
+    }
+    // MiniCPM's muP scales, and BlockFFN's experts routed per row (their union over the tree's rows).
+    let dir = tempfile::tempdir().unwrap();
+    let t = write_minicpm(dir.path(), 34, None);
+    tree_rows_equal_decode_steps("minicpm", &weights(dir.path()), &tokens(9, t.vocab, 7), 9);
+    let dir = tempfile::tempdir().unwrap();
+    let t = write_blockffn(dir.path(), 36, "block", "rms");
+    tree_rows_equal_decode_steps("blockffn", &weights(dir.path()), &tokens(9, t.vocab, 11), 13);
+}
+
+/// Draft trees (EAGLE-2's dynamic tree grown by SmolLM2 drafting for itself and by an EAGLE head, and prompt
+/// lookup's merged matches), verified in one tree step each, with the tree shapes (depth, top-k, size): the
+/// same tokens as plain decoding, greedy and seeded, and the same follow-up turn (the accepted path's K/V were
+/// moved where plain decoding writes them).
+#[test]
+fn draft_trees_equal_plain_on_smollm2() {
+    let smol = Smol::new();
+    let (gpu, loaded, follow, seeded) = (&smol.gpu, &smol.loaded, &smol.follow, smol.seeded.clone());
+    let mut target = smol.target();
+    let mut draft = smol.self_draft(StepOutputs {
+        logits: true, // a tree grows from the draft's log-probabilities
+        ..Default::default()
+    });
+    let mut lookup = Lookup::default();
+    let head = smol.head();
+    let mut eagle = EagleDraft::for_trees(gpu, &head, loaded.ctx).unwrap();
+    let shapes = [(2, 10, 12), (6, 10, 60), (3, 4, 16)].map(|(depth, topk, size)| TreeShape { depth, topk, size });
+    let runs = [
+        ("chat_capital", SamplingParams::greedy(), &shapes[..]),
+        ("code_python", SamplingParams::greedy(), &shapes[2..]),
+        ("chat_capital", seeded, &shapes[..1]),
+    ];
+    for (name, params, shapes) in runs {
+        let fx = common::golden::fixture("smollm2", name);
+        let prompt = &fx.prompt_tokens;
+        let label = format!("{name} at temperature {}", params.temperature);
+        target.truncate(0);
+        let (p1, p2, _) = run(&mut target, loaded, &params, prompt, follow, 16, None);
+        for &shape in shapes {
+            let sources: [(&str, &mut dyn Drafter); 3] = [
+                ("lookup", &mut lookup),
+                ("self-draft", &mut draft),
+                ("eagle", &mut eagle),
+            ];
+            for (source, drafter) in sources {
+                target.truncate(0);
+                let opts = SpecOptions {
+                    min_accepted: 0.0,
+                    tree: Some(shape),
+                    ..Default::default()
+                };
+                let (s1, s2, st) = run_with(
+                    &mut target,
+                    loaded,
+                    &params,
+                    (prompt, follow),
+                    16,
+                    Some((drafter, opts)),
+                );
+                let tag = format!("{label}, {source} tree {shape:?}");
+                assert_eq!(s1.generated, p1.generated, "{tag}: first turn");
+                assert_eq!(s2.generated, p2.generated, "{tag}: follow-up turn");
+                println!(
+                    "{tag}: {} tree steps, {} tokens per step, {}/{} nodes accepted",
+                    st.verify_steps,
+                    st.mean_accepted_len(),
+                    st.accepted,
+                    st.drafted
+                );
+                if source == "self-draft" {
+                    assert!(
+                        st.verify_steps > 0 && st.accepted > 0,
+                        "{tag}: nothing drafted or accepted"
+                    );
+                    if params.temperature == 0.0 {
+                        // The draft's own greedy path is its best-scored one at depth 1, so each step keeps at
+                        // least one draft.
+                        assert!(st.accepted >= st.verify_steps, "{tag}: {st:?}");
+                    }
+                }
+            }
+        }
+    }
+}
