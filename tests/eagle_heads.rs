@@ -157,21 +157,59 @@ fn rope(x: &mut [f32], pos: usize, theta: f32) {
 /// The published forward over entries 0..n (token `tokens[j]` with feature `feats[j]`, at position j): every
 /// entry's output hidden state, and the last entry's logits (EAGLE-3: its own norm and head over the draft
 /// vocabulary; EAGLE-1: `target_head` `[vocab, hidden]` over the output, no norm). `p` is the layer's name prefix.
+/// Which published head the CPU forward computes.
+#[derive(Clone, Copy)]
+enum Variant<'a> {
+    /// EAGLE-1, scored by the target's head `[vocab, hidden]`.
+    V1(&'a [f32]),
+    V3,
+    /// vLLM's EagleMiniCPM: the target's head, `scale_emb`, the residual scale, the output scale
+    /// (`dim_model_base / hidden`), its layer's name prefix.
+    MiniCpm {
+        head: &'a [f32],
+        emb: f32,
+        residual: f32,
+        out: f32,
+        layer: &'a str,
+    },
+}
+
 fn cpu_forward(
     head: &Head,
     t: &LlamaConfig,
     embed: &[f32],
     (tokens, feats): (&[u32], &[Vec<f32>]),
-    target_head: Option<&[f32]>,
+    variant: Variant<'_>,
 ) -> (Vec<Vec<f32>>, Vec<f32>) {
     let (h, hd, nh, nkv) = (t.hidden, t.head_dim, t.n_heads, t.n_kv_heads);
     let eps = t.rms_eps;
-    let v1 = target_head.is_some();
-    let p = if v1 { "layers.0" } else { "midlayer" };
+    let v1 = matches!(variant, Variant::V1(_));
+    let p = match variant {
+        Variant::V1(_) => "layers.0",
+        Variant::V3 => "midlayer",
+        Variant::MiniCpm { layer, .. } => layer,
+    };
     let w = |name: &str| head.get(&format!("{p}.{name}"));
     let (mut qs, mut ks, mut vs, mut residual) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for (j, (&tok, f)) in tokens.iter().zip(feats).enumerate() {
         let e = &embed[tok as usize * h..(tok as usize + 1) * h];
+        if let Variant::MiniCpm { emb, .. } = variant {
+            // fc(cat(norm1(e * scale_emb), norm2(f))), the residual stream; the layer then norms its input.
+            let e: Vec<f32> = e.iter().map(|v| v * emb).collect();
+            let mut cat = rms_norm(&e, head.get("model.input_norm1.weight"), eps);
+            cat.extend(rms_norm(f, head.get("model.input_norm2.weight"), eps));
+            let x = matvec(head.get("model.fc.weight"), &cat);
+            let xn = rms_norm(&x, w("input_layernorm.weight"), eps);
+            residual.push(x);
+            let mut q = matvec(w("self_attn.q_proj.weight"), &xn);
+            let mut k = matvec(w("self_attn.k_proj.weight"), &xn);
+            q.chunks_exact_mut(hd).for_each(|c| rope(c, j, t.rope_theta));
+            k.chunks_exact_mut(hd).for_each(|c| rope(c, j, t.rope_theta));
+            qs.push(q);
+            ks.push(k);
+            vs.push(matvec(w("self_attn.v_proj.weight"), &xn));
+            continue;
+        }
         let x = if v1 {
             // EAGLE-1: fc(cat(e, f)) + b, which is also the residual stream (no input norm).
             let cat: Vec<f32> = e.iter().chain(f).copied().collect();
@@ -216,21 +254,29 @@ fn cpu_forward(
                 a[head_i * hd + d] = (v / z) as f32;
             }
         }
+        let rs = match variant {
+            Variant::MiniCpm { residual, .. } => residual,
+            _ => 1.0,
+        };
         let o = matvec(w("self_attn.o_proj.weight"), &a);
-        let r: Vec<f32> = f.iter().zip(&o).map(|(x, y)| x + y).collect();
+        let r: Vec<f32> = f.iter().zip(&o).map(|(x, y)| x + rs * y).collect();
         let x = rms_norm(&r, w("post_attention_layernorm.weight"), eps);
         let g = matvec(w("mlp.gate_proj.weight"), &x);
         let u = matvec(w("mlp.up_proj.weight"), &x);
         let m: Vec<f32> = g.iter().zip(&u).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
         let d = matvec(w("mlp.down_proj.weight"), &m);
-        outs.push(r.iter().zip(&d).map(|(x, y)| x + y).collect::<Vec<f32>>());
+        outs.push(r.iter().zip(&d).map(|(x, y)| x + rs * y).collect::<Vec<f32>>());
     }
-    let logits = match target_head {
-        Some(th) => matvec(th, outs.last().unwrap()),
-        None => matvec(
+    let logits = match variant {
+        Variant::V1(th) => matvec(th, outs.last().unwrap()),
+        Variant::V3 => matvec(
             head.get("lm_head.weight"),
             &rms_norm(outs.last().unwrap(), head.get("norm.weight"), eps),
         ),
+        Variant::MiniCpm { head, out, .. } => {
+            outs.iter_mut().for_each(|o| o.iter_mut().for_each(|v| *v *= out));
+            matvec(head, outs.last().unwrap())
+        }
     };
     (outs, logits)
 }
@@ -296,7 +342,7 @@ fn eagle3_heads_match_a_cpu_forward_draft_losslessly_and_bad_heads_are_refused()
     let feats: Vec<Vec<f32>> = (0..n)
         .map(|j| matvec(head.get("fc.weight"), &aux[j * 3 * h..(j + 1) * 3 * h]))
         .collect();
-    let (outs, logits) = cpu_forward(&head, t, &table, (&prompt[1..], &feats), None);
+    let (outs, logits) = cpu_forward(&head, t, &table, (&prompt[1..], &feats), Variant::V3);
     let want_hidden: Vec<f32> = outs.concat();
     let (e1, e2) = (nmse(&hg.result.hidden, &want_hidden), nmse(&hg.result.logits, &logits));
     println!("head vs CPU forward: hidden NMSE {e1:.2e}, logits NMSE {e2:.2e}");
@@ -466,7 +512,7 @@ fn eagle1_heads_match_a_cpu_forward() {
     let gguf = shaderlm::loader::gguf::GgufFile::open(&loaded.path).unwrap();
     let table = gguf.require("token_embd.weight").unwrap().to_f32().unwrap(); // tied: also the head
     let feats: Vec<Vec<f32>> = features.chunks_exact(h).take(n).map(<[f32]>::to_vec).collect();
-    let (outs, logits) = cpu_forward(&head, t, &table, (&prompt[1..], &feats), Some(&table));
+    let (outs, logits) = cpu_forward(&head, t, &table, (&prompt[1..], &feats), Variant::V1(&table));
     let (e1, e2) = (
         nmse(&hg.result.hidden, &outs.concat()),
         nmse(&hg.result.logits, &logits),
@@ -474,4 +520,189 @@ fn eagle1_heads_match_a_cpu_forward() {
     println!("EAGLE-1 head vs CPU forward: hidden NMSE {e1:.2e}, logits NMSE {e2:.2e}");
     // f32 sums in another order than the f64 ones here: NMSE near 1e-13 measured.
     assert!(e1 < 1e-8 && e2 < 1e-8, "hidden {e1:e}, logits {e2:e}");
+}
+
+/// A random MiniCPM EAGLE head (vLLM's EagleMiniCPM layout: `model.fc`, `model.input_norm1/2`, its one layer named
+/// `model.eagle_layers.7.*` as vLLM numbers them after the target's) for a tiny MiniCPM target: the head's step
+/// equals the CPU forward of the published code (scale_emb, both input norms, the layer's input norm, the residual
+/// scale over `mup_denominator`, the output over hidden / dim_model_base into the target's head), drafting in a
+/// chain and a tree keeps greedy output plain, and a head of the wrong shape is refused.
+#[test]
+fn minicpm_eagle_heads_match_a_cpu_forward_and_draft_losslessly() {
+    let gpu = common::gpu::gpu();
+    let tdir = tempfile::tempdir().unwrap();
+    common::minicpm::write_minicpm(tdir.path(), 51, None);
+    let loaded = shaderlm::model::load::LoadedModel::open(
+        gpu,
+        tdir.path(),
+        &shaderlm::model::LoadOptions::with_ctx(128),
+        |_, _| {},
+    )
+    .unwrap();
+    let t = &loaded.model.cfg;
+    let (h, q, kv, ffn) = (t.hidden, t.n_heads * t.head_dim, t.n_kv_heads * t.head_dim, 64);
+    let layer = "model.eagle_layers.7";
+    let mut rng = Rng::new(61);
+    let mut w = |name: String, shape: &[usize], amp: f32| {
+        let n = shape.iter().product();
+        (name, shape.to_vec(), rng.vec(n, amp))
+    };
+    let mut tensors = vec![
+        w("model.fc.weight".into(), &[h, 2 * h], 0.1),
+        w(format!("{layer}.self_attn.q_proj.weight"), &[q, h], 0.1),
+        w(format!("{layer}.self_attn.k_proj.weight"), &[kv, h], 0.1),
+        w(format!("{layer}.self_attn.v_proj.weight"), &[kv, h], 0.1),
+        w(format!("{layer}.self_attn.o_proj.weight"), &[h, q], 0.1),
+        w(format!("{layer}.mlp.gate_proj.weight"), &[ffn, h], 0.1),
+        w(format!("{layer}.mlp.up_proj.weight"), &[ffn, h], 0.1),
+        w(format!("{layer}.mlp.down_proj.weight"), &[h, ffn], 0.1),
+    ];
+    for (i, name) in ["model.input_norm1.weight", "model.input_norm2.weight"]
+        .into_iter()
+        .map(String::from)
+        .chain([
+            format!("{layer}.input_layernorm.weight"),
+            format!("{layer}.post_attention_layernorm.weight"),
+        ])
+        .enumerate()
+    {
+        tensors.push((
+            name,
+            vec![h],
+            (0..h).map(|j| 1.0 + 0.01 * ((i * 7 + j) % 13) as f32).collect(),
+        ));
+    }
+    let head = Head {
+        tensors,
+        ids: Vec::new(),
+    };
+    let write = |dir: &Path, head: &Head, layers: usize| {
+        let config = serde_json::json!({
+            "architectures": ["EagleMiniCPMForCausalLM"], "model_type": "minicpm", "hidden_size": h,
+            "intermediate_size": ffn, "num_hidden_layers": layers, "num_attention_heads": t.n_heads,
+            "num_key_value_heads": t.n_kv_heads, "head_dim": t.head_dim, "vocab_size": t.vocab,
+            "rms_norm_eps": t.rms_eps, "rope_theta": 10000.0, "max_position_embeddings": 256, "scale_emb": 12,
+            "scale_depth": 0.35, "dim_model_base": 16, "mup_denominator": 2, "tie_word_embeddings": false,
+        });
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+        let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = head
+            .tensors
+            .iter()
+            .map(|(n, s, v)| (n.clone(), s.clone(), bytemuck::cast_slice(v).to_vec()))
+            .collect();
+        let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = bytes
+            .iter()
+            .map(|(n, s, b)| {
+                (
+                    n.clone(),
+                    safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).unwrap(),
+                )
+            })
+            .collect();
+        safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
+    };
+    let hdir = tempfile::tempdir().unwrap();
+    write(hdir.path(), &head, 1);
+    let model = Llama::load_eagle(gpu, hdir.path(), &loaded.model).unwrap();
+    assert!(model.is_eagle() && !model.is_eagle3());
+
+    let prompt: Vec<u32> = (0..14u32).map(|i| (i * 37 + 5) % t.vocab as u32).collect();
+    let out = StepOutputs {
+        argmax: true,
+        hidden: true,
+        ..Default::default()
+    };
+    let mut target = Generator::new(gpu, &loaded.model, 64, out).unwrap();
+    target.feed(&prompt).unwrap();
+    let features = target.result.hidden.clone();
+    let n = prompt.len() - 1;
+    let head_out = StepOutputs {
+        logits: true,
+        hidden: true,
+        ..Default::default()
+    };
+    let mut hg = Generator::new(gpu, &model, 64, head_out).unwrap();
+    hg.feed_with(&prompt[1..], &features[..n * h]).unwrap();
+    let st = shaderlm::loader::safetensors::SafetensorsModel::open(tdir.path()).unwrap();
+    let table = st.f32("model.embed_tokens.weight").unwrap().unwrap().1; // tied: also the target's head
+    let feats: Vec<Vec<f32>> = features.chunks_exact(h).take(n).map(<[f32]>::to_vec).collect();
+    let variant = Variant::MiniCpm {
+        head: &table,
+        emb: 12.0,
+        residual: 0.35 / 2f32.sqrt(),
+        out: 16.0 / h as f32,
+        layer,
+    };
+    let (outs, logits) = cpu_forward(&head, t, &table, (&prompt[1..], &feats), variant);
+    let (e1, e2) = (
+        nmse(&hg.result.hidden, &outs.concat()),
+        nmse(&hg.result.logits, &logits),
+    );
+    println!("MiniCPM head vs CPU forward: hidden NMSE {e1:.2e}, logits NMSE {e2:.2e}");
+    assert!(e1 < 1e-8 && e2 < 1e-8, "hidden {e1:e}, logits {e2:e}");
+
+    // Lossless with the head drafting, in a chain and in a tree.
+    let tok = &loaded.tokenizer;
+    let opts = GenOptions {
+        max_tokens: 12,
+        stop_strings: Vec::new(),
+        stop_at_eos: false,
+    };
+    let mut gen = Generator::new(gpu, &loaded.model, 64, out).unwrap();
+    let mut sampler = Sampler::new(SamplingParams::greedy());
+    let plain = generate(&mut gen, tok, &mut sampler, &prompt, &opts, |_| true)
+        .unwrap()
+        .generated;
+    let mut draft = EagleDraft::for_trees(gpu, &model, 64).unwrap();
+    for tree in [
+        None,
+        Some(TreeShape {
+            depth: 3,
+            topk: 3,
+            size: 8,
+        }),
+    ] {
+        gen.truncate(0);
+        let mut spec = Speculator {
+            drafter: &mut draft,
+            opts: SpecOptions {
+                min_accepted: 0.0,
+                tree,
+                ..Default::default()
+            },
+        };
+        let (s, _) = generate_spec(&mut gen, tok, &mut sampler, &prompt, &opts, &mut spec, |_| true).unwrap();
+        assert_eq!(s.generated, plain, "MiniCPM head, tree {tree:?}");
+    }
+
+    // Two layers in the file for one in the config, and a head of part of the vocabulary: refused by name.
+    let mut two = Head {
+        tensors: head.tensors.clone(),
+        ids: Vec::new(),
+    };
+    two.tensors.push((
+        "model.eagle_layers.8.input_layernorm.weight".to_string(),
+        vec![h],
+        vec![1.0; h],
+    ));
+    let bad_dir = tempfile::tempdir().unwrap();
+    write(bad_dir.path(), &two, 1);
+    let e = Llama::load_eagle(gpu, bad_dir.path(), &loaded.model)
+        .err()
+        .expect("two layers")
+        .to_string();
+    assert!(e.contains("eagle_layers"), "{e}");
+    let mut part = Head {
+        tensors: head.tensors.clone(),
+        ids: Vec::new(),
+    };
+    part.tensors
+        .push(("lm_head.weight".into(), vec![8, h], vec![0.0; 8 * h]));
+    write(bad_dir.path(), &part, 1);
+    let e = Llama::load_eagle(gpu, bad_dir.path(), &loaded.model)
+        .err()
+        .expect("a partial head")
+        .to_string();
+    assert!(e.contains("lm_head.weight"), "{e}");
 }

@@ -29,6 +29,9 @@ pub(super) enum EagleIn {
     /// EAGLE-3 ([`super::eagle3`]): the layer's q|k|v over `cat(input_norm(e), hidden_norm(f))` split by columns
     /// (the feature half is the layer's own q|k|v, the embedding half `qkv_embed` is added to it), `f` the residual.
     V3(super::eagle3::Eagle3In),
+    /// MiniCPM's head ([`super::eagle_minicpm`]): `fc(cat(norm1(e), norm2(f)))` split by columns, then MiniCPM
+    /// layers with their input norms, the output scaled by the logit scale into the target's head.
+    MiniCpm(super::eagle_minicpm::MiniCpmIn),
 }
 
 impl EagleIn {
@@ -45,14 +48,17 @@ impl EagleIn {
                 Ok((g.add_scaled(a, b, 1.0)?, None))
             }
             EagleIn::V3(v3) => Ok((f, Some(v3.qkv_embed(g, e)?))),
+            EagleIn::MiniCpm(m) => Ok((m.input(g, e, f)?, None)),
         }
     }
 
-    /// The input of the head layer's attention from its residual stream `h`: EAGLE-1's layer has no input norm.
-    pub(super) fn layer_input(&self, g: &mut Graph, h: TensorId) -> Result<TensorId> {
+    /// The input of the head layer's attention from its residual stream `h`: EAGLE-1's layer has no input norm;
+    /// None where the layer's own input norm applies (MiniCPM's head).
+    pub(super) fn layer_input(&self, g: &mut Graph, h: TensorId) -> Result<Option<TensorId>> {
         match self {
-            EagleIn::V1 { .. } => Ok(h),
-            EagleIn::V3(v3) => v3.hidden_norm(g, h),
+            EagleIn::V1 { .. } => Ok(Some(h)),
+            EagleIn::V3(v3) => Ok(Some(v3.hidden_norm(g, h)?)),
+            EagleIn::MiniCpm(_) => Ok(None),
         }
     }
 }
@@ -111,6 +117,9 @@ impl Llama {
         }
         if super::eagle3::is_eagle3(dir) {
             return Self::load_eagle3(gpu, dir, target);
+        }
+        if super::eagle_minicpm::is_minicpm_head(dir) {
+            return Self::load_eagle_minicpm(gpu, dir, target);
         }
         let mut cfg = LlamaConfig::from_hf(&dir.join("config.json"))?;
         let t = &target.cfg;

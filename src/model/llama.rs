@@ -650,9 +650,13 @@ impl Llama {
                 h = self.fused_layer(g, ctx, i, l, h)?;
                 continue;
             }
-            let x = match (&self.eagle, i) {
+            let own = match (&self.eagle, i) {
                 (Some(e), 0) => e.layer_input(g, h)?, // the head's own input norms
-                _ => self.add_norm(g, &mut h, pending.take(), &l.attn_norm)?,
+                _ => None,
+            };
+            let x = match own {
+                Some(x) => x,
+                None => self.add_norm(g, &mut h, pending.take(), &l.attn_norm)?,
             };
             if aux_at.contains(&i) {
                 g.output(h); // the residual stream entering layer i
@@ -941,10 +945,15 @@ impl Llama {
             return Ok((h, self.lm_head().forward(g, x, None)?));
         }
         if self.eagle.is_some() {
-            // EAGLE-1 feeds its layer's output to the target's head with no norm.
+            // EAGLE-1 feeds its layer's output to the target's head with no norm; MiniCPM's head scales it by the
+            // logit scale first (the next step's feature too).
             let h = match pending {
                 Some(d) => g.add_scaled(h, d, alpha)?,
                 None => h,
+            };
+            let h = match &self.eagle {
+                Some(super::eagle::EagleIn::MiniCpm(_)) => g.scale(h, c.mup.logit)?,
+                _ => h,
             };
             let x = if rows < n_tokens {
                 g.rows(h, n_tokens - rows, rows)?

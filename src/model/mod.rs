@@ -6,6 +6,7 @@ pub mod config;
 pub mod eagle;
 pub mod eagle3;
 pub mod eagle_fit;
+pub mod eagle_minicpm;
 pub mod frspec;
 pub mod fused;
 pub mod llama;
