@@ -8,6 +8,7 @@
 mod common;
 
 use common::rng::Rng;
+use safetensors::Dtype;
 use shaderlm::generate::eagle::EagleDraft;
 use shaderlm::generate::spec::{generate_spec, SpecOptions, Speculator};
 use shaderlm::generate::tree::TreeShape;
@@ -86,7 +87,6 @@ impl Head {
             "tie_word_embeddings": false,
             "torch_dtype": "float32",
         });
-        std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&config).unwrap()).unwrap();
         let d2t = d2t.unwrap_or_else(|| {
             self.ids
                 .iter()
@@ -94,40 +94,47 @@ impl Head {
                 .map(|(d, &id)| id as i64 - d as i64)
                 .collect()
         });
-        let mut bytes: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = self
-            .tensors
-            .iter()
-            .map(|(n, s, v)| {
-                (
-                    n.clone(),
-                    safetensors::Dtype::F32,
-                    s.clone(),
-                    bytemuck::cast_slice(v).to_vec(),
-                )
-            })
-            .collect();
-        let dv = d2t.len();
-        bytes.push((
-            "d2t".into(),
-            safetensors::Dtype::I64,
-            vec![dv],
-            bytemuck::cast_slice(&d2t).to_vec(),
-        ));
         let mut t2d = vec![0u8; t.vocab];
         self.ids.iter().for_each(|&id| t2d[id as usize] = 1);
-        bytes.push(("t2d".into(), safetensors::Dtype::BOOL, vec![t.vocab], t2d));
-        let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = bytes
-            .iter()
-            .map(|(n, d, s, b)| {
-                (
-                    n.clone(),
-                    safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap(),
-                )
-            })
-            .collect();
-        let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
-        safetensors::serialize_to_file(views, Some(meta), &dir.join("model.safetensors")).unwrap();
+        let extra = vec![
+            (
+                "d2t".into(),
+                Dtype::I64,
+                vec![d2t.len()],
+                bytemuck::cast_slice(&d2t).to_vec(),
+            ),
+            ("t2d".into(), Dtype::BOOL, vec![t.vocab], t2d),
+        ];
+        write_head_dir(dir, &config, &self.tensors, extra);
     }
+}
+
+/// A head directory: `config` as config.json, and `tensors` (f32) then `extra` (any dtype, raw bytes) as
+/// model.safetensors.
+fn write_head_dir(
+    dir: &Path,
+    config: &serde_json::Value,
+    tensors: &[(String, Vec<usize>, Vec<f32>)],
+    extra: Vec<(String, Dtype, Vec<usize>, Vec<u8>)>,
+) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(config).unwrap()).unwrap();
+    let bytes: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = tensors
+        .iter()
+        .map(|(n, s, v)| (n.clone(), Dtype::F32, s.clone(), bytemuck::cast_slice(v).to_vec()))
+        .chain(extra)
+        .collect();
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = bytes
+        .iter()
+        .map(|(n, d, s, b)| {
+            (
+                n.clone(),
+                safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap(),
+            )
+        })
+        .collect();
+    let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
+    safetensors::serialize_to_file(views, Some(meta), &dir.join("model.safetensors")).unwrap();
 }
 
 fn matvec(w: &[f32], x: &[f32]) -> Vec<f32> {
@@ -465,29 +472,13 @@ fn eagle1_heads_match_a_cpu_forward() {
         ids: Vec::new(),
     };
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path()).unwrap();
     let config = serde_json::json!({
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": h, "intermediate_size": ffn,
         "num_hidden_layers": 1, "num_attention_heads": t.n_heads, "num_key_value_heads": t.n_kv_heads,
         "head_dim": t.head_dim, "vocab_size": t.vocab, "rms_norm_eps": t.rms_eps, "rope_theta": t.rope_theta,
         "max_position_embeddings": t.context, "tie_word_embeddings": false, "torch_dtype": "float32",
     });
-    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
-    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = head
-        .tensors
-        .iter()
-        .map(|(n, s, v)| (n.clone(), s.clone(), bytemuck::cast_slice(v).to_vec()))
-        .collect();
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = bytes
-        .iter()
-        .map(|(n, s, b)| {
-            (
-                n.clone(),
-                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).unwrap(),
-            )
-        })
-        .collect();
-    safetensors::serialize_to_file(views, None, &dir.path().join("model.safetensors")).unwrap();
+    write_head_dir(dir.path(), &config, &head.tensors, Vec::new());
     let model = Llama::load_eagle(&gpu, dir.path(), &loaded.model).unwrap();
     assert!(model.is_eagle() && !model.is_eagle3());
 
@@ -584,23 +575,7 @@ fn minicpm_eagle_heads_match_a_cpu_forward_and_draft_losslessly() {
             "rms_norm_eps": t.rms_eps, "rope_theta": 10000.0, "max_position_embeddings": 256, "scale_emb": 12,
             "scale_depth": 0.35, "dim_model_base": 16, "mup_denominator": 2, "tie_word_embeddings": false,
         });
-        std::fs::create_dir_all(dir).unwrap();
-        std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
-        let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = head
-            .tensors
-            .iter()
-            .map(|(n, s, v)| (n.clone(), s.clone(), bytemuck::cast_slice(v).to_vec()))
-            .collect();
-        let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = bytes
-            .iter()
-            .map(|(n, s, b)| {
-                (
-                    n.clone(),
-                    safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).unwrap(),
-                )
-            })
-            .collect();
-        safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
+        write_head_dir(dir, &config, &head.tensors, Vec::new());
     };
     let hdir = tempfile::tempdir().unwrap();
     write(hdir.path(), &head, 1);

@@ -23,6 +23,7 @@ pub struct EagleDraft<'a> {
     /// An EAGLE-3 head's projection of the target's three hidden states to its features, and its scratch.
     projector: Option<FeatureProjector>,
     rows: Vec<f32>,
+    projected: Vec<f32>,
     /// A failure while observing the target (reported by the next proposal).
     failed: Option<Error>,
 }
@@ -55,6 +56,7 @@ impl<'a> EagleDraft<'a> {
             last: Vec::new(),
             projector: head.is_eagle3().then(FeatureProjector::default),
             rows: Vec::new(),
+            projected: Vec::new(),
             failed: None,
         })
     }
@@ -110,6 +112,47 @@ impl EagleDraft<'_> {
     }
 }
 
+impl EagleDraft<'_> {
+    /// What the target reads back for this head: its final hidden states, or (EAGLE-3) three layers' side by side.
+    fn target_rows<'r>(&self, result: &'r StepResult) -> &'r [f32] {
+        match self.projector {
+            Some(_) => &result.aux_hidden,
+            None => &result.hidden,
+        }
+    }
+
+    fn target_width(&self) -> usize {
+        self.hidden() * if self.projector.is_some() { 3 } else { 1 }
+    }
+
+    /// The features of positions `pos ..` from the target's rows `rows` of `result` (EAGLE-3: projected by `fc`).
+    fn keep_features(&mut self, pos: usize, result: &StepResult, rows: impl Iterator<Item = u32>) {
+        let (h, width) = (self.hidden(), self.target_width());
+        let src = self.target_rows(result);
+        self.rows.clear();
+        for r in rows {
+            match src.get(r as usize * width..(r as usize + 1) * width) {
+                Some(row) => self.rows.extend_from_slice(row),
+                None => break,
+            }
+        }
+        self.features.truncate(pos * h);
+        self.features.resize(pos * h, 0.0);
+        match &mut self.projector {
+            Some(p) if !self.rows.is_empty() => {
+                match p.project(self.gen.gpu(), self.gen.model(), &self.rows, &mut self.projected) {
+                    Ok(()) => self.features.extend_from_slice(&self.projected),
+                    Err(e) => self.failed = Some(e),
+                }
+            }
+            Some(_) => {}
+            None => self.features.extend_from_slice(&self.rows),
+        }
+        // Entries from `pos` on may have used other features.
+        self.real = self.real.min(pos);
+    }
+}
+
 impl Drafter for EagleDraft<'_> {
     fn propose(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()> {
         out.clear();
@@ -146,43 +189,11 @@ impl Drafter for EagleDraft<'_> {
         expand(&mut self.gen, TreeShape { size, ..shape }, tree, true)
     }
     fn observe(&mut self, pos: usize, result: &StepResult) {
-        let h = self.hidden();
-        let rows = match self.projector {
-            Some(_) => result.aux_hidden.len() / (3 * h),
-            None => result.hidden.len() / h,
-        };
-        let all: Vec<u32> = (0..rows as u32).collect();
-        self.observe_path(pos, result, &all);
+        let rows = self.target_rows(result).len() / self.target_width();
+        self.keep_features(pos, result, 0..rows as u32);
     }
     fn observe_path(&mut self, pos: usize, result: &StepResult, path: &[u32]) {
-        let h = self.hidden();
-        // The target's feature of each kept row: its hidden state, or (EAGLE-3) its three projected.
-        let (src, width) = match self.projector {
-            Some(_) => (&result.aux_hidden, 3 * h),
-            None => (&result.hidden, h),
-        };
-        self.rows.clear();
-        for &r in path {
-            match src.get(r as usize * width..(r as usize + 1) * width) {
-                Some(row) => self.rows.extend_from_slice(row),
-                None => break,
-            }
-        }
-        self.features.truncate(pos * h);
-        self.features.resize(pos * h, 0.0);
-        match &mut self.projector {
-            Some(p) if !self.rows.is_empty() => {
-                let mut projected = Vec::new();
-                match p.project(self.gen.gpu(), self.gen.model(), &self.rows, &mut projected) {
-                    Ok(()) => self.features.extend_from_slice(&projected),
-                    Err(e) => self.failed = Some(e),
-                }
-            }
-            Some(_) => {}
-            None => self.features.extend_from_slice(&self.rows),
-        }
-        // Entries from `pos` on may have used other features.
-        self.real = self.real.min(pos);
+        self.keep_features(pos, result, path.iter().copied());
     }
     fn needs_hidden(&self) -> bool {
         self.projector.is_none()

@@ -212,9 +212,9 @@ pub fn generate_spec(
                 .min(MAX_DRAFT)
                 .min(room)
                 .min(emit.budget().saturating_sub(1));
+            tree.reset(next);
             if let (true, Some(shape)) = (on, spec.tree) {
                 let t = Instant::now();
-                tree.reset(next);
                 let max_nodes = (gen.max_ctx() - base).min(MAX_TREE_ROWS).min(shape.size + 1);
                 if max_nodes > 1 {
                     drafter.propose_tree(&history, shape, max_nodes, &mut tree)?;
@@ -229,7 +229,6 @@ pub fn generate_spec(
                 let accepted = path.len() - 1;
                 stats.verify_time += t.elapsed();
                 stats.record_tree(tree.len() - 1, tree.max_depth(), accepted);
-                tree.reset(next);
                 if stopped {
                     break;
                 }

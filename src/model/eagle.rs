@@ -115,11 +115,13 @@ impl Llama {
             let _ = std::fs::remove_dir_all(&tmp);
             return head;
         }
-        if super::eagle3::is_eagle3(dir) {
-            return Self::load_eagle3(gpu, dir, target);
+        // The weights tell the layout: EAGLE-3's midlayer, MiniCPM's input norms, else EAGLE-1.
+        let st = SafetensorsModel::open(dir)?;
+        if super::eagle3::is_layout(&st) {
+            return Self::load_eagle3(gpu, dir, &st, target);
         }
-        if super::eagle_minicpm::is_minicpm_head(dir) {
-            return Self::load_eagle_minicpm(gpu, dir, target);
+        if let Some(prefix) = super::eagle_minicpm::prefix_of(&st) {
+            return Self::load_eagle_minicpm(gpu, (dir, &st, prefix), target);
         }
         let mut cfg = LlamaConfig::from_hf(&dir.join("config.json"))?;
         let t = &target.cfg;
@@ -137,7 +139,6 @@ impl Llama {
         }
         // Positions as the target's (the head drafts at the target's positions).
         cfg.context = t.context;
-        let st = SafetensorsModel::open(dir)?;
         let h = cfg.hidden;
         let fc = st
             .tensor("fc.weight")?

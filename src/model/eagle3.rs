@@ -58,9 +58,9 @@ pub fn feature_layers(n_layers: usize) -> Result<[usize; 3]> {
     Ok([2, n_layers / 2, n_layers - 3])
 }
 
-/// Whether `dir` holds an EAGLE-3 head (a `midlayer`).
-pub fn is_eagle3(dir: &Path) -> bool {
-    SafetensorsModel::open(dir).is_ok_and(|st| st.get("midlayer.self_attn.q_proj.weight").is_some())
+/// Whether `st` holds an EAGLE-3 head (a `midlayer`).
+pub(super) fn is_layout(st: &SafetensorsModel) -> bool {
+    st.get("midlayer.self_attn.q_proj.weight").is_some()
 }
 
 /// The head's tensors under the names the layer loader asks for: `model.layers.0.*` -> `midlayer.*`, q, k and v as
@@ -126,7 +126,7 @@ fn columns(w: &[f32], width: usize, range: std::ops::Range<usize>) -> Vec<f32> {
 impl Llama {
     /// Load the EAGLE-3 head in `dir` for `target` (the hidden size and vocabulary checked, `d2t` checked to map
     /// into the vocabulary).
-    pub(super) fn load_eagle3(gpu: &Gpu, dir: &Path, target: &Llama) -> Result<Llama> {
+    pub(super) fn load_eagle3(gpu: &Gpu, dir: &Path, st: &SafetensorsModel, target: &Llama) -> Result<Llama> {
         let bad = |what: String| Error::Invalid(format!("EAGLE-3 head {}: {what}", dir.display()));
         let config = dir.join("config.json");
         let mut json = crate::loader::read_json(&config)?;
@@ -162,7 +162,6 @@ impl Llama {
             },
         };
         cfg.context = t.context;
-        let st = SafetensorsModel::open(dir)?;
         let h = cfg.hidden;
         let need = |name: &str, shape: &[usize]| -> Result<Vec<f32>> {
             let (s, v) = st.f32(name)?.ok_or_else(|| bad(format!("missing tensor {name}")))?;
@@ -204,11 +203,7 @@ impl Llama {
                 .collect::<Result<_>>()?,
         };
         let eps = cfg.rms_eps;
-        let src = Head3Names {
-            st: &st,
-            dir,
-            hidden: h,
-        };
+        let src = Head3Names { st, dir, hidden: h };
         let mut head = Llama::load_sharing(gpu, &src, cfg, Names::Hf, |_, _| {}, Some(target))?;
         if head.qkv_groups(0) != 1 {
             return Err(bad(

@@ -40,15 +40,10 @@ impl MiniCpmIn {
 }
 
 /// The prefix of the head's names in `st` (`model.` or none), when it is a MiniCPM head (it has `input_norm1`).
-fn prefix_of(st: &SafetensorsModel) -> Option<&'static str> {
+pub(super) fn prefix_of(st: &SafetensorsModel) -> Option<&'static str> {
     ["model.", ""]
         .into_iter()
         .find(|p| st.get(&format!("{p}input_norm1.weight")).is_some())
-}
-
-/// Whether `dir` holds a MiniCPM EAGLE head.
-pub fn is_minicpm_head(dir: &Path) -> bool {
-    SafetensorsModel::open(dir).is_ok_and(|st| prefix_of(&st).is_some())
 }
 
 /// The head's layers under the names the layer loader asks for: `model.layers.{i}.*` -> `{prefix}eagle_layers.{N_i}.*`.
@@ -75,8 +70,13 @@ impl WeightSource for HeadNames<'_> {
 }
 
 impl Llama {
-    /// Load the MiniCPM EAGLE head in `dir` for `target` (a MiniCPM of the same hidden size and vocabulary).
-    pub(super) fn load_eagle_minicpm(gpu: &Gpu, dir: &Path, target: &Llama) -> Result<Llama> {
+    /// Load the MiniCPM EAGLE head in `dir` (its weights `st`, names under `prefix`) for `target` (a MiniCPM of the
+    /// same hidden size and vocabulary).
+    pub(super) fn load_eagle_minicpm(
+        gpu: &Gpu,
+        (dir, st, prefix): (&Path, &SafetensorsModel, &'static str),
+        target: &Llama,
+    ) -> Result<Llama> {
         let bad = |what: String| Error::Invalid(format!("MiniCPM EAGLE head {}: {what}", dir.display()));
         let config = dir.join("config.json");
         let mut json = crate::loader::read_json(&config)?;
@@ -109,8 +109,6 @@ impl Llama {
             }
         }
         cfg.context = t.context;
-        let st = SafetensorsModel::open(dir)?;
-        let prefix = prefix_of(&st).ok_or_else(|| bad("missing tensor input_norm1.weight".into()))?;
         let mut layers: Vec<usize> = st
             .names()
             .filter_map(|n| {
@@ -169,7 +167,7 @@ impl Llama {
         };
         let vocab = cfg.vocab;
         let src = HeadNames {
-            st: &st,
+            st,
             dir,
             prefix,
             layers,
