@@ -181,6 +181,19 @@ impl<'a> DraftModel<'a> {
 }
 
 impl DraftModel<'_> {
+    /// Truncate the draft's cache to the prefix `history` still agrees with, short of its last token (fed again, so
+    /// the outputs are those after the whole history); returns that length. None when there is nothing to draft
+    /// from or the history does not fit the draft's context.
+    fn keep_prefix(&mut self, history: &[u32]) -> Option<usize> {
+        if history.is_empty() || history.len() > self.gen.max_ctx() {
+            return None;
+        }
+        let same = self.gen.tokens.iter().zip(history).take_while(|(a, b)| a == b).count();
+        let keep = same.min(history.len() - 1);
+        self.gen.truncate(keep);
+        Some(keep)
+    }
+
     /// The draft's greedy token after its last step, and its probability (1 when the step reads no logits; with
     /// a restricted head, within the subset).
     fn best(&self) -> (u32, f32) {
@@ -198,17 +211,12 @@ impl DraftModel<'_> {
 impl Drafter for DraftModel<'_> {
     fn propose(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()> {
         out.clear();
-        if history.is_empty() || max == 0 {
+        if max == 0 {
             return Ok(());
         }
-        // Keep the cached prefix the history still agrees with (at least the last token is fed again, so the
-        // outputs are those after the whole history).
-        let same = self.gen.tokens.iter().zip(history).take_while(|(a, b)| a == b).count();
-        let keep = same.min(history.len() - 1);
-        if history.len() > self.gen.max_ctx() {
+        let Some(keep) = self.keep_prefix(history) else {
             return Ok(());
-        }
-        self.gen.truncate(keep);
+        };
         self.dists.clear();
         // Greedy drafts with no probability threshold: the catch-up and the whole draft in one chained step (or
         // the draft after a long catch-up in one).
@@ -262,12 +270,9 @@ impl Drafter for DraftModel<'_> {
         max_nodes: usize,
         tree: &mut DraftTree,
     ) -> Result<()> {
-        if history.is_empty() || history.len() > self.gen.max_ctx() {
+        let Some(keep) = self.keep_prefix(history) else {
             return Ok(());
-        }
-        let same = self.gen.tokens.iter().zip(history).take_while(|(a, b)| a == b).count();
-        let keep = same.min(history.len() - 1);
-        self.gen.truncate(keep);
+        };
         self.gen.feed(&history[keep..])?;
         let size = shape.size.min(max_nodes.saturating_sub(1));
         expand(&mut self.gen, TreeShape { size, ..shape }, tree, false)

@@ -145,17 +145,23 @@ impl<'a> Generator<'a> {
             .get(self.gpu, self.model, &self.cache, self.outputs, n, sparse)
     }
 
+    /// An error unless every id of `ids` is in the vocabulary.
+    fn check_vocab(&self, ids: &[u32]) -> Result<()> {
+        let vocab = self.model.cfg.vocab as u32;
+        match ids.iter().find(|&&t| t >= vocab) {
+            Some(bad) => Err(Error::Invalid(format!(
+                "token id {bad} is outside the vocabulary of {vocab}"
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// An error unless `ids` are non-empty, in the vocabulary and fit the context after the cached tokens.
     fn check_fits(&self, ids: &[u32]) -> Result<()> {
         if ids.is_empty() {
             return Err(Error::Invalid("nothing to feed: the prompt is empty".into()));
         }
-        let vocab = self.model.cfg.vocab as u32;
-        if let Some(bad) = ids.iter().find(|&&t| t >= vocab) {
-            return Err(Error::Invalid(format!(
-                "token id {bad} is outside the vocabulary of {vocab}"
-            )));
-        }
+        self.check_vocab(ids)?;
         if self.tokens.len() + ids.len() > self.cache.max_ctx {
             return Err(Error::Invalid(format!(
                 "{} tokens do not fit the context of {} (already {} in the cache); use a larger --ctx or a shorter prompt",

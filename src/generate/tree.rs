@@ -150,12 +150,7 @@ impl Generator<'_> {
                 self.tokens.len()
             )));
         }
-        let vocab = self.model.cfg.vocab as u32;
-        if let Some(bad) = ids.iter().find(|&&t| t >= vocab) {
-            return Err(Error::Invalid(format!(
-                "token id {bad} is outside the vocabulary of {vocab}"
-            )));
-        }
+        self.check_vocab(ids)?;
         // The deepest position and the highest slot a row uses.
         let reach = table
             .chunks(TREE_W)

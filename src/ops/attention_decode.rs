@@ -96,8 +96,8 @@ pub struct AttentionDecode {
     tree: bool,
 }
 
-/// The tree form's flag and table width.
-fn with_tree(key: ShaderKey, tree: bool) -> ShaderKey {
+/// The tree form's flag and table width (also `rope_kv`'s).
+pub(crate) fn with_tree(key: ShaderKey, tree: bool) -> ShaderKey {
     match tree {
         true => key.flag("TREE", true).def("TREE_W", format!("{TREE_W}u")),
         false => key,

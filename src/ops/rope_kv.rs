@@ -11,7 +11,7 @@ use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 use crate::ops::rope::RopeConfig;
-use crate::ops::attention_decode::{MAX_TREE_DEPTH, TREE_W};
+use crate::ops::attention_decode::{with_tree, MAX_TREE_DEPTH, TREE_W};
 use crate::ops::{kv_write, rms_norm, rope};
 
 #[repr(C)]
@@ -77,11 +77,7 @@ pub struct RopeKv {
 }
 
 fn key(norm: bool, factors: bool, tree: bool) -> ShaderKey {
-    let key = ShaderKey::new("rope_kv").flag("NORM", norm).flag("FACTORS", factors);
-    match tree {
-        true => key.flag("TREE", true).def("TREE_W", format!("{TREE_W}u")),
-        false => key,
-    }
+    with_tree(ShaderKey::new("rope_kv").flag("NORM", norm).flag("FACTORS", factors), tree)
 }
 
 impl RopeKv {
