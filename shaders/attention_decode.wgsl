@@ -3,7 +3,8 @@
 // Source: Dao, Haziza, Massa, Sizov, "Flash-Decoding for long-context inference" (2023): each split computes a
 // partial output with its own running max and sum; a second dispatch combines the splits.
 //
-// Cache layout: [n_kv, max_ctx, HD] f32, each head's positions contiguous (see kv_write). Query i sits at position
+// Cache layout: [n_kv, max_ctx, HD] f32 or (KV_F16) f16 pairs (lib/kv_cache.wgsl), each head's positions
+// contiguous (see kv_write). Query i sits at position
 // pos + i and sees keys 0 ..= pos + i, or with a sliding window (window > 0) keys pos + i + 1 - window ..= pos + i;
 // kv_len = pos + n_q. Split s covers the absolute keys [s * chunk, min((s + 1) * chunk, kv_len)) (chunk: a multiple
 // of the key tile, fixed per plan), and only splits first .. first + grid x are launched (those holding keys some

@@ -70,7 +70,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(subgroup_invocation_id) l
         for (var j = 0u; j < NC; j++) {
             let c = min(lane + j * LANES, HD4 - 1u);
             for (var i = 0u; i < 4u; i++) {
-                dt[i] += qr[j] * kc[kb[i] + c];
+                dt[i] += qr[j] * kv_load(kc[kb[i] + c]);
             }
         }
         let part = vec4<f32>(
@@ -88,8 +88,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(subgroup_invocation_id) l
         m = m_new;
         for (var j = 0u; j < NC; j++) {
             let c = min(lane + j * LANES, HD4 - 1u);
-            acc[j] = acc[j] * a + ((pw.x * vc[kb[0] + c] + pw.y * vc[kb[1] + c])
-                + (pw.z * vc[kb[2] + c] + pw.w * vc[kb[3] + c]));
+            acc[j] = acc[j] * a + ((pw.x * kv_load(vc[kb[0] + c]) + pw.y * kv_load(vc[kb[1] + c]))
+                + (pw.z * kv_load(vc[kb[2] + c]) + pw.w * kv_load(vc[kb[3] + c])));
         }
     }
     for (var j = 0u; j < NC; j++) {

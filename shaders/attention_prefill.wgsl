@@ -3,7 +3,8 @@
 // Source: Dao et al., "FlashAttention" (2022) and "FlashAttention-2" (2023): tiles of keys/values staged in fast
 // memory and reused by many queries; the output is rescaled when the running max grows.
 //
-// Bindings: 0 q [n_tokens, n_heads, HD] f32 | 1 k_cache [n_kv, max_ctx, HD] f32 | 2 v_cache [n_kv, max_ctx, HD] f32
+// Bindings: 0 q [n_tokens, n_heads, HD] f32 | 1 k_cache [n_kv, max_ctx, HD] | 2 v_cache [n_kv, max_ctx, HD] (f32, or
+//           f16 pairs with KV_F16: lib/kv_cache.wgsl)
 //           | 3 out [n_tokens, n_heads, HD] f32 (written)
 // Params: n_tokens, n_heads, n_kv, group (= n_heads / n_kv), max_ctx, pos (absolute position of query 0), scale,
 // window (sliding-window attention: query i sees only the last `window` keys, pos + i + 1 - window ..= pos + i;
@@ -22,6 +23,8 @@ const LOG2E: f32 = 1.4426950408889634;
 // Running max of a row before any key: finite, so that exp2(m_old - m_new) never computes inf - inf.
 const NEG: f32 = -1.0e30;
 
+#include "lib/kv_cache.wgsl"
+
 struct Params {
     n_tokens: u32,
     n_heads: u32,
@@ -34,8 +37,8 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;          // [n_tokens, n_heads, HD]
-@group(0) @binding(1) var<storage, read> kc: array<vec4<f32>>;         // [n_kv, max_ctx, HD]
-@group(0) @binding(2) var<storage, read> vc: array<vec4<f32>>;         // [n_kv, max_ctx, HD]
+@group(0) @binding(1) var<storage, read> kc: array<kv4>;               // [n_kv, max_ctx, HD] f32 or (KV_F16) f16
+@group(0) @binding(2) var<storage, read> vc: array<kv4>;               // [n_kv, max_ctx, HD] f32 or (KV_F16) f16
 @group(0) @binding(3) var<storage, read_write> out: array<vec4<f32>>;  // [n_tokens, n_heads, HD]
 @group(1) @binding(0) var<uniform> p: Params;
 
@@ -79,8 +82,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             var kk = vec4<f32>(0.0);
             var vv = vec4<f32>(0.0);
             if (i / HD4 < n) {
-                kk = kc[cbase + t0 * HD4 + i];
-                vv = vc[cbase + t0 * HD4 + i];
+                kk = kv_load(kc[cbase + t0 * HD4 + i]);
+                vv = kv_load(vc[cbase + t0 * HD4 + i]);
             }
             ks[i] = kk;
             vs[i] = vv;

@@ -5,7 +5,8 @@
 // al., FlashAttention) and, for decode, a split of the blocks across workgroups combined by a second dispatch
 // (Flash-Decoding), laid out like attention_decode.
 //
-// Cache layout: [n_kv, max_ctx, HD] f32, each head's positions contiguous (see kv_write). Query t sits at position
+// Cache layout: [n_kv, max_ctx, HD] f32 or (KV_F16) f16 pairs (lib/kv_cache.wgsl), each head's positions
+// contiguous (see kv_write). Query t sits at position
 // pos + t and sees keys < kv_end = min(pos + t + 1, max_ctx). Block b covers keys [b * block_size, (b + 1) *
 // block_size); a selected block contributes its keys below kv_end. Slots holding a block past the query's last
 // visible block (EMPTY padding included) are skipped. Scores are in the log2 domain (q pre-scaled by
@@ -36,6 +37,8 @@ const NEG: f32 = -1.0e30;
 #else
 const EMPTY: u32 = 0xffffffffu;
 
+#include "lib/kv_cache.wgsl"
+
 struct Params {
     n_tokens: u32,
     n_heads: u32,
@@ -52,8 +55,8 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;             // [n_tokens, n_heads, HD]
-@group(0) @binding(1) var<storage, read> kc: array<vec4<f32>>;            // [n_kv, max_ctx, HD]
-@group(0) @binding(2) var<storage, read> vc: array<vec4<f32>>;            // [n_kv, max_ctx, HD]
+@group(0) @binding(1) var<storage, read> kc: array<kv4>;                  // [n_kv, max_ctx, HD] f32 or (KV_F16) f16
+@group(0) @binding(2) var<storage, read> vc: array<kv4>;                  // [n_kv, max_ctx, HD] f32 or (KV_F16) f16
 @group(0) @binding(3) var<storage, read> sel: array<u32>;                 // [n_tokens, n_kv, budget]
 #if DIRECT
 @group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;     // [n_tokens, n_heads, HD]

@@ -5,7 +5,9 @@
 // The sources are one stacked q|k|v tensor [n_tokens, (n_heads + 2 n_kv) head_dim] (the output of one matmul over
 // stacked weights), bound three times, or three tensors: element d of head h of token t is at t * stride + off +
 // h * head_dim + d in its source, with each source's stride and offset from the params.
-// Bindings: 0 k_cache [n_kv, max_ctx, head_dim] f32 (written) | 1 v_cache [n_kv, max_ctx, head_dim] f32 (written)
+// KV_F16: the caches hold halves packed two to a u32 (lib/kv_cache.wgsl), rounded by pack2x16float; the invocation
+// of a k head owns every word of its cache row, so it stores each half by rewriting its word.
+// Bindings: 0 k_cache [n_kv, max_ctx, head_dim] f32 or (KV_F16) f16 pairs (written) | 1 v_cache (the same, written)
 //   | 2 q_out [n_tokens, n_heads, head_dim] f32 (written) | 3 qs, 4 ks, 5 vs: the q, k and v sources f32 (one
 //   buffer thrice when stacked) | then (NORM) qk_norm [2, head_dim] f32 (q's weights, then k's) | then (FACTORS)
 //   factors [rot_dim / 2] f32 | then (TREE) tree [n_tokens, TREE_W] u32.
@@ -37,8 +39,13 @@ struct Params {
     v_off: u32,
 }
 
+#if KV_F16
+@group(0) @binding(0) var<storage, read_write> k_cache: array<u32>;  // [n_kv, max_ctx, head_dim / 2]
+@group(0) @binding(1) var<storage, read_write> v_cache: array<u32>;  // [n_kv, max_ctx, head_dim / 2]
+#else
 @group(0) @binding(0) var<storage, read_write> k_cache: array<f32>;  // [n_kv, max_ctx, head_dim]
 @group(0) @binding(1) var<storage, read_write> v_cache: array<f32>;  // [n_kv, max_ctx, head_dim]
+#endif
 @group(0) @binding(2) var<storage, read_write> q_out: array<f32>;    // [n_tokens, n_heads, head_dim]
 @group(0) @binding(3) var<storage, read> qs: array<f32>;             // [n_tokens, q_stride]
 @group(0) @binding(4) var<storage, read> ks: array<f32>;             // [n_tokens, k_stride]
@@ -96,7 +103,15 @@ fn load(hd: Head, i: u32) -> f32 {
 
 fn store(hd: Head, i: u32, v: f32) {
     if (hd.is_k) {
+#if KV_F16
+        // The half's bits replace their 16 bits of the word; the other half keeps its bits.
+        let at = hd.dst + i;
+        let shift = 16u * (at % 2u);
+        let half = pack2x16float(vec2<f32>(v, 0.0)) & 0xffffu;
+        k_cache[at / 2u] = (k_cache[at / 2u] & ~(0xffffu << shift)) | (half << shift);
+#else
         k_cache[hd.dst + i] = v;
+#endif
     } else {
         q_out[hd.dst + i] = v;
     }
@@ -125,9 +140,15 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         if (slot < p.max_ctx) {
             let src = t * p.v_stride + p.v_off + hv * d;
             let dst = (hv * p.max_ctx + slot) * d;
+#if KV_F16
+            for (var i = 0u; i < d; i += 2u) {
+                v_cache[(dst + i) / 2u] = pack2x16float(vec2<f32>(vs[src + i], vs[src + i + 1u]));
+            }
+#else
             for (var i = 0u; i < d; i++) {
                 v_cache[dst + i] = vs[src + i];
             }
+#endif
         }
         return;
     }

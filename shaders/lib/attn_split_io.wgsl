@@ -1,6 +1,8 @@
 // Params and bindings of attention_decode's split kernels (attention_decode.wgsl for GPUs, attention_decode_cpu.wgsl
 // for CPU adapters); the Rust side fills `SplitParams` in src/ops/attention_decode.rs. The including shader defines HD4.
 
+#include "lib/kv_cache.wgsl"
+
 struct Params {
     n_q: u32,
     n_heads: u32,
@@ -17,8 +19,8 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;             // [n_q, n_heads, HD]
-@group(0) @binding(1) var<storage, read> kc: array<vec4<f32>>;            // [n_kv, max_ctx, HD]
-@group(0) @binding(2) var<storage, read> vc: array<vec4<f32>>;            // [n_kv, max_ctx, HD]
+@group(0) @binding(1) var<storage, read> kc: array<kv4>;                  // [n_kv, max_ctx, HD] f32 or (KV_F16) f16
+@group(0) @binding(2) var<storage, read> vc: array<kv4>;                  // [n_kv, max_ctx, HD] f32 or (KV_F16) f16
 @group(0) @binding(3) var<storage, read_write> part_o: array<vec4<f32>>;  // [n_q, n_heads, splits, HD]
 @group(0) @binding(4) var<storage, read_write> part_ml: array<vec2<f32>>; // [n_q, n_heads, splits, 2]
 @group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>;     // [n_q, n_heads, HD]

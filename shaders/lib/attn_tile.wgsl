@@ -4,7 +4,7 @@
 // qs / sc / alpha and attn_tile. Source: Dao et al., "FlashAttention" (2022), online softmax; Dao, Haziza, Massa,
 // Sizov, "Flash-Decoding" (2023), the split over keys.
 // The including shader defines HD4, WG (64), NEG and ROWS (rows per workgroup) and declares kc and vc
-// (array<vec4<f32>>, [n_kv, max_ctx, HD]) and key_slot (the cache slot of the key at a position: lib/attn_tree.wgsl). Scores are in the log2 domain: qs holds q pre-scaled by scale * log2(e).
+// (array<kv4> of lib/kv_cache.wgsl, [n_kv, max_ctx, HD]) and key_slot (the cache slot of the key at a position: lib/attn_tree.wgsl). Scores are in the log2 domain: qs holds q pre-scaled by scale * log2(e).
 
 const LOG2E: f32 = 1.4426950408889634;
 const TK: u32 = 64u;                          // keys per tile (one per invocation in step 1)
@@ -42,7 +42,7 @@ fn attn_tile(
         var kr: array<vec4<f32>, HD4>;
         let kb = cbase + key_slot(t0 + lid) * HD4;
         for (var d = 0u; d < HD4; d++) {
-            kr[d] = kc[kb + d];
+            kr[d] = kv_load(kc[kb + d]);
         }
         for (var r = 0u; r < nr; r++) {
             var dt = vec4<f32>(0.0);
@@ -86,10 +86,10 @@ fn attn_tile(
             // Keys past the tile's end may be NaN (never written) or past the buffer: their weight is 0 and
             // select drops whatever was loaded.
             let z = vec4<f32>(0.0);
-            let v0 = vc[vb + key_slot(t0 + j) * HD4];
-            let v1 = select(z, vc[vb + key_slot(t0 + j + 1u) * HD4], j + 1u < n);
-            let v2 = select(z, vc[vb + key_slot(t0 + j + 2u) * HD4], j + 2u < n);
-            let v3 = select(z, vc[vb + key_slot(t0 + j + 3u) * HD4], j + 3u < n);
+            let v0 = kv_load(vc[vb + key_slot(t0 + j) * HD4]);
+            let v1 = select(z, kv_load(vc[vb + key_slot(t0 + j + 1u) * HD4]), j + 1u < n);
+            let v2 = select(z, kv_load(vc[vb + key_slot(t0 + j + 2u) * HD4]), j + 2u < n);
+            let v3 = select(z, kv_load(vc[vb + key_slot(t0 + j + 3u) * HD4]), j + 3u < n);
             for (var k = 0u; k < OWNR; k++) {
                 let r = rsub + k * NSUB;
                 if (r < nr) {

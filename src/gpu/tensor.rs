@@ -163,8 +163,27 @@ impl GpuTensor {
         Ok(out)
     }
 
+    /// The values as f32 (f32 or f16 tensors).
     pub fn download_f32(&self, gpu: &Gpu) -> Result<Vec<f32>> {
-        Ok(bytemuck::pod_collect_to_vec(&self.download(gpu)?))
+        values_f32(self.dtype, &self.shape, &self.download(gpu)?)
+    }
+}
+
+/// The values of a tensor's bytes as f32: f32 as stored, f16 converted (rows padded to whole words: the padding is
+/// dropped); u32 is an error.
+pub fn values_f32(dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<Vec<f32>> {
+    let cols = shape.last().copied().unwrap_or(1);
+    match dtype {
+        DType::F32 => Ok(bytemuck::pod_collect_to_vec(bytes)),
+        DType::F16 => {
+            let halves: Vec<half::f16> = bytemuck::pod_collect_to_vec(bytes);
+            let padded = cols.next_multiple_of(2);
+            Ok(halves
+                .chunks(padded.max(1))
+                .flat_map(|row| row[..cols.min(row.len())].iter().map(|h| h.to_f32()))
+                .collect())
+        }
+        DType::U32 => Err(Error::Graph("a u32 tensor read as f32".into())),
     }
 }
 

@@ -4,7 +4,7 @@
 
 use super::{Source, StepVars, TensorId};
 use crate::error::{Error, Result};
-use crate::gpu::tensor::read_buffer;
+use crate::gpu::tensor::{read_buffer, values_f32};
 use crate::gpu::{DType, Gpu};
 
 /// Host copy of one tensor a node binds: its shape, type and the bytes of each row part, in row order.
@@ -24,19 +24,7 @@ impl HostIo {
 
     /// The values as f32 (f16 rows are padded to whole words: the padding is dropped).
     pub fn f32(&self) -> Result<Vec<f32>> {
-        let cols = self.shape.last().copied().unwrap_or(1);
-        match self.dtype {
-            DType::F32 => Ok(bytemuck::pod_collect_to_vec(&self.bytes())),
-            DType::F16 => {
-                let halves: Vec<half::f16> = bytemuck::pod_collect_to_vec(&self.bytes());
-                let padded = cols.next_multiple_of(2);
-                Ok(halves
-                    .chunks(padded.max(1))
-                    .flat_map(|row| row[..cols.min(row.len())].iter().map(|h| h.to_f32()))
-                    .collect())
-            }
-            DType::U32 => Err(Error::Graph("check: a u32 tensor read as f32".into())),
-        }
+        values_f32(self.dtype, &self.shape, &self.bytes()).map_err(|e| Error::Graph(format!("check: {e}")))
     }
 
     pub fn u32(&self) -> Vec<u32> {

@@ -1,7 +1,7 @@
 //! Causal GQA attention for a few query tokens (decode, speculative verification), split along the keys across
 //! workgroups (flash-decoding), then combined.
 //!
-//! KV cache layout (see `kv_write`): K and V caches are f32 `[n_kv_heads, max_ctx, head_dim]`, each head's
+//! KV cache layout (see `kv_write`): K and V caches are f32 or f16 `[n_kv_heads, max_ctx, head_dim]`, each head's
 //! positions contiguous. Query `i` sits at position `vars.pos + i` and attends to keys `0 ..= pos + i`; the keys
 //! present are `kv_len = pos + n_q`, re-read from the params each run, so one plan serves every decode step.
 //! The splits are fixed when the graph is built (from `max_ctx`): split `s` covers the absolute keys `[s * chunk,
@@ -16,7 +16,7 @@
 //! side into the cache; each row attends to the cached prefix and its own path (lib/attn_tree.wgsl), and equals
 //! the one-query step over a cache holding that path in order, bit for bit.
 
-use super::attention_prefill::{check_window, AttnShape, DENSE_HEAD_DIMS};
+use super::attention_prefill::{check_window, kv_elem_bytes, kv_f16, AttnShape, DENSE_HEAD_DIMS};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::check::{expect, Expected, HostIo};
@@ -94,6 +94,8 @@ pub struct AttentionDecode {
     window: usize,
     /// The tree form: node tensor 3 is the tree table, and the others follow it.
     tree: bool,
+    /// The caches hold f16 (lib/kv_cache.wgsl).
+    kv_f16: bool,
 }
 
 /// The tree form's flag and table width (also `rope_kv`'s).
@@ -104,20 +106,22 @@ pub(crate) fn with_tree(key: ShaderKey, tree: bool) -> ShaderKey {
     }
 }
 
-fn split_key(head_dim: usize, tree: bool) -> ShaderKey {
+fn split_key(head_dim: usize, tree: bool, kv_f16: bool) -> ShaderKey {
     let key = ShaderKey::new("attention_decode")
         .def("HD", head_dim)
-        .def("ROWS", rows_for(head_dim));
+        .def("ROWS", rows_for(head_dim))
+        .flag("KV_F16", kv_f16);
     with_tree(key, tree)
 }
 
 /// The split kernel for CPU adapters with subgroups of 8 or more (attention_decode_cpu.wgsl): one 8-lane workgroup
 /// per query row and split, no workgroup memory or barriers. On lavapipe a decode step's attention at position 64
 /// took about 230 us per layer in the workgroup kernel, mostly its barriers.
-fn cpu_key(head_dim: usize, tree: bool) -> ShaderKey {
+fn cpu_key(head_dim: usize, tree: bool, kv_f16: bool) -> ShaderKey {
     let key = ShaderKey::new("attention_decode_cpu")
         .def("HD", head_dim)
-        .flag("SUBGROUPS", true);
+        .flag("SUBGROUPS", true)
+        .flag("KV_F16", kv_f16);
     with_tree(key, tree)
 }
 
@@ -174,7 +178,7 @@ impl AttentionDecode {
     fn cost_for(&self, keys: usize, pairs: u64, splits: usize) -> Cost {
         let s = &self.shape;
         let row_blocks = self.row_blocks() as u64;
-        let kv = 2 * 4 * (s.n_kv * keys * s.head_dim) as u64 * row_blocks;
+        let kv = 2 * kv_elem_bytes(self.kv_f16) * (s.n_kv * keys * s.head_dim) as u64 * row_blocks;
         let act = 4 * (s.n_tokens * s.n_heads * s.head_dim) as u64;
         let partials = 4 * (s.n_tokens * s.n_heads * splits * (s.head_dim + 2)) as u64;
         Cost {
@@ -211,9 +215,9 @@ impl Kernel for AttentionDecode {
     fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
         let s = &self.shape;
         let (shader, z) = if cpu_kernel(caps) {
-            (cpu_key(s.head_dim, self.tree), s.n_tokens * s.group())
+            (cpu_key(s.head_dim, self.tree, self.kv_f16), s.n_tokens * s.group())
         } else {
-            (split_key(s.head_dim, self.tree), self.row_blocks())
+            (split_key(s.head_dim, self.tree, self.kv_f16), self.row_blocks())
         };
         let mut bindings: Vec<Bind> = [0, 1, 2, 4, 5, 3].map(|i| Bind::Tensor(self.at(i))).to_vec();
         if self.tree {
@@ -397,6 +401,7 @@ impl Graph {
             scale,
             window,
             tree: tree.is_some(),
+            kv_f16: kv_f16(self, k_cache),
         };
         let partials: [(&str, &[usize], DType); 2] = [
             ("attn_partial_o", &[n, h, splits, d], DType::F32),
@@ -523,9 +528,9 @@ pub fn variants() -> Vec<ShaderKey> {
     DENSE_HEAD_DIMS
         .iter()
         .flat_map(|&d| {
-            [false, true]
+            [(false, false), (true, false), (false, true), (true, true)]
                 .into_iter()
-                .flat_map(move |t| [split_key(d, t), cpu_key(d, t)])
+                .flat_map(move |(t, f)| [split_key(d, t, f), cpu_key(d, t, f)])
                 .chain([combine_key(d)])
         })
         .collect()

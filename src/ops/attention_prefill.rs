@@ -1,6 +1,6 @@
 //! Causal GQA attention of a chunk of queries against the KV cache: tiled, flash-style (online softmax).
 //!
-//! KV cache layout (see `kv_write`): K and V caches are f32 `[n_kv_heads, max_ctx, head_dim]`, each head's
+//! KV cache layout (see `kv_write`): K and V caches are f32 or f16 `[n_kv_heads, max_ctx, head_dim]`, each head's
 //! positions contiguous. Query `i` of the chunk sits at absolute position `vars.pos + i` and attends to cache
 //! positions `0 ..= pos + i`, so a chunk after earlier chunks sees the whole prefix. Query head `h` reads kv head
 //! `h / (n_heads / n_kv_heads)`. One workgroup serves 64 (token, head) rows of one GQA group and stages K/V tiles of
@@ -61,10 +61,12 @@ impl AttnShape {
         self.n_heads / self.n_kv
     }
 
-    /// Check `q` `[n_tokens, n_heads, head_dim]` and both caches `[n_kv, max_ctx, head_dim]` (all f32).
+    /// Check `q` `[n_tokens, n_heads, head_dim]` f32 and both caches `[n_kv, max_ctx, head_dim]`, both f32 or both
+    /// f16 ([`kv_f16`] tells which).
     pub fn check(g: &Graph, op: &'static str, q: TensorId, k: TensorId, v: TensorId) -> Result<AttnShape> {
         let (qs, kcs, vcs) = (g.shape(q), g.shape(k), g.shape(v));
-        let f32s = [q, k, v].iter().all(|&t| g.dtype(t) == DType::F32);
+        let kv_type = matches!(g.dtype(k), DType::F32 | DType::F16) && g.dtype(k) == g.dtype(v);
+        let f32s = g.dtype(q) == DType::F32 && kv_type;
         let bad = |why: &str| {
             Err(Error::shape(
                 op,
@@ -72,7 +74,7 @@ impl AttnShape {
             ))
         };
         if qs.len() != 3 || kcs.len() != 3 || kcs != vcs || !f32s {
-            return bad("expected f32 q [n_tokens, n_heads, head_dim] and caches [n_kv, max_ctx, head_dim]");
+            return bad("expected f32 q [n_tokens, n_heads, head_dim] and caches [n_kv, max_ctx, head_dim], both f32 or f16");
         }
         let s = AttnShape {
             n_tokens: qs[0],
@@ -103,9 +105,24 @@ impl AttnShape {
     }
 }
 
+/// Whether a KV cache holds f16 (the kernels' KV_F16 variants, lib/kv_cache.wgsl) rather than f32.
+pub fn kv_f16(g: &Graph, cache: TensorId) -> bool {
+    g.dtype(cache) == DType::F16
+}
+
+/// Bytes of one cached element.
+pub(super) fn kv_elem_bytes(f16: bool) -> u64 {
+    if f16 {
+        2
+    } else {
+        4
+    }
+}
+
 #[derive(Debug)]
 pub struct AttentionPrefill {
     shape: AttnShape,
+    kv_f16: bool,
     scale: f32,
     /// Sliding window (keys per query), 0 for none.
     window: usize,
@@ -113,7 +130,7 @@ pub struct AttentionPrefill {
 
 impl AttentionPrefill {
     fn key(&self) -> ShaderKey {
-        key(self.shape.head_dim)
+        key(self.shape.head_dim, self.kv_f16)
     }
     fn workgroups(&self) -> [u32; 3] {
         let rows = self.shape.n_tokens * self.shape.group();
@@ -121,10 +138,11 @@ impl AttentionPrefill {
     }
 }
 
-fn key(head_dim: usize) -> ShaderKey {
+fn key(head_dim: usize, kv_f16: bool) -> ShaderKey {
     ShaderKey::new("attention_prefill")
         .def("HD", head_dim)
         .def("BK", tile_keys(head_dim))
+        .flag("KV_F16", kv_f16)
 }
 
 impl Kernel for AttentionPrefill {
@@ -166,7 +184,7 @@ impl Kernel for AttentionPrefill {
             .sum();
         let act = 4 * (s.n_tokens * s.n_heads * s.head_dim) as u64;
         Cost {
-            bytes_read: 2 * 4 * kv_keys * (s.n_kv * s.head_dim) as u64 + act,
+            bytes_read: 2 * kv_elem_bytes(self.kv_f16) * kv_keys * (s.n_kv * s.head_dim) as u64 + act,
             bytes_written: act,
             flops: 4 * s.pairs_at_full_context() * (s.n_heads * s.head_dim) as u64,
         }
@@ -225,6 +243,7 @@ impl Graph {
         let out_shape = [shape.n_tokens, shape.n_heads, shape.head_dim];
         let kernel = AttentionPrefill {
             shape,
+            kv_f16: kv_f16(self, k_cache),
             scale,
             window: window_keys,
         };
@@ -293,5 +312,5 @@ pub fn reference_window(
 }
 
 pub fn variants() -> Vec<ShaderKey> {
-    HEAD_DIMS.iter().map(|&d| key(d)).collect()
+    HEAD_DIMS.iter().flat_map(|&d| [key(d, false), key(d, true)]).collect()
 }

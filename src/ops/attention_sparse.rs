@@ -15,7 +15,7 @@
 //! (longer chunks) runs one workgroup per (token, KV head, group of up to 16 query heads) over the whole selection.
 
 use super::attention_decode::CombineParams;
-use super::attention_prefill::{AttnShape, HEAD_DIMS};
+use super::attention_prefill::{kv_elem_bytes, kv_f16, AttnShape, HEAD_DIMS};
 use super::block_topk::query_block;
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
@@ -73,13 +73,16 @@ pub struct AttentionSparse {
     scale: f32,
     /// `Some` for the decode variant (split + combine), `None` for prefill.
     split: Option<SlotSplit>,
+    /// The caches hold f16 (lib/kv_cache.wgsl).
+    kv_f16: bool,
 }
 
-fn main_key(head_dim: usize, direct: bool) -> ShaderKey {
+fn main_key(head_dim: usize, direct: bool, kv_f16: bool) -> ShaderKey {
     ShaderKey::new("attention_sparse")
         .def("HD", format!("{head_dim}u"))
         .def("ROWS", format!("{ROWS}u"))
         .flag("DIRECT", direct)
+        .flag("KV_F16", kv_f16)
 }
 
 fn combine_key(head_dim: usize) -> ShaderKey {
@@ -120,13 +123,13 @@ impl Kernel for AttentionSparse {
         let z = (s.n_tokens * self.row_blocks()) as u32;
         match self.split {
             None => vec![Dispatch {
-                shader: main_key(s.head_dim, true),
+                shader: main_key(s.head_dim, true, self.kv_f16),
                 bindings: (0..5).map(Bind::Tensor).collect(),
                 workgroups: [1, s.n_kv as u32, z],
             }],
             Some(split) => vec![
                 Dispatch {
-                    shader: main_key(s.head_dim, false),
+                    shader: main_key(s.head_dim, false, self.kv_f16),
                     bindings: [0, 1, 2, 3, 5, 6].map(Bind::Tensor).to_vec(),
                     workgroups: [split.splits as u32, s.n_kv as u32, z],
                 },
@@ -184,7 +187,7 @@ impl Kernel for AttentionSparse {
         let s = &self.shape;
         let keys = (self.budget * self.block_size).min(s.max_ctx) as u64;
         let rows = (s.n_tokens * s.n_kv * self.row_blocks()) as u64;
-        let kv = 2 * 4 * keys * s.head_dim as u64 * rows;
+        let kv = 2 * kv_elem_bytes(self.kv_f16) * keys * s.head_dim as u64 * rows;
         let act = 4 * (s.n_tokens * s.n_heads * s.head_dim) as u64;
         let sel = 4 * (s.n_tokens * s.n_kv * self.budget) as u64;
         let partials = self.split.map_or(0, |sp| {
@@ -265,6 +268,7 @@ impl Graph {
             block_size,
             scale,
             split,
+            kv_f16: kv_f16(self, k_cache),
         };
         let inputs = [q, k_cache, v_cache, sel];
         let outs = match split {
@@ -345,6 +349,11 @@ pub fn reference(
 pub fn variants() -> Vec<ShaderKey> {
     HEAD_DIMS
         .iter()
-        .flat_map(|&d| [main_key(d, false), main_key(d, true), combine_key(d)])
+        .flat_map(|&d| {
+            [false, true]
+                .into_iter()
+                .flat_map(move |f| [main_key(d, false, f), main_key(d, true, f)])
+                .chain([combine_key(d)])
+        })
         .collect()
 }

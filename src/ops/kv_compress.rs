@@ -99,6 +99,12 @@ struct CompressParams {
 pub struct KvCompress {
     shape: CompressShape,
     n_tokens: usize,
+    /// The K cache holds f16 (lib/kv_cache.wgsl); the compressed keys stay f32.
+    kv_f16: bool,
+}
+
+fn key(kv_f16: bool) -> ShaderKey {
+    ShaderKey::new("kv_compress").flag("KV_F16", kv_f16)
 }
 
 impl KvCompress {
@@ -121,7 +127,7 @@ impl Kernel for KvCompress {
     /// Node tensors: 0 k_cache, 1 c_cache.
     fn dispatches(&self, _: &Caps) -> Vec<Dispatch> {
         vec![Dispatch {
-            shader: ShaderKey::new("kv_compress"),
+            shader: key(self.kv_f16),
             bindings: vec![Bind::Tensor(0), Bind::Tensor(1)],
             workgroups: grid(self.items(self.max_windows()), WG, MAX_PER_DIM),
         }]
@@ -148,8 +154,9 @@ impl Kernel for KvCompress {
         let s = &self.shape;
         let rows = (self.max_windows() * s.n_kv) as u64;
         let row_bytes = 4 * s.head_dim as u64;
+        let key_bytes = super::attention_prefill::kv_elem_bytes(self.kv_f16) * s.head_dim as u64;
         Cost {
-            bytes_read: rows * s.window.size as u64 * row_bytes,
+            bytes_read: rows * s.window.size as u64 * key_bytes,
             bytes_written: rows * row_bytes,
             flops: rows * (s.window.size * s.head_dim) as u64,
         }
@@ -166,12 +173,12 @@ impl Kernel for KvCompress {
 
 impl Graph {
     /// Update `c_cache` `[n_kv, window.count(max_ctx), head_dim]` with the windows of `k_cache` `[n_kv, max_ctx,
-    /// head_dim]` (both f32) completed by this step's `n_tokens` keys at positions `vars.pos ..`: an effect node,
+    /// head_dim]` (f32 or f16; `c_cache` f32) completed by this step's `n_tokens` keys at positions `vars.pos ..`: an effect node,
     /// recorded after the step's `kv_write`. `head_dim` must be a multiple of 4.
     pub fn kv_compress(&mut self, k_cache: TensorId, c_cache: TensorId, n_tokens: usize, window: Window) -> Result<()> {
         window.check("kv_compress")?;
         let (ks, cs) = (self.shape(k_cache).to_vec(), self.shape(c_cache).to_vec());
-        let f32s = self.dtype(k_cache) == DType::F32 && self.dtype(c_cache) == DType::F32;
+        let f32s = matches!(self.dtype(k_cache), DType::F32 | DType::F16) && self.dtype(c_cache) == DType::F32;
         let bad = |why: &str| {
             Err(Error::shape(
                 "kv_compress",
@@ -179,7 +186,7 @@ impl Graph {
             ))
         };
         if ks.len() != 3 || cs.len() != 3 || !f32s {
-            return bad("expected f32 k_cache [n_kv, max_ctx, head_dim] and c_cache [n_kv, n_windows, head_dim]");
+            return bad("expected k_cache [n_kv, max_ctx, head_dim] f32 or f16 and c_cache [n_kv, n_windows, head_dim] f32");
         }
         let shape = CompressShape {
             n_kv: ks[0],
@@ -202,7 +209,8 @@ impl Graph {
         if n_tokens == 0 || n_tokens > shape.max_ctx {
             return bad("need 1 <= n_tokens <= max_ctx");
         }
-        self.add_effect(KvCompress { shape, n_tokens }, &[k_cache, c_cache])
+        let kv_f16 = self.dtype(k_cache) == DType::F16;
+        self.add_effect(KvCompress { shape, n_tokens, kv_f16 }, &[k_cache, c_cache])
     }
 }
 
@@ -225,5 +233,5 @@ pub fn reference(k_cache: &[f32], c_cache: &mut [f32], s: CompressShape, pos: us
 }
 
 pub fn variants() -> Vec<ShaderKey> {
-    vec![ShaderKey::new("kv_compress")]
+    vec![key(false), key(true)]
 }

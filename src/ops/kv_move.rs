@@ -15,7 +15,7 @@ pub const MAX_MOVES: usize = 16;
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct KvMoveParams {
     n_kv: u32,
-    head_dim: u32,
+    row_words: u32,
     max_ctx: u32,
 }
 
@@ -24,6 +24,19 @@ pub struct KvMove {
     n_kv: usize,
     head_dim: usize,
     max_ctx: usize,
+    /// The caches hold f16 pairs: a row is head_dim / 2 words.
+    kv_f16: bool,
+}
+
+impl KvMove {
+    /// 32-bit words per cached row (the kernel moves words, whatever the element type).
+    fn row_words(&self) -> usize {
+        if self.kv_f16 {
+            self.head_dim / 2
+        } else {
+            self.head_dim
+        }
+    }
 }
 
 fn key() -> ShaderKey {
@@ -39,19 +52,19 @@ impl Kernel for KvMove {
         vec![Dispatch {
             shader: key(),
             bindings: (0..3).map(Bind::Tensor).collect(),
-            workgroups: grid(self.n_kv * self.head_dim, 64, caps.max_workgroups_per_dim),
+            workgroups: grid(self.n_kv * self.row_words(), 64, caps.max_workgroups_per_dim),
         }]
     }
     fn params(&self, _: usize, _: &StepVars) -> Params {
         Params::of(&KvMoveParams {
             n_kv: self.n_kv as u32,
-            head_dim: self.head_dim as u32,
+            row_words: self.row_words() as u32,
             max_ctx: self.max_ctx as u32,
         })
     }
     /// At most every move: keys and values of one position each.
     fn cost(&self) -> Cost {
-        let bytes = 2 * 4 * (MAX_MOVES * self.n_kv * self.head_dim) as u64;
+        let bytes = 2 * 4 * (MAX_MOVES * self.n_kv * self.row_words()) as u64;
         Cost {
             bytes_read: bytes,
             bytes_written: bytes,
@@ -72,12 +85,15 @@ impl Kernel for KvMove {
 }
 
 impl Graph {
-    /// Move keys and values of `k_cache` / `v_cache` (f32 `[n_kv, max_ctx, head_dim]`) as `moves` (u32 `[1 + 2 *
+    /// Move keys and values of `k_cache` / `v_cache` (`[n_kv, max_ctx, head_dim]`, both f32 or both f16) as `moves` (u32 `[1 + 2 *
     /// MAX_MOVES]`: the count, then (source, destination) position pairs) lists, in order. Moves naming a
     /// position at or past `max_ctx` are skipped.
     pub fn kv_move(&mut self, k_cache: TensorId, v_cache: TensorId, moves: TensorId) -> Result<()> {
         let cs = self.shape(k_cache).to_vec();
-        let f32s = [k_cache, v_cache].iter().all(|&t| self.dtype(t) == DType::F32);
+        let kv_f16 = self.dtype(k_cache) == DType::F16;
+        let f32s = matches!(self.dtype(k_cache), DType::F32 | DType::F16)
+            && self.dtype(v_cache) == self.dtype(k_cache)
+            && (!kv_f16 || cs.last().is_some_and(|d| d % 2 == 0));
         let ok = cs.len() == 3
             && self.shape(v_cache) == cs.as_slice()
             && f32s
@@ -87,7 +103,7 @@ impl Graph {
             return Err(Error::shape(
                 "kv_move",
                 format!(
-                    "caches {cs:?} / {:?}, moves {:?} {:?}: want two f32 [n_kv, max_ctx, head_dim] and u32 [{}]",
+                    "caches {cs:?} / {:?}, moves {:?} {:?}: want two f32 (or f16, even head_dim) [n_kv, max_ctx, head_dim] and u32 [{}]",
                     self.shape(v_cache),
                     self.shape(moves),
                     self.dtype(moves),
@@ -99,6 +115,7 @@ impl Graph {
             n_kv: cs[0],
             head_dim: cs[2],
             max_ctx: cs[1],
+            kv_f16,
         };
         self.add_effect(kernel, &[k_cache, v_cache, moves])
     }

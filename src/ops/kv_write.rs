@@ -1,7 +1,8 @@
 //! KV-cache append: copy a step's keys (or values) into one layer's cache at positions `pos .. pos + n_tokens`.
 //!
 //! Cache layout (shared with `attention_prefill` and `attention_decode`): per layer one K cache and one V cache,
-//! each an external f32 tensor `[n_kv_heads, max_ctx, head_dim]`, each head's positions contiguous. The position
+//! each an external f32 or f16 tensor `[n_kv_heads, max_ctx, head_dim]` (f16: halves packed two to a word, the
+//! `KV_F16` variants, lib/kv_cache.wgsl), each head's positions contiguous. The position
 //! comes from `StepVars::pos` at run time, so the same plan serves every decode step.
 
 use crate::error::{Error, Result};
@@ -28,6 +29,12 @@ pub struct KvWrite {
     max_ctx: usize,
     /// Keys and values in one dispatch (inputs k, v, k_cache, v_cache).
     pair: bool,
+    /// The cache holds f16: one invocation per pair of elements, rounded to f16.
+    kv_f16: bool,
+}
+
+fn key(pair: bool, kv_f16: bool) -> ShaderKey {
+    ShaderKey::new("kv_write").flag("PAIR", pair).flag("KV_F16", kv_f16)
 }
 
 impl Kernel for KvWrite {
@@ -36,10 +43,10 @@ impl Kernel for KvWrite {
     }
     fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
         vec![Dispatch {
-            shader: ShaderKey::new("kv_write").flag("PAIR", self.pair),
+            shader: key(self.pair, self.kv_f16),
             bindings: (0..if self.pair { 4 } else { 2 }).map(Bind::Tensor).collect(),
             workgroups: grid(
-                self.n_tokens * self.n_kv * self.head_dim,
+                self.n_tokens * self.n_kv * self.head_dim / if self.kv_f16 { 2 } else { 1 },
                 256,
                 caps.max_workgroups_per_dim,
             ),
@@ -55,10 +62,10 @@ impl Kernel for KvWrite {
         })
     }
     fn cost(&self) -> Cost {
-        let bytes = 4 * (self.n_tokens * self.n_kv * self.head_dim) as u64 * if self.pair { 2 } else { 1 };
+        let elems = (self.n_tokens * self.n_kv * self.head_dim) as u64 * if self.pair { 2 } else { 1 };
         Cost {
-            bytes_read: bytes,
-            bytes_written: bytes,
+            bytes_read: 4 * elems,
+            bytes_written: super::attention_prefill::kv_elem_bytes(self.kv_f16) * elems,
             flops: 0,
         }
     }
@@ -70,20 +77,30 @@ impl Kernel for KvWrite {
             for &(src, dst) in pairs {
                 let mut cache = io[dst].f32()?;
                 let (n_kv, ctx, hd) = (self.n_kv, self.max_ctx, self.head_dim);
-                reference(&io[src].f32()?, &mut cache, n_kv, ctx, hd, vars.pos as usize);
+                let mut k = io[src].f32()?;
+                if self.kv_f16 {
+                    k = round_f16(&k);
+                }
+                reference(&k, &mut cache, n_kv, ctx, hd, vars.pos as usize);
                 out.push(Expected::at(dst, cache));
             }
             Ok(out)
         })
     }
+    /// Exact for f32; an f16 cache allows the rounding mode the adapter picks (nearest or toward zero).
     fn check_bound(&self, _: &Caps) -> f64 {
-        0.0
+        if self.kv_f16 {
+            1e-6
+        } else {
+            0.0
+        }
     }
 }
 
 impl Graph {
     /// Write `k` `[n_tokens, n_kv_heads, head_dim]` into `cache` `[n_kv_heads, max_ctx, head_dim]` at positions
-    /// `vars.pos + i` (both f32). Tokens that would land at or past `max_ctx` are dropped by the kernel.
+    /// `vars.pos + i` (`k` f32, `cache` f32 or f16 with an even head_dim). Tokens that would land at or past
+    /// `max_ctx` are dropped by the kernel.
     pub fn kv_write(&mut self, k: TensorId, cache: TensorId) -> Result<()> {
         let kernel = self.kv_write_kernel(k, cache, false)?;
         self.add_effect(kernel, &[k, cache])
@@ -117,13 +134,13 @@ impl Graph {
             && ks[0] >= 1
             && ks[0] <= cs[1]
             && self.dtype(k) == DType::F32
-            && self.dtype(cache) == DType::F32;
+            && (self.dtype(cache) == DType::F32 || self.dtype(cache) == DType::F16 && ks[2].is_multiple_of(2));
         if !ok {
             return Err(Error::shape(
                 "kv_write",
                 format!(
                     "k {ks:?} {:?} into cache {cs:?} {:?}: expected f32 [n_tokens, n_kv, head_dim] into f32 \
-                     [n_kv, max_ctx, head_dim] with n_tokens <= max_ctx",
+                     or f16 (even head_dim) [n_kv, max_ctx, head_dim] with n_tokens <= max_ctx",
                     self.dtype(k),
                     self.dtype(cache)
                 ),
@@ -135,6 +152,7 @@ impl Graph {
             head_dim: ks[2],
             max_ctx: cs[1],
             pair,
+            kv_f16: self.dtype(cache) == DType::F16,
         })
     }
 }
@@ -155,9 +173,13 @@ pub fn reference(k: &[f32], cache: &mut [f32], n_kv: usize, max_ctx: usize, head
     }
 }
 
+/// `x` rounded to f16 and back (round to nearest even): what an f16 cache holds of it.
+pub fn round_f16(x: &[f32]) -> Vec<f32> {
+    x.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect()
+}
+
 pub fn variants() -> Vec<ShaderKey> {
-    vec![
-        ShaderKey::new("kv_write"),
-        ShaderKey::new("kv_write").flag("PAIR", true),
-    ]
+    [(false, false), (true, false), (false, true), (true, true)]
+        .map(|(pair, f16)| key(pair, f16))
+        .to_vec()
 }

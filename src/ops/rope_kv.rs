@@ -74,10 +74,13 @@ pub struct RopeKv {
     layout: [(usize, usize); 3],
     /// The tree form: node tensor caches + 2 is the tree table (q_out then follows it).
     tree: bool,
+    /// The caches hold f16 (lib/kv_cache.wgsl): k and v rounded as they are cached.
+    kv_f16: bool,
 }
 
-fn key(norm: bool, factors: bool, tree: bool) -> ShaderKey {
-    with_tree(ShaderKey::new("rope_kv").flag("NORM", norm).flag("FACTORS", factors), tree)
+fn key(norm: bool, factors: bool, tree: bool, kv_f16: bool) -> ShaderKey {
+    let key = ShaderKey::new("rope_kv").flag("NORM", norm).flag("FACTORS", factors);
+    with_tree(key, tree).flag("KV_F16", kv_f16)
 }
 
 impl RopeKv {
@@ -130,7 +133,7 @@ impl Kernel for RopeKv {
         }
         let d = self.dims;
         vec![Dispatch {
-            shader: key(self.eps.is_some(), self.cfg.factors.is_some(), self.tree),
+            shader: key(self.eps.is_some(), self.cfg.factors.is_some(), self.tree, self.kv_f16),
             bindings,
             workgroups: grid(d.n_tokens * (d.n_heads + 2 * d.n_kv), 64, caps.max_workgroups_per_dim),
         }]
@@ -160,9 +163,11 @@ impl Kernel for RopeKv {
         let n = (d.n_tokens * (d.n_heads + 2 * d.n_kv) * d.head_dim) as u64;
         let norm = if self.eps.is_some() { 8 * d.head_dim as u64 } else { 0 };
         let factors = if self.cfg.factors.is_some() { 2 * self.cfg.rot_dim as u64 } else { 0 };
+        let cached = (d.n_tokens * 2 * d.n_kv * d.head_dim) as u64;
+        let cache_bytes = super::attention_prefill::kv_elem_bytes(self.kv_f16);
         Cost {
             bytes_read: 4 * n + norm + factors,
-            bytes_written: 4 * n,
+            bytes_written: 4 * (n - cached) + cache_bytes * cached,
             // Per q/k head: 4 per dim for the norm, and per pair 6 for the rotation and ~20 for the angle.
             flops: heads * (if self.eps.is_some() { 4 * d.head_dim as u64 } else { 0 } + 13 * self.cfg.rot_dim as u64),
         }
@@ -195,6 +200,9 @@ impl Kernel for RopeKv {
             } else {
                 reference(self.dims, &self.cfg, &host, vars.pos, &mut kc, &mut vc)
             };
+            if self.kv_f16 {
+                (kc, vc) = (kv_write::round_f16(&kc), kv_write::round_f16(&vc));
+            }
             Ok(vec![
                 Expected::at(caches, kc),
                 Expected::at(caches + 1, vc),
@@ -202,11 +210,20 @@ impl Kernel for RopeKv {
             ])
         })
     }
+    /// An f16 cache may round a key the other way where the f32 math differs in its last bit.
+    fn check_bound(&self, _: &Caps) -> f64 {
+        if self.kv_f16 {
+            1e-6
+        } else {
+            1e-8
+        }
+    }
 }
 
 impl Graph {
     /// RoPE of q and k from `src` (each head RMS-normed first with `qk_norm` `[2, head_dim]` f32, q's weights then
-    /// k's, and its epsilon), k and v appended to `k_cache` / `v_cache` (f32 `[n_kv, max_ctx, head_dim]`) at
+    /// k's, and its epsilon), k and v appended to `k_cache` / `v_cache` (`[n_kv, max_ctx, head_dim]`, both f32 or
+    /// both f16) at
     /// positions `vars.pos + t` (tokens at or past `max_ctx` are not cached); returns the rotated q `[n_tokens,
     /// n_heads, head_dim]`. One dispatch.
     pub fn rope_kv(
@@ -236,8 +253,11 @@ impl Graph {
         let [n_kv, max_ctx, head_dim] = cs[..] else {
             return Err(bad("want caches [n_kv, max_ctx, head_dim]".into()));
         };
-        if self.shape(v_cache) != cs.as_slice() || !f32s(self, &[k_cache, v_cache]) || n_kv * head_dim == 0 {
-            return Err(bad("want two non-empty f32 caches of one shape".into()));
+        let kv_f16 = self.dtype(k_cache) == DType::F16;
+        let kv_type = (kv_f16 && head_dim.is_multiple_of(2) || f32s(self, &[k_cache]))
+            && self.dtype(v_cache) == self.dtype(k_cache);
+        if self.shape(v_cache) != cs.as_slice() || !kv_type || n_kv * head_dim == 0 {
+            return Err(bad("want two non-empty caches of one shape, both f32 or both f16 (even head_dim)".into()));
         }
         let rows = |g: &Graph, t: TensorId| match g.shape(t) {
             &[n, cols] if g.dtype(t) == DType::F32 => Ok((n, cols)),
@@ -310,6 +330,7 @@ impl Graph {
             src_of,
             layout,
             tree: tree.is_some(),
+            kv_f16,
         };
         let out = [n_tokens, n_heads, head_dim];
         Ok(self.add_node(kernel, &inputs, &[("rope_q", &out, DType::F32)])?[0])
@@ -378,8 +399,10 @@ pub fn reference_tree(
 }
 
 pub fn variants() -> Vec<ShaderKey> {
-    [false, true]
-        .into_iter()
-        .flat_map(|t| [key(false, false, t), key(true, false, t), key(false, true, t), key(true, true, t)])
-        .collect()
+    let mut keys = Vec::new();
+    for bits in 0..16u32 {
+        let on = |b: u32| bits & (1 << b) != 0;
+        keys.push(key(on(0), on(1), on(2), on(3)));
+    }
+    keys
 }

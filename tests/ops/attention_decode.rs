@@ -5,9 +5,9 @@
 //! f32 sums, and the combine adds one exp2 and a sum over at most 32 splits. Caches hold NaN past kv_len, so a read
 //! past the current length fails the case.
 
-use crate::attention_prefill::{caches, AMP, NMSE_MAX};
-use crate::common::{exact, gpu_fallback, nmse, Case, Check, Rng};
-use shaderlm::gpu::{DType, Gpu, GpuTensor};
+use crate::attention_prefill::{caches, kv_caches, upload_cache, AMP, F16_ATOL, F16_RTOL, NMSE_MAX};
+use crate::common::{exact, gpu_fallback, nmse, rel_abs, Case, Check, Rng};
+use shaderlm::gpu::{DType, Gpu};
 use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::attention_decode::{self, splits_for, tree_table, MAX_TREE_DEPTH, TREE_W};
@@ -15,15 +15,15 @@ use shaderlm::ops::attention_prefill::{self, AttnShape};
 use shaderlm::ops::kv_write;
 
 fn run(gpu: &Gpu, s: AttnShape, kv_len: usize, amp: f32, seed: u64) -> shaderlm::Result<Check> {
-    run_window(gpu, s, kv_len, amp, seed, None)
+    run_window(gpu, s, kv_len, (amp, DType::F32), seed, None)
 }
 
-/// [`run`] with a sliding window: each query sees only its last `window` keys.
-fn run_window(
+/// [`run`] with a sliding window (each query sees only its last `window` keys), over caches of `kv`.
+pub fn run_window(
     gpu: &Gpu,
     s: AttnShape,
     kv_len: usize,
-    amp: f32,
+    (amp, kv): (f32, DType),
     seed: u64,
     window: Option<usize>,
 ) -> shaderlm::Result<Check> {
@@ -31,10 +31,7 @@ fn run_window(
     let scale = 1.0 / (s.head_dim as f32).sqrt();
     let pos = kv_len - s.n_tokens;
     let q = rng.vec(s.n_tokens * s.n_heads * s.head_dim, amp);
-    let (kc, vc) = caches(&mut rng, s, kv_len, amp);
-    let cache_shape = [s.n_kv, s.max_ctx, s.head_dim];
-    let kt = GpuTensor::upload_f32(gpu, "k_cache", &cache_shape, &kc)?;
-    let vt = GpuTensor::upload_f32(gpu, "v_cache", &cache_shape, &vc)?;
+    let [(kt, kc), (vt, vc)] = kv_caches(gpu, &mut rng, s, kv_len, amp, kv)?;
     let mut g = Graph::new();
     let tq = g.input("q", &[s.n_tokens, s.n_heads, s.head_dim], DType::F32);
     let (tk, tv) = (g.external(&kt), g.external(&vt));
@@ -47,31 +44,31 @@ fn run_window(
     Ok(nmse(&plan.read_f32(o)?, &want, NMSE_MAX))
 }
 
-/// kv_write + attention_decode in one plan, run at each of `positions` with a new token each time (as decode does):
-/// the params are re-read every run. Reports the worst step.
-fn steps(gpu: &Gpu, s: AttnShape, positions: &[usize], seed: u64) -> shaderlm::Result<Check> {
+/// kv_write (as a pair, or K and V apart) + attention_decode in one plan, run at each of `positions` with a new
+/// token each time (as decode does; the params are re-read every run): the caches of `kv` must hold the writes (for
+/// f16 rounded, within an f16 ulp: rtol 2^-10, atol 2^-24), and the attention the reference over what they hold.
+/// Reports the worst step.
+pub fn steps(gpu: &Gpu, s: AttnShape, positions: &[usize], (pair, kv): (bool, DType), seed: u64) -> shaderlm::Result<Check> {
     let mut rng = Rng::new(seed);
     let scale = 1.0 / (s.head_dim as f32).sqrt();
     let (n, hd) = (s.n_tokens, s.head_dim);
-    let cache_shape = [s.n_kv, s.max_ctx, hd];
     // Prefix positions never written by this test hold random keys, as an earlier prefill would have left.
-    let (mut kc, mut vc) = caches(&mut rng, s, s.max_ctx, AMP);
-    let kt = GpuTensor::upload_f32(gpu, "k_cache", &cache_shape, &kc)?;
-    let vt = GpuTensor::upload_f32(gpu, "v_cache", &cache_shape, &vc)?;
+    let [(kt, mut kc), (vt, mut vc)] = kv_caches(gpu, &mut rng, s, s.max_ctx, AMP, kv)?;
     let mut g = Graph::new();
     let tq = g.input("q", &[n, s.n_heads, hd], DType::F32);
     let tk_new = g.input("k", &[n, s.n_kv, hd], DType::F32);
     let tv_new = g.input("v", &[n, s.n_kv, hd], DType::F32);
     let (tk, tv) = (g.external(&kt), g.external(&vt));
-    g.kv_write(tk_new, tk)?;
-    g.kv_write(tv_new, tv)?;
+    if pair {
+        g.kv_write_pair(tk_new, tv_new, tk, tv)?;
+    } else {
+        g.kv_write(tk_new, tk)?;
+        g.kv_write(tv_new, tv)?;
+    }
     let o = g.attention_decode(tq, tk, tv, scale)?;
     g.output(o);
     let mut plan = Plan::new(gpu, g)?;
-    let mut worst = Check::Nmse {
-        value: 0.0,
-        max: NMSE_MAX,
-    };
+    let mut worst = nmse(&[], &[], NMSE_MAX);
     for &pos in positions {
         let q = rng.vec(n * s.n_heads * hd, AMP);
         let k = rng.vec(n * s.n_kv * hd, AMP);
@@ -82,16 +79,27 @@ fn steps(gpu: &Gpu, s: AttnShape, positions: &[usize], seed: u64) -> shaderlm::R
         plan.run(gpu, &StepVars { pos: pos as u32 })?;
         kv_write::reference(&k, &mut kc, s.n_kv, s.max_ctx, hd, pos);
         kv_write::reference(&v, &mut vc, s.n_kv, s.max_ctx, hd, pos);
-        let check = nmse(
-            &plan.read_f32(o)?,
-            &attention_decode::reference(&q, &kc, &vc, s, pos, scale),
-            NMSE_MAX,
-        );
-        if let (Check::Nmse { value, .. }, Check::Nmse { value: w, .. }) = (&check, &worst) {
-            if value.is_nan() || value > w {
-                worst = check;
-            }
+        let written = [kt.download_f32(gpu)?, vt.download_f32(gpu)?].concat();
+        let want = [kc.clone(), vc.clone()].concat();
+        let cached = match kv {
+            DType::F16 => rel_abs(&written, &want, F16_RTOL, F16_ATOL),
+            _ => exact(&written, &want),
+        };
+        if !cached.passed() {
+            return Ok(cached);
         }
+        // The attention reads what the device cached.
+        let (dk, dv) = written.split_at(kc.len());
+        (kc, vc) = (dk.to_vec(), dv.to_vec());
+        let want = attention_decode::reference(&q, &kc, &vc, s, pos, scale);
+        let check = nmse(&plan.read_f32(o)?, &want, NMSE_MAX);
+        if !check.passed() {
+            return Ok(check);
+        }
+        worst = match (&check, &worst) {
+            (Check::Nmse { value, .. }, Check::Nmse { value: w, .. }) if value > w => check,
+            _ => worst,
+        };
     }
     Ok(worst)
 }
@@ -178,10 +186,10 @@ pub fn cases() -> Vec<Case> {
             max_ctx,
         };
         v.push(Case::new("attention_decode", name, move |gpu| {
-            run_window(gpu, s, kv_len, amp, seed, window)
+            run_window(gpu, s, kv_len, (amp, DType::F32), seed, window)
         }));
         v.push(Case::new("attention_decode", format!("{name}_no_subgroups"), move |_| {
-            run_window(gpu_fallback(), s, kv_len, amp, seed, window)
+            run_window(gpu_fallback(), s, kv_len, (amp, DType::F32), seed, window)
         }));
     }
     // Batch invariance: row r of an n-query step equals the one-query step at position pos + r bit for bit
@@ -206,10 +214,10 @@ pub fn cases() -> Vec<Case> {
             max_ctx: 4096,
         };
         v.push(Case::new("attention_decode", name, move |gpu| {
-            batch_rows(gpu, s, kv_len, seed, window)
+            batch_rows(gpu, s, kv_len, (seed, DType::F32), window)
         }));
         v.push(Case::new("attention_decode", format!("{name}_no_subgroups"), move |_| {
-            batch_rows(gpu_fallback(), s, kv_len, seed, window)
+            batch_rows(gpu_fallback(), s, kv_len, (seed, DType::F32), window)
         }));
     }
     // One plan, successive decode steps (positions 0..20, then a jump past a split boundary).
@@ -226,7 +234,7 @@ pub fn cases() -> Vec<Case> {
     v.push(Case::new(
         "attention_decode",
         "decode_steps_reuse_plan_h9_kv3_d64",
-        move |gpu| steps(gpu, s, &p2, seed),
+        move |gpu| steps(gpu, s, &p2, (false, DType::F32), seed),
     ));
     seed += 1;
     let s = AttnShape {
@@ -239,7 +247,7 @@ pub fn cases() -> Vec<Case> {
     v.push(Case::new(
         "attention_decode",
         "spec_steps_reuse_plan_t3_h8_kv2_d128",
-        move |gpu| steps(gpu, s, &[0, 3, 6, 500, 1021], seed),
+        move |gpu| steps(gpu, s, &[0, 3, 6, 500, 1021], (false, DType::F32), seed),
     ));
     // Only the splits that hold keys are launched (counts set per step); when the context shrinks (a new
     // conversation in the same session), the partials of splits launched earlier are stale and must be ignored.
@@ -255,19 +263,25 @@ pub fn cases() -> Vec<Case> {
     v.push(Case::new(
         "attention_decode",
         "shrinking_context_ignores_stale_splits",
-        move |gpu| steps(gpu, s, &at, seed),
+        move |gpu| steps(gpu, s, &at, (false, DType::F32), seed),
     ));
     v.push(Case::new(
         "attention_decode",
         "shrinking_context_ignores_stale_splits_no_subgroups",
-        move |_| steps(gpu_fallback(), s, &at, seed),
+        move |_| steps(gpu_fallback(), s, &at, (false, DType::F32), seed),
     ));
     tree_cases(&mut v);
     v
 }
 
 /// Bitwise: the rows of one `s.n_tokens`-query step ending at `kv_len` against one-query steps at each position.
-fn batch_rows(gpu: &Gpu, s: AttnShape, kv_len: usize, seed: u64, window: Option<usize>) -> shaderlm::Result<Check> {
+pub fn batch_rows(
+    gpu: &Gpu,
+    s: AttnShape,
+    kv_len: usize,
+    (seed, kv): (u64, DType),
+    window: Option<usize>,
+) -> shaderlm::Result<Check> {
     let mut rng = Rng::new(seed);
     let scale = 1.0 / (s.head_dim as f32).sqrt();
     let (n, hd) = (s.n_tokens, s.head_dim);
@@ -275,8 +289,8 @@ fn batch_rows(gpu: &Gpu, s: AttnShape, kv_len: usize, seed: u64, window: Option<
     let q = rng.vec(n * s.n_heads * hd, AMP);
     let (kc, vc) = caches(&mut rng, s, kv_len, AMP);
     let cache_shape = [s.n_kv, s.max_ctx, hd];
-    let kt = GpuTensor::upload_f32(gpu, "k_cache", &cache_shape, &kc)?;
-    let vt = GpuTensor::upload_f32(gpu, "v_cache", &cache_shape, &vc)?;
+    let kt = upload_cache(gpu, "k_cache", &cache_shape, &kc, kv)?;
+    let vt = upload_cache(gpu, "v_cache", &cache_shape, &vc, kv)?;
     let run = |rows: usize, q: &[f32], pos: usize| -> shaderlm::Result<Vec<u32>> {
         let mut g = Graph::new();
         let tq = g.input("q", &[rows, s.n_heads, hd], DType::F32);
@@ -323,7 +337,7 @@ struct TreeRun {
     out: Vec<f32>,
 }
 
-fn tree_run(gpu: &Gpu, s: AttnShape, pos: usize, seed: u64, window: Option<usize>) -> shaderlm::Result<TreeRun> {
+fn tree_run(gpu: &Gpu, s: AttnShape, pos: usize, (seed, kv): (u64, DType), window: Option<usize>) -> shaderlm::Result<TreeRun> {
     let mut rng = Rng::new(seed);
     let scale = 1.0 / (s.head_dim as f32).sqrt();
     let (n, hd) = (s.n_tokens, s.head_dim);
@@ -332,8 +346,8 @@ fn tree_run(gpu: &Gpu, s: AttnShape, pos: usize, seed: u64, window: Option<usize
     let q = rng.vec(n * s.n_heads * hd, AMP);
     let (kc, vc) = caches(&mut rng, s, pos + n, AMP);
     let cache_shape = [s.n_kv, s.max_ctx, hd];
-    let kt = GpuTensor::upload_f32(gpu, "k_cache", &cache_shape, &kc)?;
-    let vt = GpuTensor::upload_f32(gpu, "v_cache", &cache_shape, &vc)?;
+    let kt = upload_cache(gpu, "k_cache", &cache_shape, &kc, kv)?;
+    let vt = upload_cache(gpu, "v_cache", &cache_shape, &vc, kv)?;
     let mut g = Graph::new();
     let tq = g.input("q", &[n, s.n_heads, hd], DType::F32);
     let tt = g.input("tree", &[n, TREE_W], DType::U32);
@@ -356,8 +370,14 @@ fn tree_run(gpu: &Gpu, s: AttnShape, pos: usize, seed: u64, window: Option<usize
 
 /// Tree form, bitwise: row r of a tree step equals the one-query step at `pos + depth(r)` over a cache holding the
 /// prefix and then r's path in order (what plain decoding of that path would have cached).
-fn tree_rows(gpu: &Gpu, s: AttnShape, pos: usize, seed: u64, window: Option<usize>) -> shaderlm::Result<Check> {
-    let t = tree_run(gpu, s, pos, seed, window)?;
+pub fn tree_rows(
+    gpu: &Gpu,
+    s: AttnShape,
+    pos: usize,
+    (seed, kv): (u64, DType),
+    window: Option<usize>,
+) -> shaderlm::Result<Check> {
+    let t = tree_run(gpu, s, pos, (seed, kv), window)?;
     let (kc, vc) = &t.caches;
     let (scale, hd, row) = (1.0 / (s.head_dim as f32).sqrt(), s.head_dim, s.n_heads * s.head_dim);
     let cache_shape = [s.n_kv, s.max_ctx, hd];
@@ -382,8 +402,8 @@ fn tree_rows(gpu: &Gpu, s: AttnShape, pos: usize, seed: u64, window: Option<usiz
                 }
             }
         }
-        let kt1 = GpuTensor::upload_f32(gpu, "k_cache", &cache_shape, &k1)?;
-        let vt1 = GpuTensor::upload_f32(gpu, "v_cache", &cache_shape, &v1)?;
+        let kt1 = upload_cache(gpu, "k_cache", &cache_shape, &k1, kv)?;
+        let vt1 = upload_cache(gpu, "v_cache", &cache_shape, &v1, kv)?;
         let mut g = Graph::new();
         let tq = g.input("q", &[1, s.n_heads, hd], DType::F32);
         let (tk, tv) = (g.external(&kt1), g.external(&vt1));
@@ -399,7 +419,7 @@ fn tree_rows(gpu: &Gpu, s: AttnShape, pos: usize, seed: u64, window: Option<usiz
 
 /// Tree form against the f64 CPU reference (`reference_tree`), the same NMSE bound as the plain form.
 fn tree_vs_reference(gpu: &Gpu, s: AttnShape, pos: usize, seed: u64) -> shaderlm::Result<Check> {
-    let t = tree_run(gpu, s, pos, seed, None)?;
+    let t = tree_run(gpu, s, pos, (seed, DType::F32), None)?;
     let scale = 1.0 / (s.head_dim as f32).sqrt();
     let want = attention_decode::reference_tree(&t.q, &t.caches.0, &t.caches.1, s, (pos, &t.table), scale, None);
     Ok(nmse(&t.out, &want, NMSE_MAX))
@@ -426,9 +446,11 @@ pub fn tree_cases(v: &mut Vec<Case>) {
             head_dim,
             max_ctx,
         };
-        v.push(Case::new("attention_decode", name, move |gpu| tree_rows(gpu, s, pos, seed, window)));
+        v.push(Case::new("attention_decode", name, move |gpu| {
+            tree_rows(gpu, s, pos, (seed, DType::F32), window)
+        }));
         v.push(Case::new("attention_decode", format!("{name}_no_subgroups"), move |_| {
-            tree_rows(gpu_fallback(), s, pos, seed, window)
+            tree_rows(gpu_fallback(), s, pos, (seed, DType::F32), window)
         }));
         if window.is_none() {
             v.push(Case::new("attention_decode", format!("{name}_vs_reference"), move |gpu| {

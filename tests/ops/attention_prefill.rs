@@ -14,6 +14,7 @@ use shaderlm::gpu::{DType, Gpu, GpuTensor};
 use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::attention_prefill::{self, AttnShape};
+use shaderlm::ops::kv_write::round_f16;
 
 /// NMSE bound for f32 attention against the f64 reference (reason in the module comment).
 pub const NMSE_MAX: f64 = 1e-10;
@@ -31,29 +32,71 @@ pub fn caches(rng: &mut Rng, s: AttnShape, kv_len: usize, amp: f32) -> (Vec<f32>
     (k, v)
 }
 
+/// A cache `[n_kv, max_ctx, head_dim]` on the device as `kv` (f32, or f16: the values rounded).
+pub fn upload_cache(gpu: &Gpu, name: &str, shape: &[usize], data: &[f32], kv: DType) -> shaderlm::Result<GpuTensor> {
+    match kv {
+        DType::F16 => GpuTensor::upload_f16(gpu, name, shape, data),
+        _ => GpuTensor::upload_f32(gpu, name, shape, data),
+    }
+}
+
+/// One f16 ulp, relative, and the smallest f16 subnormal: the bound of a value rounded to f16 (to nearest or
+/// toward zero, as Vulkan allows).
+pub const F16_RTOL: f64 = 1.0 / 1024.0;
+pub const F16_ATOL: f64 = 5.97e-8;
+
+/// [`caches`] on the device as `kv` with the host values they hold (rounded to f16 for an f16 cache).
+pub fn kv_caches(
+    gpu: &Gpu,
+    rng: &mut Rng,
+    s: AttnShape,
+    kv_len: usize,
+    amp: f32,
+    kv: DType,
+) -> shaderlm::Result<[(GpuTensor, Vec<f32>); 2]> {
+    let (kc, vc) = caches(rng, s, kv_len, amp);
+    let (kc, vc) = match kv {
+        DType::F16 => (round_f16(&kc), round_f16(&vc)),
+        _ => (kc, vc),
+    };
+    let shape = [s.n_kv, s.max_ctx, s.head_dim];
+    Ok([
+        (upload_cache(gpu, "k_cache", &shape, &kc, kv)?, kc),
+        (upload_cache(gpu, "v_cache", &shape, &vc, kv)?, vc),
+    ])
+}
+
+/// An [`AttnShape`] from its five sizes.
+pub fn shape(n_tokens: usize, n_heads: usize, n_kv: usize, head_dim: usize, max_ctx: usize) -> AttnShape {
+    AttnShape {
+        n_tokens,
+        n_heads,
+        n_kv,
+        head_dim,
+        max_ctx,
+    }
+}
+
 /// Scores scale * q.k with q, k uniform in [-amp, amp] have std amp^2 / 3: amp 3 gives a peaked softmax (std 3).
 pub const AMP: f32 = 3.0;
 
 fn run(gpu: &Gpu, s: AttnShape, pos: usize, amp: f32, seed: u64) -> shaderlm::Result<Check> {
-    run_window(gpu, s, pos, amp, seed, None)
+    run_window(gpu, s, pos, (amp, DType::F32), seed, None)
 }
 
-/// [`run`] with a sliding window of `window` keys per query.
-fn run_window(
+/// [`run`] with a sliding window of `window` keys per query, over caches of `kv`.
+pub fn run_window(
     gpu: &Gpu,
     s: AttnShape,
     pos: usize,
-    amp: f32,
+    (amp, kv): (f32, DType),
     seed: u64,
     window: Option<usize>,
 ) -> shaderlm::Result<Check> {
     let mut rng = Rng::new(seed);
     let scale = 1.0 / (s.head_dim as f32).sqrt();
     let q = rng.vec(s.n_tokens * s.n_heads * s.head_dim, amp);
-    let (kc, vc) = caches(&mut rng, s, pos + s.n_tokens, amp);
-    let cache_shape = [s.n_kv, s.max_ctx, s.head_dim];
-    let kt = GpuTensor::upload_f32(gpu, "k_cache", &cache_shape, &kc)?;
-    let vt = GpuTensor::upload_f32(gpu, "v_cache", &cache_shape, &vc)?;
+    let [(kt, kc), (vt, vc)] = kv_caches(gpu, &mut rng, s, pos + s.n_tokens, amp, kv)?;
     let mut g = Graph::new();
     let tq = g.input("q", &[s.n_tokens, s.n_heads, s.head_dim], DType::F32);
     let (tk, tv) = (g.external(&kt), g.external(&vt));
@@ -178,7 +221,7 @@ pub fn cases() -> Vec<Case> {
             max_ctx,
         };
         v.push(Case::new("attention_prefill", name, move |gpu| {
-            run_window(gpu, s, pos, amp, seed, window)
+            run_window(gpu, s, pos, (amp, DType::F32), seed, window)
         }));
     }
     for (n_heads, n_kv, head_dim, n_tokens, first) in [(9, 3, 64, 37, 37), (8, 2, 128, 20, 50)] {

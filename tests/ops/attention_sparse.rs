@@ -9,7 +9,7 @@
 //! arithmetic as attention_decode over a subset of the keys. Caches hold NaN past the step's last key, so a read
 //! past a query's visible keys (or of a block past its own) fails the case.
 
-use crate::attention_prefill::{caches, AMP, NMSE_MAX};
+use crate::attention_prefill::{caches, shape, AMP, NMSE_MAX};
 use crate::common::{nmse, Case, Check, Rng};
 use shaderlm::gpu::{DType, Gpu, GpuTensor};
 use shaderlm::graph::StepVars;
@@ -19,7 +19,7 @@ use shaderlm::ops::attention_sparse;
 use shaderlm::ops::block_topk::{self, BlockSelection, EMPTY};
 
 /// Selections of the tokens at `pos ..` by block_topk's rule over random scores (what the model feeds the op).
-fn selections(rng: &mut Rng, s: AttnShape, bs: BlockSelection, pos: usize) -> Vec<u32> {
+pub fn selections(rng: &mut Rng, s: AttnShape, bs: BlockSelection, pos: usize) -> Vec<u32> {
     let nb = s.max_ctx.div_ceil(bs.block_size);
     let scores = rng.vec(s.n_tokens * s.n_kv * nb, 1.0);
     block_topk::reference(&scores, s.n_tokens, s.n_kv, nb, bs, pos)
@@ -161,16 +161,6 @@ fn chained(gpu: &Gpu, s: AttnShape, bs: BlockSelection, pos: usize, seed: u64) -
     let ids = block_topk::reference(&scores, s.n_tokens, s.n_kv, nb, bs, pos);
     let want = attention_sparse::reference(&q, &kc, &vc, &ids, s, bs.block_size, pos, scale);
     Ok(nmse(&plan.read_f32(o)?, &want, NMSE_MAX))
-}
-
-fn shape(n_tokens: usize, n_heads: usize, n_kv: usize, head_dim: usize, max_ctx: usize) -> AttnShape {
-    AttnShape {
-        n_tokens,
-        n_heads,
-        n_kv,
-        head_dim,
-        max_ctx,
-    }
 }
 
 fn bsel(block_size: usize, init_blocks: usize, local_blocks: usize, budget: usize) -> BlockSelection {

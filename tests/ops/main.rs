@@ -1,10 +1,12 @@
-//! Every op against its CPU reference over a grid of shapes. `OPS=add,rms_norm cargo test --test ops` filters.
+//! Every op against its CPU reference over a grid of shapes. `OPS=add,rms_norm cargo test --test ops` filters by op,
+//! `CASES=f16` by a part of the case name.
 //!
 //! Each op file below contributes `cases()`: a name, the op it tests, and a function that runs the GPU kernel and
 //! returns the error metric with its bound. The bound's reason is written beside each case family.
 
 mod common;
 
+mod kv_f16;
 mod moe_common;
 mod moe_ffn;
 
@@ -19,6 +21,7 @@ macro_rules! op_cases {
             let mut v = Vec::new();
             $(v.extend($op::cases());)*
             v.extend(moe_ffn::cases());
+            v.extend(kv_f16::cases());
             v
         }
     };
@@ -32,9 +35,12 @@ fn ops_match_cpu_reference() {
         .ok()
         .filter(|s| !s.is_empty())
         .map(|s| s.split(',').map(|x| x.trim().to_string()).collect());
+    // CASES=part keeps only the cases whose name holds it.
+    let part = std::env::var("CASES").unwrap_or_default();
     let cases: Vec<Case> = all_cases()
         .into_iter()
         .filter(|c| filter.as_ref().is_none_or(|f| f.iter().any(|o| o == c.op)))
+        .filter(|c| c.name.contains(&part))
         .collect();
     assert!(!cases.is_empty(), "OPS={filter:?} selects no case");
     let gpu = gpu();
