@@ -296,9 +296,19 @@ fn crafted_kv_head_counts_are_refused_by_the_budget() {
     };
     rewrite_gguf(&path, &crafted, craft, |_| {});
     let c = crafted.to_str().unwrap();
-    let out = shaderlm(&["generate", "-m", c, "--prompt", "hi", "--ctx", "65536"], dir.path());
+    let args = [
+        "generate",
+        "-m",
+        c,
+        "--prompt",
+        "hi",
+        "--ctx",
+        "65536",
+        "--kv-type",
+        "f32",
+    ];
     fails_with(
-        &out,
+        &shaderlm(&args, dir.path()),
         &[
             "crafted.gguf",
             "KV cache 4.0 TiB for 65536 positions",
@@ -337,7 +347,7 @@ fn a_context_over_the_memory_budget_is_refused_with_the_one_that_fits() {
     };
     write_gguf_chat_as(&path, t, 11, GgmlType::Q8_0);
     let p = path.to_str().unwrap();
-    let budget = ["--max-memory", "8M"];
+    let budget = ["--max-memory", "8M", "--kv-type", "f32"];
     let run = |cmd: &[&str], ctx: usize| {
         let ctx = ctx.to_string();
         let mut args = cmd.to_vec();
@@ -385,6 +395,50 @@ fn a_context_over_the_memory_budget_is_refused_with_the_one_that_fits() {
         dir.path(),
     );
     fails_with(&out, &["--max-memory", "expected a size such as 4G"]);
+}
+
+/// `--kv-type f16` halves the KV cache the budget counts and generates; a type the engine lacks is refused.
+#[test]
+fn kv_type_sets_the_cache_size_and_unknown_types_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_gguf_chat(&path, 13, GgmlType::Q8_0);
+    let p = path.to_str().unwrap();
+    let info = |kv: &str| {
+        let out = shaderlm(&["info", "-m", p, "--ctx", "256", "--kv-type", kv], dir.path());
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let kv = text
+            .split("KV cache ")
+            .nth(1)
+            .and_then(|t| t.split(" for 256 positions").next());
+        kv.unwrap_or_else(|| panic!("no KV cache size: {text}")).to_string()
+    };
+    let (f32s, f16s) = (info("f32"), info("f16"));
+    let kib = |s: &str| match s.split_once(' ') {
+        Some((n, "KiB")) => n.parse::<f64>().unwrap(),
+        Some((n, "MiB")) => n.parse::<f64>().unwrap() * 1024.0,
+        _ => panic!("a KV cache size {s:?}"),
+    };
+    let ratio = kib(&f32s) / kib(&f16s);
+    assert!((1.95..2.05).contains(&ratio), "{f32s} vs {f16s}");
+    let generate = [
+        "generate",
+        "-m",
+        p,
+        "--prompt",
+        "hi",
+        "-n",
+        "3",
+        "--temp",
+        "0",
+        "--kv-type",
+        "f16",
+    ];
+    let out = shaderlm(&generate, dir.path());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = shaderlm(&["generate", "-m", p, "--prompt", "hi", "--kv-type", "q8"], dir.path());
+    fails_with(&out, &["--kv-type", "\"q8\"", "want f32 or f16"]);
 }
 
 #[test]

@@ -1,8 +1,8 @@
 //! Draft trees verified in one step are lossless. (1) Every row of a tree step equals plain decoding along that
-//! row's path, bit for bit, for every architecture, and so does the step after an accepted path (its K/V moved into
-//! place). (2) Generation with trees (EAGLE-2's dynamic tree from a draft model and an EAGLE head, prompt lookup's
-//! merged matches) gives plain decoding's tokens on the SmolLM2 golden prompts, greedy and seeded, and the same
-//! follow-up turn.
+//! row's path, bit for bit, for every architecture (and with an f16 KV cache), and so does the step after an
+//! accepted path (its K/V moved into place). (2) Generation with trees (EAGLE-2's dynamic tree from a draft model
+//! and an EAGLE head, prompt lookup's merged matches) gives plain decoding's tokens on the SmolLM2 golden prompts,
+//! greedy and seeded, and the same follow-up turn.
 
 mod common;
 
@@ -17,7 +17,7 @@ use shaderlm::generate::eagle::EagleDraft;
 use shaderlm::generate::spec::SpecOptions;
 use shaderlm::generate::tree::TreeShape;
 use shaderlm::generate::Generator;
-use shaderlm::model::{Llama, StepOutputs};
+use shaderlm::model::{KvType, Llama, StepOutputs};
 use shaderlm::quant::GgmlType;
 use shaderlm::sampling::SamplingParams;
 
@@ -85,6 +85,9 @@ fn tree_rows_equal_decode_steps_along_their_paths() {
     let path = dir.path().join("tiny.gguf");
     write_gguf(&path, &Tiny::llama(), 31, GgmlType::Q4_1);
     tree_rows_equal_decode_steps("llama Q4_1", &weights(&path), &tokens(9, 101, 1), 3);
+    // An f16 KV cache: tree rows written as halves, the accepted path's halves moved.
+    let f16 = weights(&path).with_kv_type(KvType::F16);
+    tree_rows_equal_decode_steps("llama Q4_1, f16 KV", &f16, &tokens(9, 101, 1), 3);
     let mut qwen3 = Tiny::llama();
     qwen3.arch = "qwen3";
     qwen3.kv_heads = 1;

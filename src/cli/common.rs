@@ -4,7 +4,7 @@
 use super::DeviceArgs;
 use anyhow::Context;
 use clap::Args;
-use shaderlm::gpu::Gpu;
+use shaderlm::gpu::{Caps, Gpu};
 use shaderlm::model::load::LoadedModel;
 use shaderlm::model::{AttentionMode, KvType, LoadOptions, SparseOverrides};
 use shaderlm::sampling::SamplingParams;
@@ -28,6 +28,11 @@ pub struct ModelArgs {
     /// [default: the adapter's memory where it reports one; for CPU adapters the host's available memory].
     #[arg(long, value_name = "SIZE", value_parser = shaderlm::model::budget::parse_size)]
     pub max_memory: Option<u64>,
+    /// KV-cache element type, f32 or f16: f16 halves the cache's memory and the attention's reads (keys and values
+    /// are rounded to f16 as they are cached; the attention's math stays f32) [default: per adapter, f32 only where
+    /// f16 measured no faster: CPU adapters without subgroups, such as llvmpipe under GL].
+    #[arg(long, value_name = "TYPE", value_parser = KvType::parse)]
+    pub kv_type: Option<KvType>,
     #[command(flatten)]
     pub attention: AttentionArgs,
 }
@@ -148,12 +153,14 @@ impl ModelArgs {
         }
     }
 
-    /// How these flags open a model.
-    pub fn options(&self) -> LoadOptions {
+    /// How these flags open a model on an adapter with `caps` (`None`: no adapter to ask, an f32 cache by default).
+    pub fn options(&self, caps: Option<&Caps>) -> LoadOptions {
         LoadOptions {
             ctx: self.ctx,
             attention: self.attention.mode(),
-            kv_type: KvType::F32,
+            kv_type: self
+                .kv_type
+                .unwrap_or_else(|| caps.map_or(KvType::F32, KvType::default_for)),
             chunk: self.chunk,
             max_memory: self.max_memory,
             layers: None,
@@ -170,7 +177,7 @@ impl ModelArgs {
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         bar.set_message(path.display().to_string());
-        let loaded = LoadedModel::open(&gpu, &path, &self.options(), |i, n| {
+        let loaded = LoadedModel::open(&gpu, &path, &self.options(Some(&gpu.caps)), |i, n| {
             bar.set_length(n as u64);
             bar.set_position(i as u64);
         })

@@ -22,8 +22,10 @@ pub fn run(args: &InfoArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         None => args.model.path()?,
     };
     print!("{}", shaderlm::model::load::describe(&path)?);
-    let report = shaderlm::gpu::adapter_memory(&device.options());
-    let memory = shaderlm::model::load::describe_memory(&path, &args.model.options(), report.as_ref().ok());
+    let gpu = shaderlm::gpu::Gpu::new(&device.options());
+    let report = gpu.as_ref().map(|g| shaderlm::gpu::MemoryReport::of(&g.adapter));
+    let opts = args.model.options(gpu.as_ref().ok().map(|g| &g.caps));
+    let memory = shaderlm::model::load::describe_memory(&path, &opts, report.as_ref().ok());
     match (memory, report) {
         (Ok(line), Ok(_)) => println!("memory: {line}"),
         (Ok(line), Err(e)) => println!("memory: {line} (no adapter to ask: {e})"),

@@ -194,7 +194,7 @@ impl SpecArgs {
         let opts = LoadOptions {
             ctx: target.ctx,
             layers: self.draft_layers,
-            ..model.options()
+            ..model.options(Some(&gpu.caps))
         };
         let draft = LoadedModel::open(gpu, path, &opts, |_, _| {})
             .with_context(|| format!("loading the draft model {}", path.display()))?;

@@ -161,11 +161,6 @@ fn select_adapter(opts: &GpuOptions) -> Result<wgpu::Adapter> {
     Ok(adapter)
 }
 
-/// The memory of the adapter `opts` selects, without creating a device (for `shaderlm info`).
-pub fn adapter_memory(opts: &GpuOptions) -> Result<MemoryReport> {
-    Ok(MemoryReport::of(&select_adapter(opts)?))
-}
-
 impl Gpu {
     /// Choose an adapter per `opts` and create a device with its real limits and the optional features it has.
     pub fn new(opts: &GpuOptions) -> Result<Gpu> {

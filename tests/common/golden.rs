@@ -17,13 +17,18 @@ pub const NEAR_TIE: f32 = 0.05;
 
 /// Opens `models/FILE` (failing with how to fetch it) on the default adapter, with a 2048-position context.
 pub fn load(file: &str, fetch: &str) -> (Gpu, LoadedModel) {
+    load_with(file, fetch, &LoadOptions::with_ctx(2048))
+}
+
+/// `load` with other options.
+pub fn load_with(file: &str, fetch: &str, opts: &LoadOptions) -> (Gpu, LoadedModel) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models").join(file);
     assert!(
         path.exists(),
         "this test needs the real model models/{file}: run `bash models/fetch.sh {fetch}` (or `bash setup.sh --test`)"
     );
     let gpu = Gpu::new(&GpuOptions::default()).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"));
-    let loaded = LoadedModel::open(&gpu, &path, &LoadOptions::with_ctx(2048), |_, _| {}).unwrap();
+    let loaded = LoadedModel::open(&gpu, &path, opts, |_, _| {}).unwrap();
     (gpu, loaded)
 }
 
