@@ -2,8 +2,9 @@
 //! written from the published modeling code (`cnets.py`): EAGLE-1 (fc over the embedding and the target's final
 //! hidden state, a decoder layer with no input norm, the target's head with no final norm) and EAGLE-3 (fc over the
 //! target's three hidden states, the midlayer over the normed embedding and feature, its own norm and head over the
-//! draft vocabulary, `d2t`). EAGLE-3 drafts in chains and trees keep greedy output equal to plain decoding, and
-//! malformed EAGLE-3 heads are refused by name.
+//! draft vocabulary, `d2t`); MiniCPM's heads in vLLM's and CPM.cu's layouts against a forward written from
+//! vLLM's `EagleMiniCPM` and CPM.cu's `MiniCPM4EagleImpl`. Drafts in chains and trees keep greedy output equal to
+//! plain decoding, and malformed heads are refused by name.
 
 mod common;
 
@@ -64,7 +65,11 @@ impl Head {
     }
 
     fn get(&self, name: &str) -> &[f32] {
-        &self.tensors.iter().find(|t| t.0 == name).unwrap().2
+        self.find(name).unwrap_or_else(|| panic!("no tensor {name}"))
+    }
+
+    fn find(&self, name: &str) -> Option<&[f32]> {
+        self.tensors.iter().find(|t| t.0 == name).map(|t| &t.2[..])
     }
 
     /// Write config.json and model.safetensors (`d2t` as published: int64 offsets) into `dir`.
@@ -170,14 +175,18 @@ enum Variant<'a> {
     /// EAGLE-1, scored by the target's head `[vocab, hidden]`.
     V1(&'a [f32]),
     V3,
-    /// vLLM's EagleMiniCPM: the target's head, `scale_emb`, the residual scale, the output scale
-    /// (`dim_model_base / hidden`), its layer's name prefix.
+    /// MiniCPM's heads: the target's head, `scale_emb`, the residual scale, the output scale
+    /// (`dim_model_base / hidden`), the prefix of `fc` and the input norms (`model.` in vLLM's layout, none in
+    /// CPM.cu's, where `fc.bias` may be), its layer's name prefix, whether the scaled output is the next feature
+    /// (vLLM) or the output itself (CPM.cu).
     MiniCpm {
         head: &'a [f32],
         emb: f32,
         residual: f32,
         out: f32,
+        prefix: &'a str,
         layer: &'a str,
+        feeds_scaled: bool,
     },
 }
 
@@ -200,12 +209,16 @@ fn cpu_forward(
     let (mut qs, mut ks, mut vs, mut residual) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for (j, (&tok, f)) in tokens.iter().zip(feats).enumerate() {
         let e = &embed[tok as usize * h..(tok as usize + 1) * h];
-        if let Variant::MiniCpm { emb, .. } = variant {
-            // fc(cat(norm1(e * scale_emb), norm2(f))), the residual stream; the layer then norms its input.
+        if let Variant::MiniCpm { emb, prefix, .. } = variant {
+            // fc(cat(norm1(e * scale_emb), norm2(f))) (+ CPM.cu's fc1 bias), the residual stream; the layer then
+            // norms its input.
             let e: Vec<f32> = e.iter().map(|v| v * emb).collect();
-            let mut cat = rms_norm(&e, head.get("model.input_norm1.weight"), eps);
-            cat.extend(rms_norm(f, head.get("model.input_norm2.weight"), eps));
-            let x = matvec(head.get("model.fc.weight"), &cat);
+            let mut cat = rms_norm(&e, head.get(&format!("{prefix}input_norm1.weight")), eps);
+            cat.extend(rms_norm(f, head.get(&format!("{prefix}input_norm2.weight")), eps));
+            let mut x = matvec(head.get(&format!("{prefix}fc.weight")), &cat);
+            if let Some(b) = head.find(&format!("{prefix}fc.bias")) {
+                x.iter_mut().zip(b).for_each(|(x, b)| *x += b);
+            }
             let xn = rms_norm(&x, w("input_layernorm.weight"), eps);
             residual.push(x);
             let mut q = matvec(w("self_attn.q_proj.weight"), &xn);
@@ -280,9 +293,17 @@ fn cpu_forward(
             head.get("lm_head.weight"),
             &rms_norm(outs.last().unwrap(), head.get("norm.weight"), eps),
         ),
-        Variant::MiniCpm { head, out, .. } => {
-            outs.iter_mut().for_each(|o| o.iter_mut().for_each(|v| *v *= out));
-            matvec(head, outs.last().unwrap())
+        Variant::MiniCpm {
+            head,
+            out,
+            feeds_scaled,
+            ..
+        } => {
+            let scaled: Vec<f32> = outs.last().unwrap().iter().map(|v| v * out).collect();
+            if feeds_scaled {
+                outs.iter_mut().for_each(|o| o.iter_mut().for_each(|v| *v *= out));
+            }
+            matvec(head, &scaled)
         }
     };
     (outs, logits)
@@ -520,9 +541,29 @@ fn eagle1_heads_match_a_cpu_forward() {
 /// chain and a tree keeps greedy output plain, and a head of the wrong shape is refused.
 #[test]
 fn minicpm_eagle_heads_match_a_cpu_forward_and_draft_losslessly() {
+    minicpm_head(false);
+}
+
+/// The same in CPM.cu's layout (MiniCPM4-8B-Eagle-FRSpec, `MiniCPM4EagleImpl`): `fc.weight` split into fc1 (with
+/// `fc.bias`) and fc2, `input_norm1/2`, `layers.0.*`, `embed_tokens.weight` in the file and ignored, the residual
+/// scale over the target's layers + 1, the target's RoPE (the head's config says another theta), the unscaled
+/// output fed forward; a `token_id_remap` in the file, an `lm_head.weight` or another scale_depth are refused.
+#[test]
+fn cpmcu_minicpm4_eagle_heads_match_a_cpu_forward_and_draft_losslessly() {
+    minicpm_head(true);
+}
+
+fn minicpm_head(cpmcu: bool) {
     let gpu = common::gpu::gpu();
     let tdir = tempfile::tempdir().unwrap();
     common::minicpm::write_minicpm(tdir.path(), 51, None);
+    if cpmcu {
+        // A target with plain RoPE, whose theta the head must take in place of its own.
+        let path = tdir.path().join("config.json");
+        let mut c: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        c.as_object_mut().unwrap().remove("rope_scaling");
+        std::fs::write(&path, c.to_string()).unwrap();
+    }
     let loaded = shaderlm::model::load::LoadedModel::open(
         gpu,
         tdir.path(),
@@ -532,14 +573,18 @@ fn minicpm_eagle_heads_match_a_cpu_forward_and_draft_losslessly() {
     .unwrap();
     let t = &loaded.model.cfg;
     let (h, q, kv, ffn) = (t.hidden, t.n_heads * t.head_dim, t.n_kv_heads * t.head_dim, 64);
-    let layer = "model.eagle_layers.7";
+    let (prefix, layer) = if cpmcu {
+        ("", "layers.0")
+    } else {
+        ("model.", "model.eagle_layers.7")
+    };
     let mut rng = Rng::new(61);
     let mut w = |name: String, shape: &[usize], amp: f32| {
         let n = shape.iter().product();
         (name, shape.to_vec(), rng.vec(n, amp))
     };
     let mut tensors = vec![
-        w("model.fc.weight".into(), &[h, 2 * h], 0.1),
+        w(format!("{prefix}fc.weight"), &[h, 2 * h], 0.1),
         w(format!("{layer}.self_attn.q_proj.weight"), &[q, h], 0.1),
         w(format!("{layer}.self_attn.k_proj.weight"), &[kv, h], 0.1),
         w(format!("{layer}.self_attn.v_proj.weight"), &[kv, h], 0.1),
@@ -548,14 +593,20 @@ fn minicpm_eagle_heads_match_a_cpu_forward_and_draft_losslessly() {
         w(format!("{layer}.mlp.up_proj.weight"), &[ffn, h], 0.1),
         w(format!("{layer}.mlp.down_proj.weight"), &[h, ffn], 0.1),
     ];
-    for (i, name) in ["model.input_norm1.weight", "model.input_norm2.weight"]
-        .into_iter()
-        .map(String::from)
-        .chain([
-            format!("{layer}.input_layernorm.weight"),
-            format!("{layer}.post_attention_layernorm.weight"),
-        ])
-        .enumerate()
+    if cpmcu {
+        tensors.push(w("fc.bias".into(), &[h], 0.5));
+        tensors.push(w("embed_tokens.weight".into(), &[t.vocab, h], 9.0));
+    }
+    for (i, name) in [
+        format!("{prefix}input_norm1.weight"),
+        format!("{prefix}input_norm2.weight"),
+    ]
+    .into_iter()
+    .chain([
+        format!("{layer}.input_layernorm.weight"),
+        format!("{layer}.post_attention_layernorm.weight"),
+    ])
+    .enumerate()
     {
         tensors.push((
             name,
@@ -567,18 +618,24 @@ fn minicpm_eagle_heads_match_a_cpu_forward_and_draft_losslessly() {
         tensors,
         ids: Vec::new(),
     };
-    let write = |dir: &Path, head: &Head, layers: usize| {
-        let config = serde_json::json!({
+    let write = |dir: &Path, head: &Head, layers: usize, depth: f32| {
+        let mut config = serde_json::json!({
             "architectures": ["EagleMiniCPMForCausalLM"], "model_type": "minicpm", "hidden_size": h,
             "intermediate_size": ffn, "num_hidden_layers": layers, "num_attention_heads": t.n_heads,
             "num_key_value_heads": t.n_kv_heads, "head_dim": t.head_dim, "vocab_size": t.vocab,
             "rms_norm_eps": t.rms_eps, "rope_theta": 10000.0, "max_position_embeddings": 256, "scale_emb": 12,
-            "scale_depth": 0.35, "dim_model_base": 16, "mup_denominator": 2, "tie_word_embeddings": false,
+            "scale_depth": depth, "dim_model_base": 16, "mup_denominator": 2, "tie_word_embeddings": false,
         });
+        if cpmcu {
+            let c = config.as_object_mut().unwrap();
+            c.remove("mup_denominator");
+            c.insert("architectures".into(), serde_json::json!(["MiniCPMForCausalLM"]));
+            c.insert("rope_theta".into(), serde_json::json!(500000.0));
+        }
         write_head_dir(dir, &config, &head.tensors, Vec::new());
     };
     let hdir = tempfile::tempdir().unwrap();
-    write(hdir.path(), &head, 1);
+    write(hdir.path(), &head, 1, 0.35);
     let model = Llama::load_eagle(gpu, hdir.path(), &loaded.model).unwrap();
     assert!(model.is_eagle() && !model.is_eagle3());
 
@@ -602,19 +659,22 @@ fn minicpm_eagle_heads_match_a_cpu_forward_and_draft_losslessly() {
     let st = shaderlm::loader::safetensors::SafetensorsModel::open(tdir.path()).unwrap();
     let table = st.f32("model.embed_tokens.weight").unwrap().unwrap().1; // tied: also the target's head
     let feats: Vec<Vec<f32>> = features.chunks_exact(h).take(n).map(<[f32]>::to_vec).collect();
+    let denominator = if cpmcu { t.n_layers + 1 } else { 2 };
     let variant = Variant::MiniCpm {
         head: &table,
         emb: 12.0,
-        residual: 0.35 / 2f32.sqrt(),
+        residual: 0.35 / (denominator as f32).sqrt(),
         out: 16.0 / h as f32,
+        prefix,
         layer,
+        feeds_scaled: !cpmcu,
     };
     let (outs, logits) = cpu_forward(&head, t, &table, (&prompt[1..], &feats), variant);
     let (e1, e2) = (
         nmse(&hg.result.hidden, &outs.concat()),
         nmse(&hg.result.logits, &logits),
     );
-    println!("MiniCPM head vs CPU forward: hidden NMSE {e1:.2e}, logits NMSE {e2:.2e}");
+    println!("MiniCPM head (CPM.cu layout: {cpmcu}) vs CPU forward: hidden NMSE {e1:.2e}, logits NMSE {e2:.2e}");
     assert!(e1 < 1e-8 && e2 < 1e-8, "hidden {e1:e}, logits {e2:e}");
 
     // Lossless with the head drafting, in a chain and in a tree.
@@ -648,36 +708,47 @@ fn minicpm_eagle_heads_match_a_cpu_forward_and_draft_losslessly() {
             },
         };
         let (s, _) = generate_spec(&mut gen, tok, &mut sampler, &prompt, &opts, &mut spec, |_| true).unwrap();
-        assert_eq!(s.generated, plain, "MiniCPM head, tree {tree:?}");
+        assert_eq!(
+            s.generated, plain,
+            "MiniCPM head (CPM.cu layout: {cpmcu}), tree {tree:?}"
+        );
     }
 
-    // Two layers in the file for one in the config, and a head of part of the vocabulary: refused by name.
-    let mut two = Head {
-        tensors: head.tensors.clone(),
-        ids: Vec::new(),
-    };
-    two.tensors.push((
-        "model.eagle_layers.8.input_layernorm.weight".to_string(),
-        vec![h],
-        vec![1.0; h],
-    ));
     let bad_dir = tempfile::tempdir().unwrap();
-    write(bad_dir.path(), &two, 1);
-    let e = Llama::load_eagle(gpu, bad_dir.path(), &loaded.model)
-        .err()
-        .expect("two layers")
-        .to_string();
-    assert!(e.contains("eagle_layers"), "{e}");
-    let mut part = Head {
-        tensors: head.tensors.clone(),
-        ids: Vec::new(),
+    let refused = |tensors: Vec<(String, Vec<usize>, Vec<f32>)>, layers: usize, depth: f32| {
+        let head = Head {
+            tensors,
+            ids: Vec::new(),
+        };
+        write(bad_dir.path(), &head, layers, depth);
+        let e = Llama::load_eagle(gpu, bad_dir.path(), &loaded.model)
+            .err()
+            .expect("refused");
+        e.to_string()
     };
-    part.tensors
-        .push(("lm_head.weight".into(), vec![8, h], vec![0.0; 8 * h]));
-    write(bad_dir.path(), &part, 1);
-    let e = Llama::load_eagle(gpu, bad_dir.path(), &loaded.model)
-        .err()
-        .expect("a partial head")
-        .to_string();
-    assert!(e.contains("lm_head.weight"), "{e}");
+    let with = |name: &str, shape: &[usize]| {
+        let mut v = head.tensors.clone();
+        v.push((name.to_string(), shape.to_vec(), vec![1.0; shape.iter().product()]));
+        v
+    };
+    if cpmcu {
+        // FR-Spec's ids belong in freq_N.pt, CPM.cu's loader has no head of its own, and the muP scales are the
+        // target's.
+        let e = refused(with("token_id_remap", &[8]), 1, 0.35);
+        assert!(e.contains("token_id_remap") && e.contains("--frspec-vocab"), "{e}");
+        let e = refused(with("lm_head.weight", &[t.vocab, h]), 1, 0.35);
+        assert!(e.contains("lm_head.weight") && e.contains("CPM.cu"), "{e}");
+        let e = refused(head.tensors.clone(), 1, 0.5);
+        assert!(e.contains("scale_depth"), "{e}");
+        let e = refused(with("layers.1.input_layernorm.weight", &[h]), 1, 0.35);
+        assert!(e.contains("layers."), "{e}");
+    } else {
+        // Two layers in the file for one in the config, and a head of part of the vocabulary: refused by name.
+        let e = refused(with("model.eagle_layers.8.input_layernorm.weight", &[h]), 1, 0.35);
+        assert!(e.contains("eagle_layers"), "{e}");
+        let e = refused(with("lm_head.weight", &[8, h]), 1, 0.35);
+        assert!(e.contains("lm_head.weight"), "{e}");
+        let e = refused(with("model.fc.bias", &[h]), 1, 0.35);
+        assert!(e.contains("fc.bias"), "{e}");
+    }
 }

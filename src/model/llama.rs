@@ -946,19 +946,23 @@ impl Llama {
         }
         if self.eagle.is_some() {
             // EAGLE-1 feeds its layer's output to the target's head with no norm; MiniCPM's head scales it by the
-            // logit scale first (the next step's feature too).
+            // logit scale first (vLLM's layout feeds the scaled output forward as the next feature, CPM.cu's the
+            // output itself).
             let h = match pending {
                 Some(d) => g.add_scaled(h, d, alpha)?,
                 None => h,
             };
-            let h = match &self.eagle {
-                Some(super::eagle::EagleIn::MiniCpm(_)) => g.scale(h, c.mup.logit)?,
-                _ => h,
+            let (h, x) = match &self.eagle {
+                Some(super::eagle::EagleIn::MiniCpm(m)) => {
+                    let scaled = g.scale(h, c.mup.logit)?;
+                    (if m.feeds_scaled { scaled } else { h }, scaled)
+                }
+                _ => (h, h),
             };
             let x = if rows < n_tokens {
-                g.rows(h, n_tokens - rows, rows)?
+                g.rows(x, n_tokens - rows, rows)?
             } else {
-                h
+                x
             };
             return Ok((h, self.lm_head().forward(g, x, None)?));
         }
