@@ -209,7 +209,7 @@ impl Graph {
         if n_tokens == 0 || n_tokens > shape.max_ctx {
             return bad("need 1 <= n_tokens <= max_ctx");
         }
-        let kv_f16 = self.dtype(k_cache) == DType::F16;
+        let kv_f16 = super::attention_prefill::kv_f16(self, k_cache);
         self.add_effect(KvCompress { shape, n_tokens, kv_f16 }, &[k_cache, c_cache])
     }
 }

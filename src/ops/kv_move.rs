@@ -90,7 +90,7 @@ impl Graph {
     /// position at or past `max_ctx` are skipped.
     pub fn kv_move(&mut self, k_cache: TensorId, v_cache: TensorId, moves: TensorId) -> Result<()> {
         let cs = self.shape(k_cache).to_vec();
-        let kv_f16 = self.dtype(k_cache) == DType::F16;
+        let kv_f16 = super::attention_prefill::kv_f16(self, k_cache);
         let f32s = matches!(self.dtype(k_cache), DType::F32 | DType::F16)
             && self.dtype(v_cache) == self.dtype(k_cache)
             && (!kv_f16 || cs.last().is_some_and(|d| d % 2 == 0));

@@ -152,7 +152,7 @@ impl Graph {
             head_dim: ks[2],
             max_ctx: cs[1],
             pair,
-            kv_f16: self.dtype(cache) == DType::F16,
+            kv_f16: super::attention_prefill::kv_f16(self, cache),
         })
     }
 }

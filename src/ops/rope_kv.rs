@@ -253,7 +253,7 @@ impl Graph {
         let [n_kv, max_ctx, head_dim] = cs[..] else {
             return Err(bad("want caches [n_kv, max_ctx, head_dim]".into()));
         };
-        let kv_f16 = self.dtype(k_cache) == DType::F16;
+        let kv_f16 = super::attention_prefill::kv_f16(self, k_cache);
         let kv_type = (kv_f16 && head_dim.is_multiple_of(2) || f32s(self, &[k_cache]))
             && self.dtype(v_cache) == self.dtype(k_cache);
         if self.shape(v_cache) != cs.as_slice() || !kv_type || n_kv * head_dim == 0 {
