@@ -30,42 +30,4 @@ fn check(name: &str) {
     golden::check(gpu, loaded, "smollm2", name, LOGIT_TOL);
 }
 
-#[test]
-fn plain_english() {
-    check("plain_english");
-}
-
-#[test]
-fn chat_capital() {
-    check("chat_capital");
-}
-
-#[test]
-fn code_python() {
-    check("code_python");
-}
-
-#[test]
-fn cjk() {
-    check("cjk");
-}
-
-#[test]
-fn emoji() {
-    check("emoji");
-}
-
-#[test]
-fn chat_multiturn_system() {
-    check("chat_multiturn_system");
-}
-
-#[test]
-fn whitespace() {
-    check("whitespace");
-}
-
-#[test]
-fn long_1k() {
-    check("long_1k");
-}
+smollm2_golden_tests!(check);

@@ -12,6 +12,23 @@ use shaderlm::model::{LoadOptions, StepOutputs};
 use shaderlm::tokenizer::chat::Message;
 use std::path::Path;
 
+/// One `#[test]` per SmolLM2 golden prompt (`tests/fixtures/smollm2`), each calling `$check(name)`.
+#[macro_export]
+macro_rules! smollm2_golden_tests {
+    ($check:ident) => {
+        $crate::smollm2_golden_tests!($check: plain_english, chat_capital, code_python, cjk, emoji,
+            chat_multiturn_system, whitespace, long_1k);
+    };
+    ($check:ident: $($name:ident),*) => {
+        $(
+            #[test]
+            fn $name() {
+                $check(stringify!($name));
+            }
+        )*
+    };
+}
+
 /// A top-2 gap below this is a near-tie that summation order can flip.
 pub const NEAR_TIE: f32 = 0.05;
 
