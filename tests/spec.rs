@@ -200,6 +200,14 @@ fn speculative_generation_equals_plain_on_smollm2() {
                 );
                 if source == "self-draft" {
                     assert!(st.drafted > 0, "{label}: the draft proposed nothing");
+                    // After the first step (whose catch-up is the whole prompt), every chain was drafted and
+                    // verified in one submission.
+                    assert!(
+                        st.one_submission > 0 && st.one_submission + 1 >= st.verify_steps,
+                        "{label} k={k}: {} of {} verification steps in one submission",
+                        st.one_submission,
+                        st.verify_steps
+                    );
                     if params.temperature == 0.0 {
                         assert_eq!(
                             st.accepted, st.drafted,
@@ -208,6 +216,20 @@ fn speculative_generation_equals_plain_on_smollm2() {
                     }
                 }
             }
+            // The same draft in two submissions per step (draft, then verification): the same output.
+            draft.one_submission = false;
+            target.truncate(0);
+            let (s1, s2, st) = run(&mut target, loaded, &params, prompt, follow, 16, Some((&mut draft, k)));
+            draft.one_submission = true;
+            assert_eq!(s1.generated, p1.generated, "{label}, two submissions k={k}: first turn");
+            assert_eq!(
+                s2.generated, p2.generated,
+                "{label}, two submissions k={k}: follow-up turn"
+            );
+            assert_eq!(
+                st.one_submission, 0,
+                "{label} k={k}: drafted in the verification's submission"
+            );
         }
     }
 }
@@ -793,6 +815,38 @@ fn a_chained_draft_equals_one_step_at_a_time() {
             assert_eq!(
                 chained.tokens, one.tokens,
                 "{label} k={k}: the chain caches the k tokens it ran"
+            );
+            // Drafted and verified in one submission (`verify_chain`, another session of the model as the target):
+            // the drafts, the verification's outputs and what both caches hold are the two separate steps', bit
+            // for bit.
+            let (mut target_a, mut draft_a, mut target_b, mut draft_b) = (
+                Generator::new(gpu, model, 64, LOGITS_AND_ARGMAX).unwrap(),
+                Generator::new(gpu, model, 64, LOGITS_AND_ARGMAX).unwrap(),
+                Generator::new(gpu, model, 64, LOGITS_AND_ARGMAX).unwrap(),
+                Generator::new(gpu, model, 64, LOGITS_AND_ARGMAX).unwrap(),
+            );
+            for (t, d) in [(&mut target_a, &mut draft_a), (&mut target_b, &mut draft_b)] {
+                t.feed(&prompt[..8]).unwrap();
+                d.feed(&prompt[..6]).unwrap();
+            }
+            target_a.verify_chain(&mut draft_a, &prompt[6..], k).unwrap();
+            draft_b.feed_chain(&prompt[6..], k).unwrap();
+            let mut ids = vec![prompt[8]];
+            ids.extend_from_slice(&draft_b.result.row_argmax);
+            target_b.verify(&ids).unwrap();
+            assert_eq!(
+                draft_a.result.row_argmax, draft_b.result.row_argmax,
+                "{label} k={k}: one submission's drafts"
+            );
+            assert!(
+                bits(&target_a.result.logits) == bits(&target_b.result.logits)
+                    && target_a.result.row_argmax == target_b.result.row_argmax,
+                "{label} k={k}: the verification in the draft's submission"
+            );
+            assert_eq!(
+                (&target_a.tokens, &draft_a.tokens),
+                (&target_b.tokens, &draft_b.tokens),
+                "{label} k={k}"
             );
             // The last choice was not run by the chain: run it on both and compare (the caches the chain wrote).
             let last = *chained.result.row_argmax.last().unwrap();

@@ -54,6 +54,10 @@ pub struct SpecArgs {
     /// tiled 4-token GEMM serves (measured cheapest per accepted token on lavapipe).
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub draft_max: usize,
+    /// Run a greedy draft model's chain and the target's verification as two submissions per step instead of one
+    /// (to measure what the single submission saves).
+    #[arg(long)]
+    pub draft_apart: bool,
     /// The draft model stops a draft where its top token's probability falls below P.
     #[arg(long, default_value_t = 0.0, value_name = "P")]
     pub draft_p_min: f32,
@@ -266,7 +270,9 @@ impl SpecArgs {
                     };
                     DraftModel::sampling(gen, Sampler::new(draft_params))
                 } else {
-                    DraftModel::greedy(gen, self.draft_p_min)
+                    let mut d = DraftModel::greedy(gen, self.draft_p_min);
+                    d.one_submission = !self.draft_apart;
+                    d
                 }))
             }
             (Some(SpecKind::Draft), _) => anyhow::bail!("--spec draft: the draft model is not loaded"),

@@ -28,6 +28,18 @@ pub trait Drafter {
         tree.insert(&chain, max_nodes);
         Ok(())
     }
+    /// Draft up to `max` tokens after `history` into `out` and have `target` verify them in the same submission
+    /// (its [`Generator::verify`] of `history`'s last token and the drafts), where this source can: true when it
+    /// did, false (nothing run) when the caller is to [`Drafter::propose`] and verify in two steps.
+    fn propose_verified(
+        &mut self,
+        _target: &mut Generator<'_>,
+        _history: &[u32],
+        _max: usize,
+        _out: &mut Vec<u32>,
+    ) -> Result<bool> {
+        Ok(false)
+    }
     /// The source's name in reports.
     fn name(&self) -> &'static str;
     /// For drafts sampled at random: the distribution each proposal of the last `propose` was drawn from ((id,
@@ -129,6 +141,8 @@ impl Drafter for Lookup {
 pub struct DraftModel<'a> {
     pub gen: Generator<'a>,
     pub p_min: f32,
+    /// Greedy chains are verified in their own submission ([`Drafter::propose_verified`]); on by default.
+    pub one_submission: bool,
     /// Sample drafts (with its own seed) instead of taking the argmax.
     pub sampler: Option<Sampler>,
     /// The distributions the last drafts were sampled from.
@@ -141,6 +155,7 @@ impl<'a> DraftModel<'a> {
         DraftModel {
             gen,
             p_min,
+            one_submission: true,
             sampler: None,
             dists: Vec::new(),
         }
@@ -151,6 +166,7 @@ impl<'a> DraftModel<'a> {
         DraftModel {
             gen,
             p_min: 0.0,
+            one_submission: true,
             sampler: Some(sampler),
             dists: Vec::new(),
         }
@@ -194,6 +210,18 @@ impl DraftModel<'_> {
         Some(keep)
     }
 
+    /// Whether drafts come from chained steps: greedy, with no probability threshold, on a model that can chain.
+    fn chains(&self) -> bool {
+        self.sampler.is_none() && self.p_min == 0.0 && self.gen.model().can_chain()
+    }
+
+    /// Whether a chain of `max` drafts after `m` catch-up tokens fits one chained step and the draft's context.
+    fn chain_fits(&self, m: usize, max: usize) -> bool {
+        m <= MAX_CHAIN.min(self.gen.chunk)
+            && max <= MAX_CHAIN
+            && self.gen.tokens.len() + m + max - 1 <= self.gen.max_ctx()
+    }
+
     /// The draft's greedy token after its last step, and its probability (1 when the step reads no logits; with
     /// a restricted head, within the subset).
     fn best(&self) -> (u32, f32) {
@@ -220,16 +248,15 @@ impl Drafter for DraftModel<'_> {
         self.dists.clear();
         // Greedy drafts with no probability threshold: the catch-up and the whole draft in one chained step (or
         // the draft after a long catch-up in one).
-        let chain = self.sampler.is_none() && self.p_min == 0.0 && self.gen.model().can_chain();
-        let room = |gen: &Generator<'_>, n: usize| gen.tokens.len() + n <= gen.max_ctx();
+        let chain = self.chains();
         let rest = &history[keep..];
-        if chain && rest.len() <= MAX_CHAIN.min(self.gen.chunk) && room(&self.gen, rest.len() + max - 1) {
+        if chain && self.chain_fits(rest.len(), max) {
             self.gen.feed_chain(rest, max)?;
             out.extend_from_slice(&self.gen.result.row_argmax);
             return Ok(());
         }
         self.gen.feed(rest)?;
-        if chain && max > 1 && room(&self.gen, max - 1) {
+        if chain && max > 1 && self.gen.tokens.len() + max - 1 <= self.gen.max_ctx() {
             let first = self.best().0;
             self.gen.feed_chain(&[first], max - 1)?;
             out.push(first);
@@ -258,6 +285,29 @@ impl Drafter for DraftModel<'_> {
             self.gen.feed(&[id])?;
         }
         Ok(())
+    }
+    fn propose_verified(
+        &mut self,
+        target: &mut Generator<'_>,
+        history: &[u32],
+        max: usize,
+        out: &mut Vec<u32>,
+    ) -> Result<bool> {
+        out.clear();
+        if !self.one_submission || max == 0 || !self.chains() || !std::ptr::eq(self.gen.gpu(), target.gpu()) {
+            return Ok(false);
+        }
+        let Some(keep) = self.keep_prefix(history) else {
+            return Ok(false);
+        };
+        let rest = &history[keep..];
+        if !self.chain_fits(rest.len(), max) {
+            return Ok(false);
+        }
+        self.dists.clear();
+        target.verify_chain(&mut self.gen, rest, max)?;
+        out.extend_from_slice(&self.gen.result.row_argmax);
+        Ok(true)
     }
     fn name(&self) -> &'static str {
         "draft model"

@@ -13,6 +13,7 @@ use emit::Emitter;
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+use crate::model::llama::MAX_CHAIN;
 use crate::model::{KvCache, Llama, Step, StepInputs, StepOutputs};
 use crate::sampling::Sampler;
 use crate::tokenizer::Tokenizer;
@@ -78,6 +79,16 @@ impl Plans {
         Ok(match self.verify.entry((n, sparse)) {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(e) => e.insert(model.verify_step(gpu, cache, n, outputs, sparse)?),
+        })
+    }
+}
+
+impl Plans {
+    /// The plan of a chain of `k` greedy steps whose first link runs `m` tokens.
+    fn chain(&mut self, gpu: &Gpu, model: &Llama, cache: &KvCache, m: usize, k: usize) -> Result<&mut Step> {
+        Ok(match self.chain.entry((m, k)) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(model.chain_step(gpu, cache, m, k)?),
         })
     }
 }
@@ -204,6 +215,62 @@ impl<'a> Generator<'a> {
     /// `k` steps in all (a [`crate::model::Llama::chain_step`]); `self.result.row_argmax` then holds the `k`
     /// argmaxes, and the cache `ids` and the first `k - 1` of them. Other outputs are not read.
     pub fn feed_chain(&mut self, ids: &[u32], k: usize) -> Result<()> {
+        self.check_chain(ids, k)?;
+        let (gpu, pos) = (self.gpu, self.tokens.len());
+        let step = self.plans.chain(gpu, self.model, &self.cache, ids.len(), k)?;
+        step.run_chain(gpu, ids, pos, &mut self.result)?;
+        self.tokens.extend_from_slice(ids);
+        self.tokens.extend_from_slice(&self.result.row_argmax[..k - 1]);
+        Ok(())
+    }
+
+    /// [`Generator::feed_chain`] on `draft` (a greedy chain of `k` drafts after `catch_up`, the tokens it has not
+    /// cached, ending with the last chosen one) and this session's [`Generator::verify`] of that last token and the
+    /// `k` drafts, in one submission: the drafts reach the verification's token ids on the device. `draft.result`
+    /// then holds the drafts and `self.result` the verification's outputs, bit for bit the two separate steps'.
+    /// Both sessions must run on the same device.
+    pub fn verify_chain(&mut self, draft: &mut Generator<'_>, catch_up: &[u32], k: usize) -> Result<()> {
+        if !std::ptr::eq(self.gpu, draft.gpu) {
+            return Err(Error::Invalid(
+                "a draft verified in the same submission must run on the target's device".into(),
+            ));
+        }
+        let Some(&first) = catch_up.last() else {
+            return Err(Error::Invalid("nothing to draft after: the catch-up is empty".into()));
+        };
+        if k > MAX_CHAIN || draft.model.cfg.vocab > self.model.cfg.vocab {
+            return Err(Error::Invalid(format!(
+                "a chain of {k} drafts (at most {MAX_CHAIN}) from a vocabulary of {} cannot be verified by a model of {}",
+                draft.model.cfg.vocab, self.model.cfg.vocab
+            )));
+        }
+        draft.check_chain(catch_up, k)?;
+        let mut ids = [first; MAX_CHAIN + 1];
+        self.check_fits(&ids[..=k])?;
+        let pos = self.tokens.len();
+        let sparse = self.sparse_at(pos + k + 1);
+        let (gpu, model) = (self.gpu, self.model);
+        let verify = self
+            .plans
+            .verify(gpu, model, &self.cache, self.outputs, k + 1, sparse)?;
+        let dpos = draft.tokens.len();
+        let chain = draft.plans.chain(gpu, draft.model, &draft.cache, catch_up.len(), k)?;
+        chain.run_chain_then(
+            gpu,
+            (catch_up, dpos),
+            &mut draft.result,
+            (verify, first, pos),
+            &mut self.result,
+        )?;
+        draft.tokens.extend_from_slice(catch_up);
+        draft.tokens.extend_from_slice(&draft.result.row_argmax[..k - 1]);
+        ids[1..=k].copy_from_slice(&draft.result.row_argmax);
+        self.tokens.extend_from_slice(&ids[..=k]);
+        Ok(())
+    }
+
+    /// An error unless a chain of `k` steps after `ids` fits this session.
+    fn check_chain(&self, ids: &[u32], k: usize) -> Result<()> {
         self.check_fits(ids)?;
         if k == 0 || self.tokens.len() + ids.len() + k - 1 > self.cache.max_ctx {
             return Err(Error::Invalid(format!(
@@ -212,15 +279,6 @@ impl<'a> Generator<'a> {
                 self.tokens.len()
             )));
         }
-        let m = ids.len();
-        let step = match self.plans.chain.entry((m, k)) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => e.insert(self.model.chain_step(self.gpu, &self.cache, m, k)?),
-        };
-        let pos = self.tokens.len();
-        step.run_chain(self.gpu, ids, pos, &mut self.result)?;
-        self.tokens.extend_from_slice(ids);
-        self.tokens.extend_from_slice(&self.result.row_argmax[..k - 1]);
         Ok(())
     }
 

@@ -60,6 +60,9 @@ pub struct SpecStats {
     /// Per draft depth d (0-based): drafts proposed at depth d, and accepted.
     pub drafted_at: Vec<usize>,
     pub accepted_at: Vec<usize>,
+    /// Verification steps whose drafts were made in the same submission ([`Drafter::propose_verified`]); their
+    /// drafting time counts as verification time.
+    pub one_submission: usize,
     pub draft_time: Duration,
     pub verify_time: Duration,
     pub plain_time: Duration,
@@ -95,6 +98,12 @@ impl SpecStats {
             ms(self.plain_time, self.plain_steps),
             self.plain_steps,
         );
+        if self.one_submission > 0 {
+            s.push_str(&format!(
+                "\n  {} verification steps drafted in the verification's submission (their drafting counted as verify)",
+                self.one_submission
+            ));
+        }
         if let Some(why) = &self.turned_off {
             s.push_str(&format!("\n  turned off: {why}"));
         }
@@ -107,6 +116,7 @@ impl SpecStats {
         self.plain_steps += other.plain_steps;
         self.drafted += other.drafted;
         self.accepted += other.accepted;
+        self.one_submission += other.one_submission;
         if self.drafted_at.len() < other.drafted_at.len() {
             self.drafted_at.resize(other.drafted_at.len(), 0);
             self.accepted_at.resize(other.drafted_at.len(), 0);
@@ -222,6 +232,7 @@ pub fn generate_spec(
                 stats.draft_time += t.elapsed();
             }
             drafts.clear();
+            let mut verified = false;
             if tree.len() > 1 {
                 let t = Instant::now();
                 let (path, stopped) = verify_tree(gen, sampler, &tree, (&mut history, &mut next), &mut emit)?;
@@ -236,9 +247,15 @@ pub fn generate_spec(
                 continue;
             } else if on && k > 0 && spec.tree.is_none() {
                 let t = Instant::now();
-                drafter.propose(&history, k, &mut drafts)?;
-                drafts.truncate(k);
-                stats.draft_time += t.elapsed();
+                verified = drafter.propose_verified(gen, &history, k, &mut drafts)?;
+                if verified {
+                    stats.one_submission += 1;
+                    stats.verify_time += t.elapsed();
+                } else {
+                    drafter.propose(&history, k, &mut drafts)?;
+                    drafts.truncate(k);
+                    stats.draft_time += t.elapsed();
+                }
             }
             if drafts.is_empty() {
                 let t = Instant::now();
@@ -250,10 +267,12 @@ pub fn generate_spec(
                 continue;
             }
             let t = Instant::now();
-            step_ids.clear();
-            step_ids.push(next);
-            step_ids.extend_from_slice(&drafts);
-            gen.verify(&step_ids)?;
+            if !verified {
+                step_ids.clear();
+                step_ids.push(next);
+                step_ids.extend_from_slice(&drafts);
+                gen.verify(&step_ids)?;
+            }
             drafter.observe(base, &gen.result);
             // Row i holds the target's outputs after `next` and drafts[..i]: keep drafts while they are its choice
             // (sample-and-match), or, for drafts sampled from a known distribution, while they pass speculative

@@ -285,12 +285,8 @@ impl Plan {
 
     /// Write an input tensor's bytes for the next run.
     pub fn write_input(&self, gpu: &Gpu, id: TensorId, bytes: &[u8]) -> Result<()> {
-        let (_, want) = self
-            .inputs
-            .iter()
-            .find(|(t, _)| *t == id)
-            .ok_or_else(|| Error::Graph(format!("tensor {id:?} is not an input")))?;
-        if bytes.len() as u64 != *want {
+        let (_, want) = self.input(id)?;
+        if bytes.len() as u64 != want {
             return Err(Error::Graph(format!(
                 "input {id:?}: {} bytes given, {want} expected",
                 bytes.len()
@@ -346,27 +342,97 @@ impl Plan {
 
     /// [`Plan::run`] with one vars per sequence of the graph ([`super::Graph::set_seq`]).
     pub fn run_seqs(&mut self, gpu: &Gpu, vars: &[StepVars]) -> Result<()> {
-        self.check_seqs(vars)?;
-        self.write_params(gpu, vars);
         let mut enc = gpu.device.create_command_encoder(&Default::default());
-        {
-            let mut pass = enc.begin_compute_pass(&Default::default());
-            for (s, step) in self.steps.iter().enumerate() {
-                self.record(&mut pass, step, s);
-            }
-        }
-        self.finish(gpu, enc)
+        self.encode(gpu, vars, &mut enc)?;
+        self.copy_readbacks(&mut enc);
+        gpu.queue.submit([enc.finish()]);
+        self.map_readbacks();
+        gpu.wait("run")?;
+        self.take_readbacks()
     }
 
-    fn finish(&mut self, gpu: &Gpu, mut enc: wgpu::CommandEncoder) -> Result<()> {
+    /// Run this plan at `vars` and then `next` at `next_vars` in one submission and one wait, copying each `(from,
+    /// to, at)` between the two passes: tensor `from` of this plan into `next`'s input `to`, `at` bytes in (a draft's
+    /// tokens become the verification's input on the device). Both plans' read-backs are then available.
+    pub fn run_then(
+        &mut self,
+        gpu: &Gpu,
+        vars: &[StepVars],
+        (next, next_vars): (&mut Plan, &[StepVars]),
+        copies: impl IntoIterator<Item = (TensorId, TensorId, u64)>,
+    ) -> Result<()> {
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        self.encode(gpu, vars, &mut enc)?;
+        for (from, to, at) in copies {
+            let (src, src_at) = self.buffer_of(from)?;
+            let (_, want) = next.input(to)?;
+            let bytes = self.tensors[from.0].bytes();
+            if !at.is_multiple_of(4) || !bytes.is_multiple_of(4) || at + bytes > want {
+                return Err(Error::Graph(format!(
+                    "cannot copy {bytes} bytes of {} into input {to:?} ({want} bytes) at {at}",
+                    self.tensors[from.0].name
+                )));
+            }
+            let dst = next.buffers[to.0].as_ref().expect("inputs have buffers");
+            enc.copy_buffer_to_buffer(src, src_at, dst, at, bytes);
+        }
+        next.encode(gpu, next_vars, &mut enc)?;
+        self.copy_readbacks(&mut enc);
+        next.copy_readbacks(&mut enc);
+        gpu.queue.submit([enc.finish()]);
+        self.map_readbacks();
+        next.map_readbacks();
+        gpu.wait("run")?;
+        self.take_readbacks()?;
+        next.take_readbacks()
+    }
+
+    /// Write the params for `vars` and record the whole graph as one compute pass into `enc`.
+    fn encode(&mut self, gpu: &Gpu, vars: &[StepVars], enc: &mut wgpu::CommandEncoder) -> Result<()> {
+        self.check_seqs(vars)?;
+        self.write_params(gpu, vars);
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        for (s, step) in self.steps.iter().enumerate() {
+            self.record(&mut pass, step, s);
+        }
+        Ok(())
+    }
+
+    /// The buffer holding graph tensor `id` (a node's output or an input), and where the tensor starts in it.
+    fn buffer_of(&self, id: TensorId) -> Result<(&wgpu::Buffer, u64)> {
+        let root = root_in(&self.tensors, id);
+        match &self.buffers[root.0] {
+            Some(b) => Ok((b.as_ref(), offset_in(&self.tensors, id))),
+            None => Err(Error::Graph(format!(
+                "tensor {} has no buffer of the plan's own",
+                self.tensors[id.0].name
+            ))),
+        }
+    }
+
+    /// Input `id` and its size in bytes.
+    fn input(&self, id: TensorId) -> Result<(TensorId, u64)> {
+        self.inputs
+            .iter()
+            .find(|(t, _)| *t == id)
+            .copied()
+            .ok_or_else(|| Error::Graph(format!("tensor {id:?} is not an input")))
+    }
+
+    fn copy_readbacks(&self, enc: &mut wgpu::CommandEncoder) {
         for r in &self.readbacks {
             enc.copy_buffer_to_buffer(&r.src, r.offset, &r.staging, 0, r.staging.size());
         }
-        gpu.queue.submit([enc.finish()]);
+    }
+
+    fn map_readbacks(&self) {
         for r in &self.readbacks {
             r.staging.map_async(wgpu::MapMode::Read, .., |_| {});
         }
-        gpu.wait("run")?;
+    }
+
+    /// Copy the mapped read-backs to their host buffers (after the wait).
+    fn take_readbacks(&mut self) -> Result<()> {
         for r in &mut self.readbacks {
             let view = r.staging.get_mapped_range(..).map_err(|e| Error::Gpu {
                 context: "readback".into(),

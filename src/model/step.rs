@@ -126,11 +126,20 @@ impl Step {
             return Err(Error::Invalid("run_chain on a step that is not a chain".into()));
         }
         self.write_tokens(gpu, tokens)?;
-        let m = tokens.len();
+        self.set_chain_vars(tokens.len(), pos);
+        self.plan.run_seqs(gpu, &self.vars)?;
+        self.read_chain(out)
+    }
+
+    /// A chain's vars: link 0 runs `m` tokens at `pos`, link j > 0 one token at `pos + m + j - 1`.
+    fn set_chain_vars(&mut self, m: usize, pos: usize) {
         self.vars.clear();
         self.vars
             .extend((0..self.chain.len()).map(|j| vars(if j == 0 { pos } else { pos + m + j - 1 })));
-        self.plan.run_seqs(gpu, &self.vars)?;
+    }
+
+    /// The chain's argmaxes into `out.row_argmax`.
+    fn read_chain(&self, out: &mut StepResult) -> Result<()> {
         out.row_argmax.clear();
         for &id in &self.chain {
             let bytes = self.plan.read(id)?;
@@ -138,6 +147,41 @@ impl Step {
         }
         out.argmax = out.row_argmax.last().copied();
         Ok(())
+    }
+
+    /// Run this chained draft step as [`Step::run_chain`] does and then `verify`, a verification step of another
+    /// model (the target's, on the same device) over `first` and the chain's argmaxes, at position `vpos`, in one
+    /// submission: the argmaxes are copied into the verification's token ids on the device, so the draft loop and
+    /// the verification cost one round trip. `out` then holds the drafts, `vout` the verification's outputs.
+    pub fn run_chain_then(
+        &mut self,
+        gpu: &Gpu,
+        (tokens, pos): (&[u32], usize),
+        out: &mut StepResult,
+        (verify, first, vpos): (&mut Step, u32, usize),
+        vout: &mut StepResult,
+    ) -> Result<()> {
+        let k = self.chain.len();
+        if k == 0 || verify.n_tokens != k + 1 || self.vocab_ids.is_some() {
+            return Err(Error::Invalid(format!(
+                "a chain of {k} drafts with a plain head cannot feed a verification of {} tokens",
+                verify.n_tokens
+            )));
+        }
+        self.write_tokens(gpu, tokens)?;
+        self.set_chain_vars(tokens.len(), pos);
+        // Row 0 is `first`; the copies fill rows 1..=k after the queue's write.
+        let mut ids = [0u32; super::llama::MAX_CHAIN + 1];
+        ids[0] = first;
+        verify.write_tokens(gpu, &ids[..k + 1])?;
+        verify.vars.clear();
+        verify.vars.push(vars(vpos));
+        let to = verify.ids;
+        let copies = self.chain.iter().enumerate().map(|(j, &a)| (a, to, 4 * (j as u64 + 1)));
+        self.plan
+            .run_then(gpu, &self.vars, (&mut verify.plan, &verify.vars), copies)?;
+        self.read_chain(out)?;
+        verify.read(vout)
     }
 
     /// Run a tree step ([`super::Llama::tree_step`]): `tokens` the nodes of a draft tree with their `table`
