@@ -23,24 +23,7 @@ const LOG2E: f32 = 1.4426950408889634;
 // Running max of a row before any key: finite, so that exp2(m_old - m_new) never computes inf - inf.
 const NEG: f32 = -1.0e30;
 
-#include "lib/kv_cache.wgsl"
-
-struct Params {
-    n_tokens: u32,
-    n_heads: u32,
-    n_kv: u32,
-    group: u32,
-    max_ctx: u32,
-    pos: u32,
-    scale: f32,
-    window: u32,
-}
-
-@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;          // [n_tokens, n_heads, HD]
-@group(0) @binding(1) var<storage, read> kc: array<kv4>;               // [n_kv, max_ctx, HD] f32 or (KV_F16) f16
-@group(0) @binding(2) var<storage, read> vc: array<kv4>;               // [n_kv, max_ctx, HD] f32 or (KV_F16) f16
-@group(0) @binding(3) var<storage, read_write> out: array<vec4<f32>>;  // [n_tokens, n_heads, HD]
-@group(1) @binding(0) var<uniform> p: Params;
+#include "lib/attn_prefill_io.wgsl"
 
 var<workgroup> ks: array<vec4<f32>, BK * HD4>;  // [BK, HD] keys of the current tile
 var<workgroup> vs: array<vec4<f32>, BK * HD4>;  // [BK, HD] values of the current tile

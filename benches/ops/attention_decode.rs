@@ -2,7 +2,7 @@
 //! Llama3-8B (32/8 heads, d 128), with max_ctx = kv_len (so the split count is the one a cache of that size gets);
 //! and Gemma 3 270M's shape (4/1 heads, d 256) at kv_len 4096 with and without its 512-key sliding window.
 //! Cost: QK^T and PV flops (at full context, also for the window); bytes: K/V read once, plus q and the partials.
-//! The tree form: a 16-node draft tree (a chain of 4 and branches) after 2044 cached keys, SmolLM2's and 8B's shapes,
+//! Each with an f32 and an f16 cache (`f16-cache`, `--kv-type f16`). The tree form: a 16-node draft tree (a chain of 4 and branches) after 2044 cached keys, SmolLM2's and 8B's shapes,
 //! against the 16-token prefill chunk at the same place.
 
 use crate::common::{fill_inputs, weight, Bench, MODELS};
@@ -27,13 +27,16 @@ pub fn benches() -> Vec<Bench> {
     }
     shapes.push(("gemma3-270m", 4, 1, 256, 4096, None));
     shapes.push(("gemma3-270m", 4, 1, 256, 4096, Some(512)));
-    for (model, n_heads, n_kv, head_dim, kv_len, window) in shapes {
+    for ((model, n_heads, n_kv, head_dim, kv_len, window), kv) in
+        shapes.into_iter().flat_map(|s| [(s, DType::F32), (s, DType::F16)])
+    {
         let win = window.map_or(String::new(), |w| format!(" window{w}"));
-        let name = format!("attention_decode {model} kv{kv_len}{win} splits{}", splits_for(kv_len));
+        let cache = if kv == DType::F16 { " f16-cache" } else { "" };
+        let name = format!("attention_decode {model} kv{kv_len}{win} splits{}{cache}", splits_for(kv_len));
         v.push(Bench::new(name, move |gpu| {
             let cache_shape = [n_kv, kv_len, head_dim];
-            let kc = weight(gpu, "k_cache", &cache_shape, DType::F32)?;
-            let vc = weight(gpu, "v_cache", &cache_shape, DType::F32)?;
+            let kc = weight(gpu, "k_cache", &cache_shape, kv)?;
+            let vc = weight(gpu, "v_cache", &cache_shape, kv)?;
             let mut g = Graph::new();
             let q = g.input("q", &[1, n_heads, head_dim], DType::F32);
             let (k, c) = (g.external(&kc), g.external(&vc));

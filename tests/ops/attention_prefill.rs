@@ -1,5 +1,5 @@
 //! attention_prefill vs an f64 CPU reference (two-pass softmax), over GQA ratios, head dims, chunk lengths and
-//! chunk positions.
+//! chunk positions; both kernels (the CPU-adapter one on lavapipe, the workgroup one on a device without subgroups).
 //!
 //! Metric: NMSE. Bound 1e-10, from f32 arithmetic: scores are dots of head_dim products (relative error about
 //! sqrt(head_dim) * 6e-8 ~ 1e-6 of the score's magnitude, |score| <~ 10 here, so ~1e-5 absolute), exp2 on a GPU may
@@ -9,7 +9,7 @@
 //! lavapipe: 0 to 9e-13 here and in attention_decode (100x margin). Injected masking, bounds and GQA bugs gave
 //! NMSE 1e-5 to 1 or NaN.
 
-use crate::common::{nmse, Case, Check, Rng};
+use crate::common::{gpu_fallback, nmse, Case, Check, Rng};
 use shaderlm::gpu::{DType, Gpu, GpuTensor};
 use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
@@ -222,6 +222,22 @@ pub fn cases() -> Vec<Case> {
         };
         v.push(Case::new("attention_prefill", name, move |gpu| {
             run_window(gpu, s, pos, (amp, DType::F32), seed, window)
+        }));
+    }
+    // The workgroup kernel of GPUs and of adapters without subgroups, on a device without them (CPU adapters with
+    // subgroups run attention_prefill_cpu.wgsl in the cases above).
+    let fallback: [Extra; 5] = [
+        ("workgroup_kernel_h9_kv3_d64", 9, 3, 64, 130, 100, 249, AMP, None),
+        ("workgroup_kernel_h8_kv1_d128", 8, 1, 128, 37, 0, 56, AMP, None),
+        ("workgroup_kernel_head_dim_80", 6, 2, 80, 37, 5, 50, AMP, None),
+        ("workgroup_kernel_window64", 9, 3, 64, 130, 50, 199, AMP, Some(64)),
+        ("workgroup_kernel_large_scores", 4, 1, 32, 37, 30, 80, 8.0, None),
+    ];
+    for (name, n_heads, n_kv, head_dim, n_tokens, pos, max_ctx, amp, window) in fallback {
+        seed += 1;
+        let s = shape(n_tokens, n_heads, n_kv, head_dim, max_ctx);
+        v.push(Case::new("attention_prefill", name, move |_| {
+            run_window(gpu_fallback(), s, pos, (amp, DType::F32), seed, window)
         }));
     }
     for (n_heads, n_kv, head_dim, n_tokens, first) in [(9, 3, 64, 37, 37), (8, 2, 128, 20, 50)] {
