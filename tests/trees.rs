@@ -17,7 +17,8 @@ use shaderlm::generate::eagle::EagleDraft;
 use shaderlm::generate::spec::SpecOptions;
 use shaderlm::generate::tree::TreeShape;
 use shaderlm::generate::Generator;
-use shaderlm::model::{KvType, Llama, StepOutputs};
+use shaderlm::model::load::LoadedModel;
+use shaderlm::model::{KvType, Llama, LoadOptions, StepOutputs};
 use shaderlm::quant::GgmlType;
 use shaderlm::sampling::SamplingParams;
 
@@ -26,6 +27,13 @@ use shaderlm::sampling::SamplingParams;
 /// and argmax equal the one-token steps of plain decoding along that row's path, bit for bit; then the deepest
 /// path is accepted (its K/V moved into place) and the next token's logits equal plain decoding's after it.
 fn tree_rows_equal_decode_steps(label: &str, model: &Llama, prompt: &[u32], seed: u32) {
+    tree_rows_then(label, model, prompt, seed, &[]);
+}
+
+/// [`tree_rows_equal_decode_steps`], then `after` fed to both sessions in one step: its logits equal too (an
+/// InfLLM-v2 model crossing its dense length there attends sparsely over the compressed keys the accepted path
+/// left).
+fn tree_rows_then(label: &str, model: &Llama, prompt: &[u32], seed: u32, after: &[u32]) {
     let gpu = gpu();
     let (ctx, vocab) = (128, model.cfg.vocab);
     let toks = tokens(23, vocab, seed);
@@ -77,6 +85,21 @@ fn tree_rows_equal_decode_steps(label: &str, model: &Llama, prompt: &[u32], seed
         bits(&spec.result.logits) == bits(&plain.result.logits),
         "{label}: the step after the accepted path"
     );
+    // InfLLM-v2's compressed keys (the tree step left them alone; the accepted path's update made them).
+    let (got, want) = (spec.compressed_keys().unwrap(), plain.compressed_keys().unwrap());
+    assert!(
+        got.as_deref().map(bits) == want.as_deref().map(bits),
+        "{label}: compressed keys after the accepted path"
+    );
+    if !after.is_empty() {
+        spec.feed(after).unwrap();
+        plain.feed(after).unwrap();
+        assert!(
+            bits(&spec.result.logits) == bits(&plain.result.logits),
+            "{label}: {} tokens after the accepted path",
+            after.len()
+        );
+    }
 }
 
 #[test]
@@ -102,6 +125,17 @@ fn tree_rows_equal_decode_steps_along_their_paths() {
     let dir = tempfile::tempdir().unwrap();
     let t = write_minicpm(dir.path(), 34, None);
     tree_rows_equal_decode_steps("minicpm", &weights(dir.path()), &tokens(9, t.vocab, 7), 9);
+    // InfLLM-v2 (dense_len 48): the tree step attends densely and leaves the compressed keys to the accepted path's
+    // update; 96 more tokens then cross dense_len and attend sparsely, selecting 4 of 8 blocks by scores that
+    // include the windows the path completed (in block 1: neither the initial block nor a local one).
+    let dir = tempfile::tempdir().unwrap();
+    let sparse = serde_json::json!({"kernel_size": 8, "kernel_stride": 4, "block_size": 16, "init_blocks": 1,
+        "window_size": 32, "topk": 2, "use_nope": false, "dense_len": 48});
+    let t = write_minicpm(dir.path(), 37, Some(sparse));
+    let model = weights(dir.path());
+    assert!(model.cfg.sparse.is_some());
+    let after = tokens(96, t.vocab, 15);
+    tree_rows_then("minicpm sparse", &model, &tokens(20, t.vocab, 7), 9, &after);
     let dir = tempfile::tempdir().unwrap();
     let t = write_blockffn(dir.path(), 36, "block", "rms");
     tree_rows_equal_decode_steps("blockffn", &weights(dir.path()), &tokens(9, t.vocab, 11), 13);
@@ -180,4 +214,51 @@ fn draft_trees_equal_plain_on_smollm2() {
             }
         }
     }
+}
+
+/// Draft trees on an InfLLM-v2 model (dense_len 48): tree steps below its dense length, where they attend densely as
+/// plain decoding does, and chains past it (`generate_spec` stops growing trees there); the output and the
+/// follow-up turn are plain decoding's.
+#[test]
+fn draft_trees_on_a_sparse_model_cross_its_dense_length() {
+    let gpu = gpu();
+    let dir = tempfile::tempdir().unwrap();
+    let sparse = serde_json::json!({"kernel_size": 8, "kernel_stride": 4, "block_size": 16, "init_blocks": 1,
+        "window_size": 32, "topk": 2, "use_nope": false, "dense_len": 48});
+    let t = write_minicpm(dir.path(), 38, Some(sparse));
+    let loaded = LoadedModel::open(gpu, dir.path(), &LoadOptions::with_ctx(256), |_, _| {}).unwrap();
+    assert!(loaded.model.cfg.sparse.is_some());
+    // A prompt that repeats itself, so that prompt lookup finds matches.
+    let prompt: Vec<u32> = tokens(12, t.vocab, 21).repeat(3);
+    let follow = tokens(5, t.vocab, 22);
+    let params = SamplingParams::greedy();
+    let mut target = Generator::new(gpu, &loaded.model, 256, LOGITS_AND_ARGMAX).unwrap();
+    let (p1, p2, _) = run(&mut target, &loaded, &params, &prompt, &follow, 40, None);
+    let mut lookup = Lookup::default();
+    target.truncate(0);
+    let opts = SpecOptions {
+        min_accepted: 0.0,
+        tree: Some(TreeShape {
+            depth: 3,
+            topk: 4,
+            size: 16,
+        }),
+        ..Default::default()
+    };
+    let (s1, s2, st) = run_with(
+        &mut target,
+        &loaded,
+        &params,
+        (&prompt, &follow),
+        40,
+        Some((&mut lookup, opts)),
+    );
+    assert_eq!(s1.generated, p1.generated, "first turn");
+    assert_eq!(s2.generated, p2.generated, "follow-up turn");
+    assert!(prompt.len() + 40 > 48, "the generation crosses dense_len");
+    assert!(st.verify_steps > 0, "nothing was drafted: {st:?}");
+    println!(
+        "{} verification steps, {}/{} drafts accepted",
+        st.verify_steps, st.accepted, st.drafted
+    );
 }

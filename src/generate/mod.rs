@@ -36,6 +36,8 @@ struct Plans {
     /// Draft-tree steps by nodes, and the plan that moves an accepted path's K/V into place.
     tree: HashMap<usize, Step>,
     mover: Option<crate::model::tree_step::KvMover>,
+    /// InfLLM-v2 compressed-key updates over an accepted path, by its length (`Llama::key_compressor`).
+    compress: HashMap<usize, Option<crate::graph::Plan>>,
 }
 
 impl Plans {
@@ -199,6 +201,11 @@ impl<'a> Generator<'a> {
         step.run(gpu, StepInputs { tokens: ids, pos }, &mut self.result)?;
         self.tokens.extend_from_slice(ids);
         Ok(())
+    }
+
+    /// The cache's InfLLM-v2 compressed keys, every layer's (see [`KvCache::compressed_keys`]).
+    pub fn compressed_keys(&self) -> Result<Option<Vec<f32>>> {
+        self.cache.compressed_keys(self.gpu)
     }
 
     /// The model the session runs.

@@ -223,7 +223,9 @@ pub fn generate_spec(
                 .min(room)
                 .min(emit.budget().saturating_sub(1));
             tree.reset(next);
-            if let (true, Some(shape)) = (on, spec.tree) {
+            // A tree step attends densely: past an InfLLM-v2 model's dense length the step verifies a chain.
+            let tree_shape = spec.tree.filter(|s| !gen.sparse_at(base + s.depth + 1));
+            if let (true, Some(shape)) = (on, tree_shape) {
                 let t = Instant::now();
                 let max_nodes = (gen.max_ctx() - base).min(MAX_TREE_ROWS).min(shape.size + 1);
                 if max_nodes > 1 {
@@ -245,7 +247,7 @@ pub fn generate_spec(
                 }
                 on = keep_on(spec, &mut recent, accepted, &mut stats, on);
                 continue;
-            } else if on && k > 0 && spec.tree.is_none() {
+            } else if on && k > 0 && tree_shape.is_none() {
                 let t = Instant::now();
                 verified = drafter.propose_verified(gen, &history, k, &mut drafts)?;
                 if verified {

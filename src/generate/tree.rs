@@ -7,6 +7,7 @@
 
 use super::Generator;
 use crate::error::{Error, Result};
+use crate::graph::StepVars;
 use crate::ops::attention_decode::{tree_table, MAX_TREE_DEPTH, MAX_TREE_ROWS, TREE_W};
 use std::collections::hash_map::Entry;
 
@@ -167,6 +168,19 @@ impl Generator<'_> {
                 self.cache.max_ctx
             )));
         }
+        // Plain decoding at the deepest row's position must attend densely too (InfLLM-v2 switches by position).
+        let deepest = table
+            .chunks(TREE_W)
+            .map(|row| (row[0] as usize).min(MAX_TREE_DEPTH))
+            .max()
+            .unwrap_or(0);
+        if self.sparse_at(base + deepest + 1) {
+            return Err(Error::Invalid(format!(
+                "a draft tree reaching position {} attends densely, but this model attends sparsely there \
+                 (InfLLM-v2 past its dense length): verify a chain instead",
+                base + deepest
+            )));
+        }
         let (gpu, model) = (self.gpu, self.model);
         if model.is_eagle() != features.is_some() || features.is_some_and(|f| f.len() != n * model.cfg.hidden) {
             return Err(Error::Invalid(format!(
@@ -208,6 +222,18 @@ impl Generator<'_> {
                 self.plans.mover = Some(self.model.kv_mover(self.gpu, &self.cache)?);
             }
             self.plans.mover.as_mut().expect("just built").run(self.gpu, &moves)?;
+        }
+        // The tree step left InfLLM-v2's compressed keys alone: update the windows the path completes.
+        let (gpu, model, cache) = (self.gpu, self.model, &self.cache);
+        let n = tokens.len();
+        if n > 0 && model.cfg.sparse.is_some() {
+            let plan = match self.plans.compress.entry(n) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => e.insert(model.key_compressor(gpu, cache, n)?),
+            };
+            if let Some(plan) = plan {
+                plan.run(gpu, &StepVars { pos: base as u32 })?;
+            }
         }
         self.tokens.truncate(base);
         self.tokens.extend_from_slice(tokens);

@@ -99,6 +99,20 @@ impl KvCache {
     pub fn sparse_at(&self, cfg: &LlamaConfig, kv_len: usize) -> bool {
         self.sparse.is_some() && cfg.sparse.is_some_and(|s| s.is_sparse(kv_len))
     }
+
+    /// Every layer's InfLLM-v2 compressed keys read back, C1 then C2 per layer (None without them): for tests and
+    /// debugging.
+    pub fn compressed_keys(&self, gpu: &Gpu) -> Result<Option<Vec<f32>>> {
+        let Some(layers) = &self.sparse else {
+            return Ok(None);
+        };
+        let mut all = Vec::new();
+        for keys in layers {
+            all.extend(keys.c1.download_f32(gpu)?);
+            all.extend(keys.c2.download_f32(gpu)?);
+        }
+        Ok(Some(all))
+    }
 }
 
 impl Llama {
@@ -693,7 +707,7 @@ impl Llama {
 
     /// The sparse settings and the cache's compressed keys, when both exist; an error when `sparse` asks for them
     /// and they do not.
-    fn sparse_keys<'a>(&'a self, cache: &'a KvCache, sparse: bool) -> Result<SparseKeys<'a>> {
+    pub(super) fn sparse_keys<'a>(&'a self, cache: &'a KvCache, sparse: bool) -> Result<SparseKeys<'a>> {
         match (&self.cfg.sparse, &cache.sparse) {
             (Some(s), Some(keys)) => Ok(Some((s, keys))),
             _ if sparse => Err(Error::Invalid(

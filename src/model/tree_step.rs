@@ -15,14 +15,11 @@ impl Llama {
     /// A step over the `n_tokens` nodes of a draft tree ([`Step::run_tree`]): row r at position `pos + depth(r)`,
     /// its K/V cached in slot `pos + slot(r)`, attending to the keys before `pos` and to its path. Outputs cover
     /// every row, each equal bit for bit to the one-token step of plain decoding along that path (the kernels are
-    /// batch invariant, and the attention walks the path in order). Dense attention only (InfLLM-v2's compressed
-    /// keys assume a sequence); at most `MAX_TREE_ROWS` rows.
+    /// batch invariant, and the attention walks the path in order). Dense attention only, and without InfLLM-v2's
+    /// compressed-key updates (its windows assume a sequence, not a tree's slots): on a model with a
+    /// `sparse_config`, a tree step is for positions below `dense_len`, and [`Llama::key_compressor`] brings the
+    /// compressed keys up to date once the accepted path is in place. At most `MAX_TREE_ROWS` rows.
     pub fn tree_step(&self, gpu: &Gpu, cache: &KvCache, n_tokens: usize, out: StepOutputs) -> Result<Step> {
-        if self.cfg.sparse.is_some() {
-            return Err(Error::Invalid(
-                "draft trees need dense attention (this model has InfLLM-v2 sparse attention)".into(),
-            ));
-        }
         if n_tokens == 0 || n_tokens > MAX_TREE_ROWS || n_tokens > cache.max_ctx {
             return Err(Error::Invalid(format!(
                 "a tree step of {n_tokens} nodes (1..={MAX_TREE_ROWS}, context {})",
@@ -46,6 +43,21 @@ impl Llama {
         let mut step = self.plan_step(gpu, g, &ctx, (ids, features), out, true)?;
         step.tree = Some(tree);
         Ok(step)
+    }
+
+    /// The plan that updates `cache`'s InfLLM-v2 compressed keys in every layer as a step of `n` tokens at `vars.pos`
+    /// does (the windows ending in `(pos, pos + n]`, from the K cache as it is): what an accepted draft-tree path
+    /// needs once its K/V are in place. None when the model or the cache keeps no compressed keys.
+    pub fn key_compressor(&self, gpu: &Gpu, cache: &KvCache, n: usize) -> Result<Option<Plan>> {
+        let Some((sc, keys)) = self.sparse_keys(cache, false)? else {
+            return Ok(None);
+        };
+        let mut g = Graph::new();
+        for ((k, _), layer_keys) in cache.layers.iter().zip(keys) {
+            let kc = g.external(k);
+            super::sparse::compress(&mut g, sc, layer_keys, kc, n)?;
+        }
+        Ok(Some(Plan::new(gpu, g)?))
     }
 
     /// The plan that moves K/V entries within `cache`, every layer at once ([`KvMover::run`]).
