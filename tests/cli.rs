@@ -720,6 +720,27 @@ fn eagle_fit_then_generate_with_the_head() {
         String::from_utf8_lossy(&spec.stdout),
         String::from_utf8_lossy(&plain.stdout)
     );
+    // The model drafting for itself: the chain and its verification in one submission, or (--draft-apart) two.
+    for extra in [&["--draft-model", p][..], &["--draft-model", p, "--draft-apart"]] {
+        let out = gen(&[extra, &["--spec-min-accepted", "0", "--stats"]].concat());
+        assert!(
+            out.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&plain.stdout),
+            "{extra:?}"
+        );
+        let one = String::from_utf8_lossy(&out.stderr).contains("in the verification's submission");
+        assert_eq!(
+            one,
+            extra.len() == 2,
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     // Draft trees: from the head, and from prompt lookup, print the same text; a tree needs a draft source and a
     // shape of three numbers, and takes no sampled drafts.
     let h = head.to_str().unwrap();
