@@ -480,6 +480,7 @@ impl Llama {
             sparse: false,
             sparse_keys: None,
             tree: None,
+            cpu_prefill: crate::ops::attention_prefill::cpu_kernel(&gpu.caps),
         };
         self.plan_step(gpu, g, &ctx, (ids, None), out, true)
     }
@@ -515,6 +516,7 @@ impl Llama {
                 sparse: false,
                 sparse_keys: None,
                 tree: None,
+                cpu_prefill: crate::ops::attention_prefill::cpu_kernel(&gpu.caps),
             };
             let f = self.forward(&mut g, gpu, &ctx, (token, None), StepOutputs::default(), false)?;
             let best = g.argmax(f.logits)?; // [1, 1]: the last row's
@@ -576,6 +578,7 @@ impl Llama {
             sparse,
             sparse_keys,
             tree: None,
+            cpu_prefill: crate::ops::attention_prefill::cpu_kernel(&gpu.caps),
         };
         // An EAGLE head's second input: the target's features `[n, hidden]`, one per token.
         let features = self
@@ -890,6 +893,7 @@ impl Llama {
             _ if s.n_tokens <= crate::ops::attention_decode::MAX_TOKENS => {
                 g.attention_decode_window(q, kc, vc, c.attn_scale, c.layer_window(i))
             }
+            _ if s.cpu_prefill => g.attention_prefill_wide(q, kc, vc, c.attn_scale, c.layer_window(i)),
             _ => g.attention_prefill_window(q, kc, vc, c.attn_scale, c.layer_window(i)),
         }
     }
@@ -1055,6 +1059,8 @@ pub(super) struct StepContext<'a> {
     pub(super) sparse_keys: SparseKeys<'a>,
     /// A tree step's table `[n, TREE_W]` u32 (see `attention_decode::TREE_W`): rows are the nodes of a draft tree.
     pub(super) tree: Option<TensorId>,
+    /// The adapter runs attention_prefill's CPU kernel, which also serves head dim 256 (`attention_prefill_wide`).
+    pub(super) cpu_prefill: bool,
 }
 
 /// One sequence of a step: its session's cache and rotations (global, then sliding-window).

@@ -36,6 +36,7 @@ impl Llama {
             sparse: false,
             sparse_keys: None,
             tree: Some(tree),
+            cpu_prefill: crate::ops::attention_prefill::cpu_kernel(&gpu.caps),
         };
         let features = self
             .is_eagle()

@@ -93,6 +93,18 @@ pub fn run_window(
     seed: u64,
     window: Option<usize>,
 ) -> shaderlm::Result<Check> {
+    run_node(gpu, s, pos, (amp, kv), seed, (window, false))
+}
+
+/// [`run_window`] through `attention_prefill_wide` (the CPU-adapter kernel at any head dim) when `wide`.
+fn run_node(
+    gpu: &Gpu,
+    s: AttnShape,
+    pos: usize,
+    (amp, kv): (f32, DType),
+    seed: u64,
+    (window, wide): (Option<usize>, bool),
+) -> shaderlm::Result<Check> {
     let mut rng = Rng::new(seed);
     let scale = 1.0 / (s.head_dim as f32).sqrt();
     let q = rng.vec(s.n_tokens * s.n_heads * s.head_dim, amp);
@@ -100,7 +112,10 @@ pub fn run_window(
     let mut g = Graph::new();
     let tq = g.input("q", &[s.n_tokens, s.n_heads, s.head_dim], DType::F32);
     let (tk, tv) = (g.external(&kt), g.external(&vt));
-    let o = g.attention_prefill_window(tq, tk, tv, scale, window)?;
+    let o = match wide {
+        true => g.attention_prefill_wide(tq, tk, tv, scale, window)?,
+        false => g.attention_prefill_window(tq, tk, tv, scale, window)?,
+    };
     g.output(o);
     let mut plan = Plan::new(gpu, g)?;
     plan.write_input(gpu, tq, bytemuck::cast_slice(&q))?;
@@ -238,6 +253,21 @@ pub fn cases() -> Vec<Case> {
         let s = shape(n_tokens, n_heads, n_kv, head_dim, max_ctx);
         v.push(Case::new("attention_prefill", name, move |_| {
             run_window(gpu_fallback(), s, pos, (amp, DType::F32), seed, window)
+        }));
+    }
+    // Head dim 256 through the CPU kernel (`attention_prefill_wide`, what CPU adapters run for Gemma 3), f32 and
+    // f16 caches, past the ~450 keys where the tiled kernel failed at this size.
+    let wide: [(Extra, DType); 4] = [
+        (("wide_head_dim_256", 4, 1, 256, 37, 5, 61, AMP, None), DType::F32),
+        (("wide_head_dim_256_rows_see_500_keys", 4, 1, 256, 16, 500, 600, AMP, None), DType::F32),
+        (("wide_gemma3_chunk_past_window", 4, 1, 256, 128, 1280, 1420, AMP, Some(512)), DType::F32),
+        (("wide_head_dim_256_f16_window", 8, 2, 256, 70, 40, 129, AMP, Some(33)), DType::F16),
+    ];
+    for ((name, n_heads, n_kv, head_dim, n_tokens, pos, max_ctx, amp, window), kv) in wide {
+        seed += 1;
+        let s = shape(n_tokens, n_heads, n_kv, head_dim, max_ctx);
+        v.push(Case::new("attention_prefill", name, move |gpu| {
+            run_node(gpu, s, pos, (amp, kv), seed, (window, true))
         }));
     }
     for (n_heads, n_kv, head_dim, n_tokens, first) in [(9, 3, 64, 37, 37), (8, 2, 128, 20, 50)] {
