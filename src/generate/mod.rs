@@ -83,9 +83,7 @@ impl Plans {
             Entry::Vacant(e) => e.insert(model.verify_step(gpu, cache, n, outputs, sparse)?),
         })
     }
-}
 
-impl Plans {
     /// The plan of a chain of `k` greedy steps whose first link runs `m` tokens.
     fn chain(&mut self, gpu: &Gpu, model: &Llama, cache: &KvCache, m: usize, k: usize) -> Result<&mut Step> {
         Ok(match self.chain.entry((m, k)) {

@@ -152,15 +152,12 @@ impl Generator<'_> {
             )));
         }
         self.check_vocab(ids)?;
-        // The deepest position and the highest slot a row uses.
-        let reach = table
-            .chunks(TREE_W)
-            .map(|row| {
-                let d = (row[0] as usize).min(MAX_TREE_DEPTH);
-                row[1..=d + 1].iter().map(|&s| s as usize).max().unwrap_or(0).max(d)
-            })
-            .max()
-            .unwrap_or(0);
+        // The deepest row's depth, and the furthest a row reaches: its depth or the highest slot it uses.
+        let (deepest, reach) = table.chunks(TREE_W).fold((0, 0), |(deepest, reach), row| {
+            let d = (row[0] as usize).min(MAX_TREE_DEPTH);
+            let slot = row[1..=d + 1].iter().map(|&s| s as usize).max().unwrap_or(0);
+            (deepest.max(d), reach.max(slot.max(d)))
+        });
         if base + reach >= self.cache.max_ctx {
             return Err(Error::Invalid(format!(
                 "a draft tree reaching {} positions past {base} does not fit the context of {}",
@@ -169,11 +166,6 @@ impl Generator<'_> {
             )));
         }
         // Plain decoding at the deepest row's position must attend densely too (InfLLM-v2 switches by position).
-        let deepest = table
-            .chunks(TREE_W)
-            .map(|row| (row[0] as usize).min(MAX_TREE_DEPTH))
-            .max()
-            .unwrap_or(0);
         if self.sparse_at(base + deepest + 1) {
             return Err(Error::Invalid(format!(
                 "a draft tree reaching position {} attends densely, but this model attends sparsely there \

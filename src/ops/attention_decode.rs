@@ -16,7 +16,7 @@
 //! side into the cache; each row attends to the cached prefix and its own path (lib/attn_tree.wgsl), and equals
 //! the one-query step over a cache holding that path in order, bit for bit.
 
-use super::attention_prefill::{check_window, kv_elem_bytes, kv_f16, AttnShape, DENSE_HEAD_DIMS};
+use super::attention_prefill::{check_window, cpu_kernel, kv_elem_bytes, kv_f16, AttnShape, DENSE_HEAD_DIMS};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::check::{expect, Expected, HostIo};
@@ -123,11 +123,6 @@ fn cpu_key(head_dim: usize, tree: bool, kv_f16: bool) -> ShaderKey {
         .flag("SUBGROUPS", true)
         .flag("KV_F16", kv_f16);
     with_tree(key, tree)
-}
-
-/// Whether the adapter runs the CPU split kernel.
-fn cpu_kernel(caps: &Caps) -> bool {
-    caps.cpu_adapter && caps.subgroups && caps.subgroup_size >= 8
 }
 
 fn combine_key(head_dim: usize) -> ShaderKey {

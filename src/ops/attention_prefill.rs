@@ -156,7 +156,9 @@ fn cpu_key(head_dim: usize, kv_f16: bool) -> ShaderKey {
         .flag("KV_F16", kv_f16)
 }
 
-/// Whether the adapter runs the CPU kernel (and so [`Graph::attention_prefill_wide`] at head_dim 256).
+/// Whether the adapter runs the CPU-adapter attention kernels (`attention_prefill_cpu.wgsl`, and so
+/// [`Graph::attention_prefill_wide`] at head_dim 256; `attention_decode_cpu.wgsl`): a CPU adapter with subgroups of
+/// at least 8 lanes.
 pub fn cpu_kernel(caps: &Caps) -> bool {
     caps.cpu_adapter && caps.subgroups && caps.subgroup_size >= 8
 }
