@@ -501,6 +501,42 @@ fn bench_runs_a_synthetic_model_and_names_unknown_shapes() {
     );
 }
 
+/// Cells of the markdown table rows whose first cell is `first`.
+fn table_rows<'a>(text: &'a str, first: &str) -> Vec<Vec<&'a str>> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix('|'))
+        .map(|l| l.split('|').map(str::trim).collect::<Vec<_>>())
+        .filter(|cells| cells[0] == first)
+        .collect()
+}
+
+#[test]
+fn bench_profile_splits_the_step_by_op_and_by_matrix_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["bench", "--synthetic", "smollm2-135m", "--synthetic-type", "q4_1"];
+    let out = shaderlm(
+        &[&args[..], &["-p", "0", "-n", "1", "-r", "1", "--profile"]].concat(),
+        dir.path(),
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("read ceiling (read_sum, same run)"), "{text}");
+    // The op table: | op | nodes | dispatches | ms | share | GB/s | of ceiling |; the size table:
+    // | matmul node | nodes | MB each | us each | GB/s | of ceiling |, both with a matmul_q row first cell.
+    let rows = table_rows(&text, "matmul_q");
+    let (ops, sizes): (Vec<_>, Vec<_>) = rows.iter().partition(|r| r.len() == 8);
+    assert_eq!(ops.len(), 1, "{text}");
+    let nodes: usize = ops[0][1].parse().unwrap();
+    // 30 layers of q|k|v, o, gate|up and down, and the LM head.
+    assert_eq!(nodes, 30 * 4 + 1, "{text}");
+    let count = |r: &Vec<&str>| r[1].parse::<usize>().unwrap();
+    assert_eq!(sizes.iter().map(|r| count(r)).sum::<usize>(), nodes, "{text}");
+    // Largest first: the head (49152 x 576, one node) reads the most bytes.
+    assert_eq!(count(sizes[0]), 1, "{text}");
+    let mb = |r: &Vec<&str>| r[2].parse::<f64>().unwrap();
+    assert!(sizes.windows(2).all(|w| mb(w[0]) > mb(w[1])), "{text}");
+}
+
 #[test]
 fn sparse_attention_flags_are_checked() {
     let dir = tempfile::tempdir().unwrap();

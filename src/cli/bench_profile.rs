@@ -19,6 +19,7 @@ pub fn print(gpu: &Gpu, gen: &mut Generator<'_>) -> anyhow::Result<()> {
     let wall = step_wall_ms(gen)?;
     let ceiling = read_ceiling(gpu)?;
     print_table(&prof, pos, ceiling);
+    print_sizes(&prof, ceiling);
     let kernels: f64 = prof.iter().map(|p| p.micros).sum::<f64>() / 1e3;
     println!();
     println!(
@@ -101,6 +102,37 @@ fn print_table(prof: &[NodeProfile], pos: usize, ceiling: f64) {
             "| {op} | {nodes} | {d} | {:.3} | {:.1}% | {gbps:.2} | {:.0}% |",
             us / 1e3,
             100.0 * us / total.max(1e-9),
+            100.0 * gbps / ceiling.max(1e-9)
+        );
+    }
+}
+
+/// The weight-reading ops split by bytes per node (one row per projection shape: in a decode step each matrix's
+/// GEMV moves its own byte count), so that the big GEMVs' bandwidth shows apart from the small ones'.
+fn print_sizes(prof: &[NodeProfile], ceiling: f64) {
+    let mut by_size: BTreeMap<(String, u64), (usize, f64)> = BTreeMap::new();
+    for p in prof
+        .iter()
+        .filter(|p| p.label.ends_with("matmul_q") || p.label.ends_with("matmul"))
+    {
+        let op = p.label.rsplit('.').next().unwrap_or(&p.label).to_string();
+        let e = by_size
+            .entry((op, p.cost.bytes_read + p.cost.bytes_written))
+            .or_default();
+        e.0 += 1;
+        e.1 += p.micros;
+    }
+    println!();
+    println!("| matmul node | nodes | MB each | us each | GB/s | of ceiling |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    let mut rows: Vec<_> = by_size.into_iter().collect();
+    rows.sort_by_key(|r| std::cmp::Reverse(r.0 .1));
+    for ((op, bytes), (nodes, us)) in rows {
+        let each = us / nodes as f64;
+        let gbps = bytes as f64 / (each * 1e3).max(1e-9);
+        println!(
+            "| {op} | {nodes} | {:.2} | {each:.1} | {gbps:.2} | {:.0}% |",
+            bytes as f64 / 1e6,
             100.0 * gbps / ceiling.max(1e-9)
         );
     }
