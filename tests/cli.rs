@@ -397,6 +397,43 @@ fn a_context_over_the_memory_budget_is_refused_with_the_one_that_fits() {
     fails_with(&out, &["--max-memory", "expected a size such as 4G"]);
 }
 
+/// `serve --parallel N` and `bench -b B` hold N (B + 1) KV caches at once: the budget counts each, so a number of
+/// sessions over it is refused at load with the need and the advice, where one session fits; `-b` past 1024 is
+/// refused outright.
+#[test]
+fn sessions_over_the_memory_budget_are_refused_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    // 32 KiB of KV cache per position: 8 MiB per session of 256 positions, plus its scratch.
+    let t = Tiny {
+        layers: 4,
+        heads: 8,
+        kv_heads: 8,
+        head_dim: 128,
+        ..Tiny::llama()
+    };
+    write_gguf_chat_as(&path, t, 11, GgmlType::Q8_0);
+    let p = path.to_str().unwrap();
+    let common = ["-m", p, "--ctx", "256", "--kv-type", "f32", "--max-memory", "64M"];
+    let run = |cmd: &[&str]| shaderlm(&[cmd, &common[..]].concat(), dir.path());
+    let bench = ["bench", "-p", "4", "-n", "2", "-r", "1"];
+    let out = run(&bench);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run(&[&bench[..], &["-b", "2"]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let over = [
+        "KV cache 128.0 MiB for 256 positions x 16 sessions",
+        "64.0 MiB allowed by --max-memory",
+        "fewer sessions",
+    ];
+    fails_with(&run(&[&bench[..], &["-b", "15"]].concat()), &over);
+    fails_with(&run(&["serve", "--port", "0", "--parallel", "16"]), &over);
+    fails_with(
+        &run(&[&bench[..], &["-b", "100000"]].concat()),
+        &["-b 100000: at most 1024 sessions"],
+    );
+}
+
 /// `--kv-type f16` halves the KV cache the budget counts and generates; a type the engine lacks is refused.
 #[test]
 fn kv_type_sets_the_cache_size_and_unknown_types_are_refused() {

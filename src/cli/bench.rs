@@ -92,6 +92,9 @@ pub(super) struct Row {
     pub(super) samples: Vec<f64>, // tok/s
 }
 
+/// Most sessions of `-b` (as `serve --parallel`).
+const MAX_BATCH: usize = 1 << 10;
+
 fn mean_sd(v: &[f64]) -> (f64, f64) {
     let m = v.iter().sum::<f64>() / v.len().max(1) as f64;
     let var = v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len().max(2) - 1) as f64;
@@ -109,7 +112,10 @@ pub fn run(args: &BenchArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         model_args.model = Some(file.0.clone());
     }
     args.spec.kind()?;
-    let (gpu, loaded) = model_args.load(device)?;
+    // The plain session, plus the largest batch's sessions.
+    let batch = args.batch.iter().copied().filter(|&b| b > 1).max().unwrap_or(0);
+    anyhow::ensure!(batch <= MAX_BATCH, "-b {batch}: at most {MAX_BATCH} sessions");
+    let (gpu, loaded) = model_args.load_sessions(device, 1 + batch)?;
     let draft = args.spec.load_draft(&gpu, &model_args, &loaded)?;
     let outputs = StepOutputs {
         argmax: true,

@@ -163,12 +163,18 @@ impl ModelArgs {
                 .unwrap_or_else(|| caps.map_or(KvType::F32, KvType::default_for)),
             chunk: self.chunk,
             max_memory: self.max_memory,
+            sessions: 1,
             layers: None,
         }
     }
 
     /// Open the device and load the model (within its memory budget), with a progress bar on stderr.
     pub fn load(&self, device: &DeviceArgs) -> anyhow::Result<(Gpu, LoadedModel)> {
+        self.load_sessions(device, 1)
+    }
+
+    /// [`ModelArgs::load`] for `sessions` sessions holding a KV cache at once: the budget counts each one's.
+    pub fn load_sessions(&self, device: &DeviceArgs, sessions: usize) -> anyhow::Result<(Gpu, LoadedModel)> {
         let path = self.path()?;
         let gpu = Gpu::new(&device.options())?;
         let bar = indicatif::ProgressBar::new(1);
@@ -177,7 +183,11 @@ impl ModelArgs {
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         bar.set_message(path.display().to_string());
-        let loaded = LoadedModel::open(&gpu, &path, &self.options(Some(&gpu.caps)), |i, n| {
+        let opts = LoadOptions {
+            sessions,
+            ..self.options(Some(&gpu.caps))
+        };
+        let loaded = LoadedModel::open(&gpu, &path, &opts, |i, n| {
             bar.set_length(n as u64);
             bar.set_position(i as u64);
         })

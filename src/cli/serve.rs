@@ -65,7 +65,7 @@ pub fn run(args: &ServeArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         lookup: args.spec_lookup,
     };
     opts.check()?;
-    let (gpu, loaded) = args.model.load(device)?;
+    let (gpu, loaded) = args.model.load_sessions(device, args.parallel)?;
     let summary = format!(
         "{} ({}) on {}: up to {} sessions of {} tokens",
         opts.model_id,

@@ -72,15 +72,16 @@ pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
     Ok(bytes)
 }
 
-/// What a model takes on the device: weights, the KV cache of one session, scratch.
+/// What a model takes on the device: weights, the KV caches of its sessions, scratch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemoryNeed {
     pub weights: u64,
-    /// KV cache (and compressed keys, RoPE tables) of a session of `ctx` positions.
+    /// KV caches (and compressed keys, RoPE tables) of `sessions` sessions of `ctx` positions.
     pub kv: u64,
-    /// The planned steps' intermediate buffers, parameters and read-backs.
+    /// The planned steps' intermediate buffers, parameters and read-backs (every session's).
     pub scratch: u64,
     pub ctx: usize,
+    pub sessions: usize,
 }
 
 impl MemoryNeed {
@@ -91,9 +92,13 @@ impl MemoryNeed {
 
 impl std::fmt::Display for MemoryNeed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sessions = match self.sessions {
+            1 => String::new(),
+            n => format!(" x {n} sessions"),
+        };
         write!(
             f,
-            "{} (weights {} + KV cache {} for {} positions + scratch {})",
+            "{} (weights {} + KV cache {} for {} positions{sessions} + scratch {})",
             Bytes(self.total()),
             Bytes(self.weights),
             Bytes(self.kv),
@@ -110,6 +115,8 @@ pub struct Sizing<'a> {
     pub weights: u64,
     pub chunk: usize,
     pub kv_type: KvType,
+    /// Sessions holding a cache and plans at once.
+    pub sessions: usize,
 }
 
 impl Sizing<'_> {
@@ -128,11 +135,13 @@ impl Sizing<'_> {
             .checked_mul(2)
             .and_then(|p| p.checked_add(decode)?.checked_mul(kinds))
             .ok_or_else(overflow)?;
+        let sessions = self.sessions as u64;
         Ok(MemoryNeed {
             weights: self.weights,
-            kv,
-            scratch,
+            kv: kv.checked_mul(sessions).ok_or_else(overflow)?,
+            scratch: scratch.checked_mul(sessions).ok_or_else(overflow)?,
             ctx,
+            sessions: self.sessions,
         })
     }
 
@@ -204,10 +213,11 @@ impl Budget {
 
     /// What lowers the need under `allowed`: a smaller `--ctx` when one fits, else nothing but more memory.
     fn advice(&self, sizing: &Sizing<'_>, allowed: u64, ctx: usize) -> String {
-        let more = if self.from_flag {
-            "raise --max-memory"
-        } else {
-            "set --max-memory if more is free"
+        let more = match (self.from_flag, sizing.sessions) {
+            (true, 1) => "raise --max-memory",
+            (false, 1) => "set --max-memory if more is free",
+            (true, _) => "run fewer sessions at once or raise --max-memory",
+            (false, _) => "run fewer sessions at once or set --max-memory if more is free",
         };
         match sizing.largest_ctx_within(allowed, ctx) {
             Some(fit) => format!("lower --ctx (--ctx {fit} fits) or {more}"),
@@ -481,6 +491,7 @@ mod tests {
             weights: 70 << 20,
             chunk: 128,
             kv_type: KvType::F32,
+            sessions: 1,
         };
         let budget = Budget::new(Some(16 << 30), None);
         let e = budget
@@ -500,6 +511,7 @@ mod tests {
             weights: 4 << 30,
             chunk: 128,
             kv_type: KvType::F32,
+            sessions: 1,
         };
         let allowed = 5 << 30;
         let fit = sizing.largest_ctx_within(allowed, 8192).unwrap();
@@ -571,6 +583,7 @@ mod tests {
             weights: 0,
             chunk: usize::MAX,
             kv_type: KvType::F32,
+            sessions: 1,
         };
         assert!(sizing.need(usize::MAX / 2).is_err());
     }

@@ -148,6 +148,7 @@ fn sizing<'a>(cfg: &'a LlamaConfig, weights: u64, opts: &LoadOptions) -> Sizing<
         weights,
         chunk: opts.chunk,
         kv_type: opts.kv_type,
+        sessions: opts.sessions.max(1),
     }
 }
 

@@ -20,9 +20,12 @@ pub struct LoadOptions {
     pub kv_type: KvType,
     /// Tokens per prefill step of the sessions (sizes their scratch buffers).
     pub chunk: usize,
-    /// Most device memory the model may take (weights, one session's KV cache, scratch); `None`: what the adapter
-    /// reports (see [`super::budget::Budget`]).
+    /// Most device memory the model may take (weights, each session's KV cache and scratch); `None`: what the
+    /// adapter reports (see [`super::budget::Budget`]).
     pub max_memory: Option<u64>,
+    /// Sessions that hold a KV cache at once (`serve --parallel`, `bench -b`): the budget counts each one's cache
+    /// and scratch.
+    pub sessions: usize,
     /// Keep only the first N layers (the final norm and head stay): a layer-skipping self-draft for speculative
     /// decoding. `None`: every layer.
     pub layers: Option<usize>,
@@ -43,6 +46,7 @@ impl LoadOptions {
             kv_type: KvType::F32,
             chunk: DEFAULT_CHUNK,
             max_memory: None,
+            sessions: 1,
             layers: None,
         }
     }
