@@ -432,6 +432,33 @@ fn sessions_over_the_memory_budget_are_refused_at_load() {
         &run(&[&bench[..], &["-b", "100000"]].concat()),
         &["-b 100000: at most 1024 sessions"],
     );
+    // A draft model gets the room its target leaves: the file drafting for itself fits 64 MiB, not 24.
+    let gen = [
+        "generate",
+        "--prompt",
+        "hi",
+        "-n",
+        "2",
+        "--temp",
+        "0",
+        "--draft-model",
+        p,
+    ];
+    let with = |budget: &str| {
+        let mut args = [&gen[..], &common[..]].concat();
+        *args.last_mut().unwrap() = budget;
+        shaderlm(&args, dir.path())
+    };
+    let out = with("64M");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    fails_with(
+        &with("24M"),
+        &[
+            "loading the draft model",
+            "allowed by --max-memory less the",
+            "that the target model takes",
+        ],
+    );
 }
 
 /// `--kv-type f16` halves the KV cache the budget counts and generates; a type the engine lacks is refused.

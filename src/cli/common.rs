@@ -164,6 +164,7 @@ impl ModelArgs {
             chunk: self.chunk,
             max_memory: self.max_memory,
             sessions: 1,
+            reserved: 0,
             layers: None,
         }
     }

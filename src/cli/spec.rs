@@ -198,6 +198,7 @@ impl SpecArgs {
         let opts = LoadOptions {
             ctx: target.ctx,
             layers: self.draft_layers,
+            reserved: target.memory.total(),
             ..model.options(Some(&gpu.caps))
         };
         let draft = LoadedModel::open(gpu, path, &opts, |_, _| {})

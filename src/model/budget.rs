@@ -195,6 +195,18 @@ impl Budget {
         }
     }
 
+    /// The budget left once `bytes` are taken by `what` (nothing when `bytes` is 0).
+    pub fn less(self, bytes: u64, what: &str) -> Budget {
+        match self.bytes {
+            Some(b) if bytes > 0 => Budget {
+                bytes: Some(b.saturating_sub(bytes)),
+                by: format!("{} less the {} that {what} takes", self.by, Bytes(bytes)),
+                ..self
+            },
+            _ => self,
+        }
+    }
+
     /// `Ok(need)` when the session of `ctx` positions fits, else the error saying how much is needed, how much is
     /// allowed and which context would fit (checked before anything is allocated).
     pub fn check(&self, path: &Path, sizing: &Sizing<'_>, ctx: usize) -> Result<MemoryNeed> {

@@ -97,7 +97,7 @@ impl LoadedModel {
                 message: "no such file or directory".into(),
             });
         }
-        let budget = Budget::new(opts.max_memory, Some(&gpu.memory()));
+        let budget = Budget::new(opts.max_memory, Some(&gpu.memory())).less(opts.reserved, "the target model");
         let (model, tokenizer, format, memory) = if is_gguf(path) {
             let f = GgufFile::open(path)?;
             let cfg = opts.configure(LlamaConfig::from_gguf(&f)?)?;

@@ -26,6 +26,9 @@ pub struct LoadOptions {
     /// Sessions that hold a KV cache at once (`serve --parallel`, `bench -b`): the budget counts each one's cache
     /// and scratch.
     pub sessions: usize,
+    /// Device memory that a model already loaded beside this one takes (a draft model's target): the budget's
+    /// room is what it leaves.
+    pub reserved: u64,
     /// Keep only the first N layers (the final norm and head stay): a layer-skipping self-draft for speculative
     /// decoding. `None`: every layer.
     pub layers: Option<usize>,
@@ -47,6 +50,7 @@ impl LoadOptions {
             chunk: DEFAULT_CHUNK,
             max_memory: None,
             sessions: 1,
+            reserved: 0,
             layers: None,
         }
     }
