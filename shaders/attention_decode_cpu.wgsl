@@ -14,11 +14,7 @@
 // Grid (splits, n_kv, n_q * group), workgroups of 8: workgroup (s, h, z) serves split s of query row
 // (token z / group, head h * group + z % group).
 
-const HD4: u32 = HD / 4;
-const LANES: u32 = 8u;
-const NC: u32 = (HD4 + LANES - 1u) / LANES;  // columns (vec4s of HD) per lane
-const NEG: f32 = -1.0e30;
-const LOG2E: f32 = 1.4426950408889634;
+#include "lib/attn_lanes.wgsl"
 
 #include "lib/attn_split_io.wgsl"
 #include "lib/attn_tree.wgsl"

@@ -11,11 +11,7 @@
 // Defs: HD (head_dim, a multiple of 4), R (rows per workgroup), SUBGROUPS (required).
 // Grid: (ceil(n_tokens * group / R), n_kv) workgroups of 8: workgroup (x, y) serves rows x * R .. of kv head y.
 
-const HD4: u32 = HD / 4;
-const LANES: u32 = 8u;
-const NC: u32 = (HD4 + LANES - 1u) / LANES;  // columns (vec4s of HD) per lane
-const NEG: f32 = -1.0e30;
-const LOG2E: f32 = 1.4426950408889634;
+#include "lib/attn_lanes.wgsl"
 
 #include "lib/attn_prefill_io.wgsl"
 

@@ -474,14 +474,7 @@ impl Llama {
         let mut g = Graph::new();
         let ids = g.input("ids", &[n], DType::U32);
         let seqs = caches.iter().map(|&cache| self.seq_context(&mut g, cache)).collect();
-        let ctx = StepContext {
-            seqs,
-            n_tokens: n,
-            sparse: false,
-            sparse_keys: None,
-            tree: None,
-            cpu_prefill: crate::ops::attention_prefill::cpu_kernel(&gpu.caps),
-        };
+        let ctx = StepContext::dense(gpu, seqs, n);
         self.plan_step(gpu, g, &ctx, (ids, None), out, true)
     }
 
@@ -510,14 +503,7 @@ impl Llama {
         for j in 0..k {
             let n_tokens = if j == 0 { m } else { 1 };
             g.set_seq(j);
-            let ctx = StepContext {
-                seqs: vec![self.seq_context(&mut g, cache)],
-                n_tokens,
-                sparse: false,
-                sparse_keys: None,
-                tree: None,
-                cpu_prefill: crate::ops::attention_prefill::cpu_kernel(&gpu.caps),
-            };
+            let ctx = StepContext::dense(gpu, vec![self.seq_context(&mut g, cache)], n_tokens);
             let f = self.forward(&mut g, gpu, &ctx, (token, None), StepOutputs::default(), false)?;
             let best = g.argmax(f.logits)?; // [1, 1]: the last row's
             g.output(best);
@@ -573,12 +559,9 @@ impl Llama {
         let mut g = Graph::new();
         let ids = g.input("ids", &[n_tokens], DType::U32);
         let ctx = StepContext {
-            seqs: vec![self.seq_context(&mut g, cache)],
-            n_tokens,
             sparse,
             sparse_keys,
-            tree: None,
-            cpu_prefill: crate::ops::attention_prefill::cpu_kernel(&gpu.caps),
+            ..StepContext::dense(gpu, vec![self.seq_context(&mut g, cache)], n_tokens)
         };
         // An EAGLE head's second input: the target's features `[n, hidden]`, one per token.
         let features = self
@@ -1061,6 +1044,20 @@ pub(super) struct StepContext<'a> {
     pub(super) tree: Option<TensorId>,
     /// The adapter runs attention_prefill's CPU kernel, which also serves head dim 256 (`attention_prefill_wide`).
     pub(super) cpu_prefill: bool,
+}
+
+impl<'a> StepContext<'a> {
+    /// A dense step of `n_tokens` rows over `seqs` on the adapter `gpu`: no sparse attention, no tree.
+    pub(super) fn dense(gpu: &Gpu, seqs: Vec<SeqContext<'a>>, n_tokens: usize) -> StepContext<'a> {
+        StepContext {
+            seqs,
+            n_tokens,
+            sparse: false,
+            sparse_keys: None,
+            tree: None,
+            cpu_prefill: crate::ops::attention_prefill::cpu_kernel(&gpu.caps),
+        }
+    }
 }
 
 /// One sequence of a step: its session's cache and rotations (global, then sliding-window).

@@ -31,12 +31,8 @@ impl Llama {
         let ids = g.input("ids", &[n_tokens], DType::U32);
         let tree = g.input("tree", &[n_tokens, TREE_W], DType::U32);
         let ctx = StepContext {
-            seqs: vec![self.seq_context(&mut g, cache)],
-            n_tokens,
-            sparse: false,
-            sparse_keys: None,
             tree: Some(tree),
-            cpu_prefill: crate::ops::attention_prefill::cpu_kernel(&gpu.caps),
+            ..StepContext::dense(gpu, vec![self.seq_context(&mut g, cache)], n_tokens)
         };
         let features = self
             .is_eagle()
