@@ -344,11 +344,7 @@ impl Plan {
     pub fn run_seqs(&mut self, gpu: &Gpu, vars: &[StepVars]) -> Result<()> {
         let mut enc = gpu.device.create_command_encoder(&Default::default());
         self.encode(gpu, vars, &mut enc)?;
-        self.copy_readbacks(&mut enc);
-        gpu.queue.submit([enc.finish()]);
-        self.map_readbacks();
-        gpu.wait("run")?;
-        self.take_readbacks()
+        submit_and_read(gpu, enc, &mut [self])
     }
 
     /// Run this plan at `vars` and then `next` at `next_vars` in one submission and one wait, copying each `(from,
@@ -377,14 +373,7 @@ impl Plan {
             enc.copy_buffer_to_buffer(src, src_at, dst, at, bytes);
         }
         next.encode(gpu, next_vars, &mut enc)?;
-        self.copy_readbacks(&mut enc);
-        next.copy_readbacks(&mut enc);
-        gpu.queue.submit([enc.finish()]);
-        self.map_readbacks();
-        next.map_readbacks();
-        gpu.wait("run")?;
-        self.take_readbacks()?;
-        next.take_readbacks()
+        submit_and_read(gpu, enc, &mut [self, next])
     }
 
     /// Write the params for `vars` and record the whole graph as one compute pass into `enc`.
@@ -538,6 +527,23 @@ impl Plan {
             })
             .collect())
     }
+}
+
+/// Finish `enc` (the plans' passes recorded) with the plans' read-back copies, submit it, wait once, and take every
+/// plan's read-backs.
+fn submit_and_read(gpu: &Gpu, mut enc: wgpu::CommandEncoder, plans: &mut [&mut Plan]) -> Result<()> {
+    for p in plans.iter() {
+        p.copy_readbacks(&mut enc);
+    }
+    gpu.queue.submit([enc.finish()]);
+    for p in plans.iter() {
+        p.map_readbacks();
+    }
+    gpu.wait("run")?;
+    for p in plans.iter_mut() {
+        p.take_readbacks()?;
+    }
+    Ok(())
 }
 
 fn check_binding(gpu: &Gpu, name: &str, bytes: u64) -> Result<()> {
