@@ -329,15 +329,10 @@ fn advised_ctx(text: &str) -> usize {
     n.parse().unwrap()
 }
 
-/// A context whose KV cache does not fit `--max-memory` is refused before anything is allocated, by generate,
-/// chat and bench alike, with a message giving the need (weights, KV cache, scratch), the budget and the largest
-/// `--ctx` that fits; that context then runs and one more does not; `info` says whether each fits.
-#[test]
-fn a_context_over_the_memory_budget_is_refused_with_the_one_that_fits() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny.gguf");
-    // A KV cache of 32 KiB per position (4 layers x K and V x 8 heads x 128 dims x 4 bytes), 8 MiB at the trained
-    // 256 positions, against about 5 MiB of weights and scratch.
+/// `dir/tiny.gguf`, a model whose KV cache outweighs it: 32 KiB per position (4 layers x K and V x 8 heads x 128
+/// dims x 4 bytes), 8 MiB at the trained 256 positions, against about 5 MiB of weights and scratch.
+fn write_kv_heavy(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("tiny.gguf");
     let t = Tiny {
         layers: 4,
         heads: 8,
@@ -346,6 +341,16 @@ fn a_context_over_the_memory_budget_is_refused_with_the_one_that_fits() {
         ..Tiny::llama()
     };
     write_gguf_chat_as(&path, t, 11, GgmlType::Q8_0);
+    path
+}
+
+/// A context whose KV cache does not fit `--max-memory` is refused before anything is allocated, by generate,
+/// chat and bench alike, with a message giving the need (weights, KV cache, scratch), the budget and the largest
+/// `--ctx` that fits; that context then runs and one more does not; `info` says whether each fits.
+#[test]
+fn a_context_over_the_memory_budget_is_refused_with_the_one_that_fits() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_kv_heavy(dir.path());
     let p = path.to_str().unwrap();
     let budget = ["--max-memory", "8M", "--kv-type", "f32"];
     let run = |cmd: &[&str], ctx: usize| {
@@ -403,16 +408,7 @@ fn a_context_over_the_memory_budget_is_refused_with_the_one_that_fits() {
 #[test]
 fn sessions_over_the_memory_budget_are_refused_at_load() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny.gguf");
-    // 32 KiB of KV cache per position: 8 MiB per session of 256 positions, plus its scratch.
-    let t = Tiny {
-        layers: 4,
-        heads: 8,
-        kv_heads: 8,
-        head_dim: 128,
-        ..Tiny::llama()
-    };
-    write_gguf_chat_as(&path, t, 11, GgmlType::Q8_0);
+    let path = write_kv_heavy(dir.path());
     let p = path.to_str().unwrap();
     let common = ["-m", p, "--ctx", "256", "--kv-type", "f32", "--max-memory", "64M"];
     let run = |cmd: &[&str]| shaderlm(&[cmd, &common[..]].concat(), dir.path());
