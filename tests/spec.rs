@@ -264,8 +264,9 @@ fn a_draft_with_another_vocabulary_is_refused() {
 }
 
 /// FR-Spec: SmolLM2 drafting for itself with its head restricted to 2048 and 8192 tokens: the restricted logits
-/// are the full head's at those ids bit for bit, a draft token is always in the subset, and the output is plain
-/// greedy decoding's.
+/// are the full head's at those ids bit for bit, a draft token is always in the subset, a chain of drafts (its
+/// argmaxes mapped to token ids on the device) equals one step at a time, and the output is plain greedy
+/// decoding's with every step after the first drafted in the verification's submission.
 #[test]
 fn frspec_restricted_draft_head_is_lossless() {
     let (gpu, loaded) = common::golden::load("SmolLM2-135M-Instruct.Q4_1.gguf", "");
@@ -285,10 +286,25 @@ fn frspec_restricted_draft_head_is_lossless() {
     target.truncate(0);
     target.feed(prompt).unwrap();
     let full = target.result.logits.clone();
-    for n in [2048, 8192] {
+    // Vocabulary order (the first n ids), and a ranking whose subset index is no token id: both turns' tokens
+    // first, then every third id.
+    let vocab = loaded.model.cfg.vocab as u32;
+    let scattered: Vec<u32> = p1
+        .generated
+        .iter()
+        .chain(&p2.generated)
+        .copied()
+        .chain((0..vocab).step_by(3))
+        .collect();
+    for (n, ranking) in [(2048, None), (8192, None), (scattered.len(), Some(&scattered[..]))] {
         let (_, draft) = common::golden::load("SmolLM2-135M-Instruct.Q4_1.gguf", "");
-        let ids = frspec::subset_ids(None, n, draft.model.cfg.vocab, &draft.tokenizer).unwrap();
-        assert!(ids.len() >= n && ids.iter().any(|&i| draft.tokenizer.is_stop(i)));
+        let ids = frspec::subset_ids(ranking, n, draft.model.cfg.vocab, &draft.tokenizer).unwrap();
+        assert!(ids.iter().any(|&i| draft.tokenizer.is_stop(i)));
+        match ranking {
+            None => assert!(ids.len() >= n),
+            // Most subset indices are not the token id they stand for.
+            Some(_) => assert!(ids.iter().enumerate().filter(|&(j, &i)| j as u32 != i).count() > ids.len() / 2),
+        }
         let draft = frspec::restrict(&gpu, draft, ids.clone()).unwrap();
         let mut dgen = Generator::new(&gpu, &draft.model, draft.ctx, LOGITS_AND_ARGMAX).unwrap();
         dgen.feed(prompt).unwrap();
@@ -301,6 +317,15 @@ fn frspec_restricted_draft_head_is_lossless() {
             );
         }
         assert!(ids.contains(&dgen.result.argmax.unwrap()));
+        // Three drafts one step at a time, then chained on the device: the same token ids.
+        let mut want = vec![dgen.result.argmax.unwrap()];
+        for _ in 0..2 {
+            dgen.feed(&want[want.len() - 1..]).unwrap();
+            want.push(dgen.result.argmax.unwrap());
+        }
+        dgen.truncate(prompt.len() - 1);
+        dgen.feed_chain(&prompt[prompt.len() - 1..], 3).unwrap();
+        assert_eq!(dgen.result.row_argmax, want, "FR-Spec {n}: chained drafts");
         dgen.truncate(0);
         let mut drafter = DraftModel::greedy(dgen, 0.0);
         target.truncate(0);
@@ -316,6 +341,12 @@ fn frspec_restricted_draft_head_is_lossless() {
         );
         assert_eq!(s1.generated, p1.generated, "FR-Spec {n}: first turn");
         assert_eq!(s2.generated, p2.generated, "FR-Spec {n}: follow-up turn");
+        assert!(
+            st.one_submission > 0 && st.one_submission + 2 >= st.verify_steps,
+            "FR-Spec {n}: {} of {} steps in one submission",
+            st.one_submission,
+            st.verify_steps
+        );
         println!("FR-Spec {n}: {}/{} drafts accepted", st.accepted, st.drafted);
         assert!(st.accepted > 0, "FR-Spec {n}: nothing accepted");
     }

@@ -482,12 +482,12 @@ impl Llama {
     /// [`Step::run_chain`]). Link 0 runs `m` given tokens at positions `pos ..` (a draft model catching up with the
     /// accepted tokens); link j > 0 runs the argmax of link j - 1 at position `pos + m + j - 1`. Each link is the
     /// step of its size that [`Llama::step`] builds, so the `k` argmaxes read back are what `k` separate steps would
-    /// choose, in one submission. Not for a restricted head (its argmax is not a token id), an EAGLE head or sparse
-    /// attention.
+    /// choose, in one submission. A restricted head's (FR-Spec) argmax, an index into its ids, is mapped to the
+    /// token id on the device (`gather_cols` over the ids). Not for an EAGLE head or sparse attention.
     pub fn chain_step(&self, gpu: &Gpu, cache: &KvCache, m: usize, k: usize) -> Result<Step> {
         if !self.can_chain() {
             return Err(Error::Invalid(
-                "a chained draft step needs a plain head and dense attention".into(),
+                "a chained draft step needs a model's own head and dense attention".into(),
             ));
         }
         if k == 0 || k > MAX_CHAIN || m == 0 || m > MAX_CHAIN || m + k - 1 > cache.max_ctx {
@@ -498,6 +498,14 @@ impl Llama {
         }
         let mut g = Graph::new();
         let ids = g.input("ids", &[m], DType::U32);
+        // A restricted head's token ids `[n]` u32, in logit order.
+        let head_ids = match self.head_ids() {
+            Some(h) => {
+                let t = GpuTensor::upload(gpu, "frspec_ids", &[h.len()], DType::U32, bytemuck::cast_slice(h))?;
+                Some(g.external(&t))
+            }
+            None => None,
+        };
         let mut token = ids;
         let mut chain = Vec::with_capacity(k);
         for j in 0..k {
@@ -506,6 +514,13 @@ impl Llama {
             let ctx = StepContext::dense(gpu, vec![self.seq_context(&mut g, cache)], n_tokens);
             let f = self.forward(&mut g, gpu, &ctx, (token, None), StepOutputs::default(), false)?;
             let best = g.argmax(f.logits)?; // [1, 1]: the last row's
+            let best = match head_ids {
+                Some(t) => {
+                    let index = g.reshape(best, &[1])?;
+                    g.gather_cols(t, index)? // [1]: the token id
+                }
+                None => best,
+            };
             g.output(best);
             chain.push(best);
             token = g.reshape(best, &[1])?;
@@ -536,7 +551,7 @@ impl Llama {
 
     /// Whether [`Llama::chain_step`] serves this model.
     pub fn can_chain(&self) -> bool {
-        self.head_subset.is_none() && self.eagle.is_none() && self.cfg.sparse.is_none()
+        self.eagle.is_none() && self.cfg.sparse.is_none()
     }
 
     /// The step graph: outputs of the last token, or of every token when `all_rows`.

@@ -1,5 +1,6 @@
-//! Column gather: `y[.., j] = x[.., perm[j]]` (f32 rows, u32 column indices), the activation side of GPTQ
-//! act-order weights whose input columns were reordered at load.
+//! Column gather: `y[.., j] = x[.., perm[j]]` (f32 or u32 rows, u32 column indices), the activation side of GPTQ
+//! act-order weights whose input columns were reordered at load, and (u32) the map from an FR-Spec head's argmax to
+//! its token id.
 
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
@@ -15,8 +16,8 @@ struct GatherColsParams {
     k: u32,
 }
 
-fn key(vec4: bool) -> ShaderKey {
-    ShaderKey::new("gather_cols").flag("VEC4", vec4)
+fn key(vec4: bool, u32s: bool) -> ShaderKey {
+    ShaderKey::new("gather_cols").flag("VEC4", vec4).flag("U32", u32s)
 }
 
 #[derive(Debug)]
@@ -27,6 +28,8 @@ pub struct GatherCols {
     k: usize,
     /// Columns of y (length of perm).
     n: usize,
+    /// x and y hold u32 (else f32).
+    u32s: bool,
 }
 
 impl GatherCols {
@@ -49,7 +52,7 @@ impl Kernel for GatherCols {
     }
     fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
         vec![Dispatch {
-            shader: key(self.vec4()),
+            shader: key(self.vec4(), self.u32s),
             bindings: vec![Bind::Tensor(0), Bind::Tensor(1), Bind::Tensor(2)],
             workgroups: grid(self.rows * self.row_units(), 256, caps.max_workgroups_per_dim),
         }]
@@ -71,7 +74,15 @@ impl Kernel for GatherCols {
         }
     }
     fn reference(&self, io: &[HostIo], _: &StepVars) -> Option<Result<Vec<Expected>>> {
-        expect(|| Ok(vec![Expected::at(2, reference(&io[0].f32()?, self.k, &io[1].u32()))]))
+        expect(|| {
+            let y = if self.u32s {
+                let ids = reference(&io[0].u32(), self.k, &io[1].u32());
+                ids.into_iter().map(f32::from_bits).collect()
+            } else {
+                reference(&io[0].f32()?, self.k, &io[1].u32())
+            };
+            Ok(vec![Expected::at(2, y)])
+        })
     }
     fn check_bound(&self, _: &Caps) -> f64 {
         0.0
@@ -79,8 +90,8 @@ impl Kernel for GatherCols {
 }
 
 impl Graph {
-    /// `x[.., k]` (f32) gathered by columns: `y[.., j] = x[.., perm[j]]` for `perm` `[n]` (u32), giving `[.., n]`.
-    /// Indices `>= k` give 0.0; callers pass permutations checked on the host.
+    /// `x[.., k]` (f32 or u32) gathered by columns: `y[.., j] = x[.., perm[j]]` for `perm` `[n]` (u32), giving
+    /// `[.., n]` of x's type. Indices `>= k` give 0; callers pass permutations checked on the host.
     pub fn gather_cols(&mut self, x: TensorId, perm: TensorId) -> Result<TensorId> {
         let (xs, ps) = (self.shape(x).to_vec(), self.shape(perm).to_vec());
         let k = xs.last().copied().unwrap_or(0);
@@ -93,7 +104,7 @@ impl Graph {
         if k == 0
             || n == 0
             || rows == 0
-            || self.dtype(x) != DType::F32
+            || !matches!(self.dtype(x), DType::F32 | DType::U32)
             || self.dtype(perm) != DType::U32
             || !single
             || rows * n > u32::MAX as usize
@@ -102,7 +113,7 @@ impl Graph {
             return Err(Error::shape(
                 "gather_cols",
                 format!(
-                    "x {xs:?} {:?}, perm {ps:?} {:?}: want f32 x [.., k], u32 perm [n], nothing empty or split",
+                    "x {xs:?} {:?}, perm {ps:?} {:?}: want f32 or u32 x [.., k], u32 perm [n], nothing empty or split",
                     self.dtype(x),
                     self.dtype(perm)
                 ),
@@ -110,21 +121,25 @@ impl Graph {
         }
         let mut out = xs.clone();
         *out.last_mut().expect("x has a last dim") = n;
+        let dtype = self.dtype(x);
+        let u32s = dtype == DType::U32;
         Ok(self.add_node(
-            GatherCols { rows, k, n },
+            GatherCols { rows, k, n, u32s },
             &[x, perm],
-            &[("gather_cols", &out, DType::F32)],
+            &[("gather_cols", &out, dtype)],
         )?[0])
     }
 }
 
-/// CPU reference: `x` rows of `k`, indices `>= k` give 0.0.
-pub fn reference(x: &[f32], k: usize, perm: &[u32]) -> Vec<f32> {
+/// CPU reference: `x` rows of `k`, indices `>= k` give 0.
+pub fn reference<T: Copy + Default>(x: &[T], k: usize, perm: &[u32]) -> Vec<T> {
     x.chunks_exact(k)
-        .flat_map(|row| perm.iter().map(|&c| row.get(c as usize).copied().unwrap_or(0.0)))
+        .flat_map(|row| perm.iter().map(|&c| row.get(c as usize).copied().unwrap_or_default()))
         .collect()
 }
 
 pub fn variants() -> Vec<ShaderKey> {
-    vec![key(false), key(true)]
+    [(false, false), (true, false), (false, true), (true, true)]
+        .map(|(v, u)| key(v, u))
+        .to_vec()
 }

@@ -59,5 +59,32 @@ pub fn cases() -> Vec<Case> {
     v.push(case("reversed".into(), 4, 96, (0..96).rev().collect()));
     // Past 65535 workgroups of 256 (the grid folds into y): odd n, one column per invocation.
     v.push(case("folded_grid".into(), 4097, 4097, permutation(4097, 1)));
+    // u32 tables (an FR-Spec head's token ids, indexed by its argmax): one index, as a chain link maps it, ids past
+    // 2^24 and 2^31 (not f32-exact, f32 NaN bits), indices past the table, and the vec4 variant.
+    let ids: Vec<u32> = (0..2048u32).map(|i| i * 73 + (i % 5) * (1 << 24)).chain([0x8000_0001, 0xffff_ffff]).collect();
+    for (name, perm) in [
+        ("u32_one", vec![1500u32]),
+        ("u32_last_two", vec![2048, 2049]),
+        ("u32_out_of_range", vec![2050, 7, u32::MAX]),
+        ("u32_vec4", vec![0, 2049, 1024, 2048, 5, 6, 7, 8]),
+    ] {
+        v.push(case_u32(name.into(), ids.clone(), perm));
+    }
     v
+}
+
+/// The u32 form: `table [k]` (one row) gathered by `perm` against the reference, bit for bit.
+fn case_u32(name: String, table: Vec<u32>, perm: Vec<u32>) -> Case {
+    Case::new("gather_cols", name, move |gpu| {
+        let p = GpuTensor::upload(gpu, "perm", &[perm.len()], DType::U32, bytemuck::cast_slice(&perm))?;
+        let mut g = Graph::new();
+        let tx = g.input("table", &[table.len()], DType::U32);
+        let tp = g.external(&p);
+        let y = g.gather_cols(tx, tp)?;
+        g.output(y);
+        let mut plan = Plan::new(gpu, g)?;
+        plan.write_input(gpu, tx, bytemuck::cast_slice(&table))?;
+        plan.run(gpu, &StepVars::default())?;
+        Ok(exact(&plan.read_u32(y)?, &gather_cols::reference(&table, table.len(), &perm)))
+    })
 }
