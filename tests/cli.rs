@@ -581,6 +581,10 @@ fn bench_profile_splits_the_step_by_op_and_by_matrix_size() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("read ceiling (read_sum, same run)"), "{text}");
+    assert!(
+        text.contains("weights read per step") && text.contains("% of the read ceiling"),
+        "{text}"
+    );
     // The op table: | op | nodes | dispatches | ms | share | GB/s | of ceiling |; the size table:
     // | matmul node | nodes | MB each | us each | GB/s | of ceiling |, both with a matmul_q row first cell.
     let rows = table_rows(&text, "matmul_q");

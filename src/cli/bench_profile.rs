@@ -28,6 +28,13 @@ pub fn print(gpu: &Gpu, gen: &mut Generator<'_>) -> anyhow::Result<()> {
          more than they measure)",
         wall - kernels
     );
+    let weights = gen.model().weight_bytes_per_token() as f64;
+    let gbps = weights / (wall * 1e6).max(1e-9);
+    println!(
+        "weights read per step {:.1} MiB: {gbps:.2} GB/s at the step's wall time, {:.0}% of the read ceiling",
+        weights / f64::from(1 << 20),
+        100.0 * gbps / ceiling.max(1e-9)
+    );
     Ok(())
 }
 
