@@ -16,7 +16,8 @@
 //   Q3K) (1..3: lib/quant_tiled_w.wgsl) | then bias [N] f32 (BIAS only) | then y [M, N] f32 (written: columns
 //   row0..row0+rows).
 // NORM (with SUBGROUPS, WG 8): x is RMSNorm'ed in the prologue (weight nw [K/4] at binding NORM_AT, eps in the
-//   params); ADD: y = res + alpha * sums (lib/store_rows.wgsl; res at binding RES_AT).
+//   params); ADD: y = res + alpha * sums (lib/store_rows.wgsl; res at binding RES_AT); ROPE: W is a stacked q|k|v
+//   and the epilogue is rope_kv's (lib/rope_store.wgsl: y is q_out, k and v go to the caches).
 // Defs: Q8 (8-bit quants, else 4-bit nibbles), HB1 / HB2 (one / two high-bit words per block: 5- / 6-bit quants),
 //   NL (codebook nibbles), MIN (a min per block), S16 (a second scale for weights 16..32), PAIR (MIN or S16: two
 //   constants per block), XSUM (block sums of x: an offset or a min; XSUM2 each half's), SUPER with Q2K or Q3K
@@ -54,6 +55,9 @@
 #endif
 
 #include "lib/store_rows.wgsl"
+#if ROPE
+#include "lib/rope_store.wgsl"
+#endif
 
 #include "lib/quant_tiled.wgsl"
 
@@ -192,5 +196,9 @@ fn main(
         si += 8u;
         xi += 8u;
     }
+#if ROPE
+    rope_store4(wg.z, c * 4u, acc);
+#else
     store4(wg.z, c * 4u, acc);
+#endif
 }

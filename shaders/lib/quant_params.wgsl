@@ -11,4 +11,15 @@ struct Params {
     tiles: u32,   // tiles of 32 rows in this part (tiled layout; unused by the row layout)
     alpha: f32,   // ADD: y = res + alpha * sum
     eps: f32,     // NORM: the RMSNorm epsilon
+    // ROPE (lib/rope_store.wgsl; the fields of rope_kv's params that lib/rope_angle.wgsl reads):
+    n_heads: u32,
+    n_kv: u32,
+    head_dim: u32,
+    rot_dim: u32,
+    pos: u32,     // position of row 0 of x (StepVars.pos)
+    style: u32,
+    max_ctx: u32,
+    log2_theta: f32,
+    freq_scale: f32,
+    attn_factor: f32,
 }

@@ -757,6 +757,48 @@ impl Llama {
     ) -> Result<TensorId> {
         let c = &self.cfg;
         let n = s.n_tokens;
+        let a = match self.rope_in_qkv(s, l, input, extra) {
+            Some((h, w, seq)) => {
+                // Decode on the fused path: the q|k|v GEMV norms its input and does rope_kv's work in its epilogue.
+                let (k_cache, v_cache) = &seq.cache.layers[i];
+                let (kc, vc) = (g.external(k_cache), g.external(v_cache));
+                let norm = g.external(&l.attn_norm);
+                let rope = seq.ropes[usize::from(c.layer_window(i).is_some())];
+                let q = g.matmul_q_qkv_rope(h, w, Some((norm, c.rms_eps)), rope, (kc, vc))?;
+                let q = g.reshape(q, &[n, c.n_heads, c.head_dim])?;
+                g.tap(q, Tap::Rope(i));
+                self.attend(g, s, i, q, kc, vc)?
+            }
+            None => self.qkv_attention(g, s, i, l, input, extra)?,
+        };
+        g.tap(a, Tap::AttnOut(i));
+        let a = g.reshape(a, &[n, c.n_heads * c.head_dim])?;
+        if let (AttnIn::Residual(h), Linear::Quant { w, .. }) = (input, &l.o) {
+            // The o projection writes h + alpha * o: the residual stream after attention.
+            return g.matmul_q_fused(a, w, None, None, None, Some((h, c.mup.residual)));
+        }
+        let o = l.o.forward(g, a, None)?;
+        match &l.post_norms {
+            Some((post_attn, _)) => {
+                let w = g.external(post_attn);
+                g.rms_norm(o, w, c.rms_eps)
+            }
+            None => Ok(o),
+        }
+    }
+
+    /// Layer `i`'s q|k|v projections, q/k norms, rope and K/V write, then its attention: `[n, n_heads, head_dim]`.
+    fn qkv_attention(
+        &self,
+        g: &mut Graph,
+        s: &StepContext<'_>,
+        i: usize,
+        l: &Layer,
+        input: AttnIn,
+        extra: Option<TensorId>,
+    ) -> Result<TensorId> {
+        let c = &self.cfg;
+        let n = s.n_tokens;
         let mut src = QkvSource(Vec::new());
         if extra.is_some() && l.qkv.groups.len() != 1 {
             return Err(Error::Graph("an EAGLE-3 head's q|k|v must be one projection".into()));
@@ -810,20 +852,30 @@ impl Llama {
             g.set_seq(0);
             a
         };
-        g.tap(a, Tap::AttnOut(i));
-        let a = g.reshape(a, &[n, c.n_heads * c.head_dim])?;
-        if let (AttnIn::Residual(h), Linear::Quant { w, .. }) = (input, &l.o) {
-            // The o projection writes h + alpha * o: the residual stream after attention.
-            return g.matmul_q_fused(a, w, None, None, None, Some((h, c.mup.residual)));
-        }
-        let o = l.o.forward(g, a, None)?;
-        match &l.post_norms {
-            Some((post_attn, _)) => {
-                let w = g.external(post_attn);
-                g.rms_norm(o, w, c.rms_eps)
-            }
-            None => Ok(o),
-        }
+        Ok(a)
+    }
+
+    /// The residual input, the stacked q|k|v weight and the session of a step whose q|k|v GEMV can take rope_kv as
+    /// its epilogue (`Graph::matmul_q_qkv_rope`): a one-token step of one session on the fused path (not a tree),
+    /// one projection in one part, no bias, no q/k norms, interleaved RoPE pairs.
+    fn rope_in_qkv<'s>(
+        &'s self,
+        s: &'s StepContext<'_>,
+        l: &'s Layer,
+        input: AttnIn,
+        extra: Option<TensorId>,
+    ) -> Option<(TensorId, &'s crate::gpu::packed::PackedWeight, &'s SeqContext<'s>)> {
+        let (AttnIn::Residual(h), [(Linear::Quant { w, perm: None }, None, 3)], [seq]) =
+            (input, &l.qkv.groups[..], s.seqs.as_slice())
+        else {
+            return None;
+        };
+        let plain = extra.is_none() && l.qk_norm.is_none() && s.tree.is_none() && s.n_tokens == 1;
+        let pairs = seq
+            .ropes
+            .iter()
+            .all(|r| r.style == crate::ops::rope::RopeStyle::Interleaved);
+        (plain && pairs && w.parts().len() == 1).then_some((h, w, seq))
     }
 
     /// Whether a step of `n_tokens` runs every layer as fused tiled GEMVs ([`Llama::fused_layer`]): on adapters

@@ -11,6 +11,8 @@ use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars, UNIFORM_ARRAY_BYTES};
 use crate::graph::{Graph, TensorId};
 use crate::gpu::packed::PackedWeight;
+use crate::ops::rope::{RopeConfig, RopeStyle};
+use crate::ops::rope_kv::{QkvDims, RopeFields};
 use crate::ops::silu_mul::{epilogue_flags, reference_paired, Glu};
 use crate::quant::pack::{kernel_formats, unpack, Format, HostPart, Layout, QK, TILE};
 use crate::quant::GgmlType;
@@ -83,6 +85,8 @@ struct MatmulQParams {
     tiles: u32,
     alpha: f32,
     eps: f32,
+    /// The rope epilogue's (zeros without it).
+    rope: RopeFields,
 }
 
 #[derive(Debug)]
@@ -106,11 +110,28 @@ pub struct MatmulQ {
 }
 
 /// What a fused tiled GEMV ([`Graph::matmul_q_fused`]) does around the product: x RMSNorm'ed first (a weight input
-/// `[K]` and this epsilon), and/or y = res + alpha * (x · W^T) (a residual input `[M, N]` and this alpha).
+/// `[K]` and this epsilon), and/or y = res + alpha * (x · W^T) (a residual input `[M, N]` and this alpha), or
+/// rope_kv's work on a stacked q|k|v ([`Graph::matmul_q_qkv_rope`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Fused {
     pub norm: Option<f32>,
     pub add: Option<f32>,
+    pub rope: Option<FusedRope>,
+}
+
+/// The rope_kv epilogue of a q|k|v GEMV: the heads, the rotation (interleaved pairs) and the caches' element type.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FusedRope {
+    pub dims: QkvDims,
+    pub cfg: RopeConfig,
+    pub kv_f16: bool,
+}
+
+impl FusedRope {
+    /// Input tensors after the norm weight: k_cache, v_cache and the frequency divisors.
+    fn inputs(&self) -> usize {
+        2 + usize::from(self.cfg.factors.is_some())
+    }
 }
 
 /// Whether [`Graph::matmul_q_fused`] can run `w` for `m` rows of x on this adapter: the tiled layout's GEMV (one
@@ -159,6 +180,17 @@ fn fused_flags(key: ShaderKey, f: Fused, y_at: usize) -> ShaderKey {
     }
     if f.norm.is_some() {
         key = key.def("NORM_AT", format!("{}u", y_at + 1 + usize::from(f.add.is_some())));
+    }
+    if let Some(r) = f.rope {
+        let kc = y_at + 1 + usize::from(f.add.is_some()) + usize::from(f.norm.is_some());
+        key = key
+            .flag("ROPE", true)
+            .flag("KV_F16", r.kv_f16)
+            .def("KC_AT", format!("{kc}u"))
+            .def("VC_AT", format!("{}u", kc + 1));
+        if r.cfg.factors.is_some() {
+            key = key.flag("FACTORS", true).def("FACTORS_AT", format!("{}u", kc + 2));
+        }
     }
     key
 }
@@ -220,8 +252,11 @@ impl MatmulQ {
         3 + usize::from(self.format.third_buffer(self.layout)) + usize::from(self.bias)
     }
 
-    /// Columns of y: N, or N / 2 with the GLU epilogue.
+    /// Columns of y: N, or N / 2 with the GLU epilogue, or q's with the rope epilogue.
     fn y_cols(&self) -> usize {
+        if let Some(r) = self.fused.rope {
+            return r.dims.n_heads * r.dims.head_dim;
+        }
         if self.glu.is_some() {
             self.n / 2
         } else {
@@ -246,8 +281,10 @@ impl Kernel for MatmulQ {
                 if self.bias {
                     bindings.push(Bind::Tensor(nw));
                 }
-                // Inputs: x, the packed buffers, (bias), (res), (norm weight); then y.
-                let extra = usize::from(self.fused.add.is_some()) + usize::from(self.fused.norm.is_some());
+                // Inputs: x, the packed buffers, (bias), (res), (norm weight), (caches, factors); then y.
+                let extra = usize::from(self.fused.add.is_some())
+                    + usize::from(self.fused.norm.is_some())
+                    + self.fused.rope.map_or(0, |r| r.inputs());
                 let y = nw + usize::from(self.bias) + extra;
                 bindings.push(Bind::Tensor(y));
                 bindings.extend((y - extra..y).map(Bind::Tensor));
@@ -263,7 +300,7 @@ impl Kernel for MatmulQ {
             })
             .collect()
     }
-    fn params(&self, i: usize, _: &StepVars) -> Params {
+    fn params(&self, i: usize, vars: &StepVars) -> Params {
         let (row0, rows) = self.parts[i];
         Params::of(&MatmulQParams {
             m: self.m as u32,
@@ -276,6 +313,10 @@ impl Kernel for MatmulQ {
             tiles: rows.div_ceil(TILE) as u32,
             alpha: self.fused.add.unwrap_or(1.0),
             eps: self.fused.norm.unwrap_or(0.0),
+            rope: self
+                .fused
+                .rope
+                .map_or_else(RopeFields::default, |r| RopeFields::new(r.dims, &r.cfg, vars.pos)),
         })
     }
     /// Compulsory traffic: packed W once, x once, bias once, y once (the GLU: 5 flops per output).
@@ -288,7 +329,7 @@ impl Kernel for MatmulQ {
         }
     }
     /// Node tensors: x, the packed buffers (row parts), (bias), y; W as the CPU dequantization of those very words.
-    fn reference(&self, io: &[HostIo], _: &StepVars) -> Option<Result<Vec<Expected>>> {
+    fn reference(&self, io: &[HostIo], vars: &StepVars) -> Option<Result<Vec<Expected>>> {
         let nw = 2 + usize::from(self.format.third_buffer(self.layout));
         expect(|| {
             let w = dequantize_io(self.format, self.layout, self.n, self.k, &self.parts, &io[1..=nw])?;
@@ -313,12 +354,19 @@ impl Kernel for MatmulQ {
             if let (Some(alpha), Some(res)) = (self.fused.add, res) {
                 y = y.iter().zip(&res).map(|(&y, &r)| r + alpha * y).collect();
             }
-            Ok(vec![Expected::at(at, y)])
+            match self.fused.rope {
+                Some(r) => rope_reference(&r, &y, &io[at..], vars.pos, at),
+                None => Ok(vec![Expected::at(at, y)]),
+            }
         })
     }
     /// f32 products: the op tests' 1e-9; f16 products: x rounded to f16 (about 1e-7 at K = 4096) with margin. The
     /// GLU multiplies the two sums' relative errors into one output (about twice the NMSE) and adds exp's few ulp.
     fn check_bound(&self, caps: &Caps) -> f64 {
+        if self.fused.rope.is_some_and(|r| r.kv_f16) {
+            // As rope_kv: an f16 cache may round a key the other way where the f32 math differs in its last bit.
+            return 1e-6;
+        }
         let glu = if self.glu.is_some() { 4.0 } else { 1.0 };
         glu * if self.f16(caps) { 1e-5 } else { 1e-9 }
     }
@@ -370,6 +418,7 @@ impl Graph {
         let fused = Fused {
             norm: norm.map(|n| n.1),
             add: add.map(|a| a.1),
+            rope: None,
         };
         if let Some((nw, eps)) = norm {
             if self.shape(nw) != [k] || self.dtype(nw) != DType::F32 || !(eps.is_finite() && eps >= 0.0) {
@@ -383,6 +432,64 @@ impl Graph {
         }
         let extra: Vec<TensorId> = add.map(|a| a.0).into_iter().chain(norm.map(|n| n.0)).collect();
         self.matmul_q_node(x, w, bias, QPath::Gemv, QMath::Auto, glu, fused, &extra)
+    }
+
+    /// A decode step's q|k|v in one dispatch: the tiled GEMV of `x` `[1, K]` (RMSNorm'ed first by `norm`) with the
+    /// stacked q|k|v weight `w` `[(n_heads + 2 n_kv) head_dim, K]` (one part), whose epilogue is rope_kv's: q rotated
+    /// and returned `[1, n_heads * head_dim]`, k rotated and v written into `k_cache` / `v_cache` (`[n_kv, max_ctx,
+    /// head_dim]`, both f32 or both f16) at `vars.pos`. Interleaved RoPE pairs only, no bias, no q/k norms; the
+    /// results equal `matmul_q_fused` then `rope_kv` bit for bit where [`can_fuse`] says so (the plan fails elsewhere).
+    pub fn matmul_q_qkv_rope(
+        &mut self,
+        x: TensorId,
+        w: &PackedWeight,
+        norm: Option<(TensorId, f32)>,
+        cfg: RopeConfig,
+        (k_cache, v_cache): (TensorId, TensorId),
+    ) -> Result<TensorId> {
+        let cs = self.shape(k_cache).to_vec();
+        let bad = |why: String| Error::shape("matmul_q", format!("{} with a rope epilogue: {why}", w.name));
+        let [n_kv, max_ctx, head_dim] = cs[..] else {
+            return Err(bad(format!("caches {cs:?}: want [n_kv, max_ctx, head_dim]")));
+        };
+        let kv_f16 = super::attention_prefill::kv_f16(self, k_cache);
+        let same = self.shape(v_cache) == cs.as_slice() && self.dtype(v_cache) == self.dtype(k_cache);
+        if !same || !(kv_f16 || self.dtype(k_cache) == DType::F32) || n_kv == 0 || !head_dim.is_multiple_of(4) {
+            return Err(bad(format!("caches {cs:?}: two of one shape, f32 or f16, head_dim a multiple of 4")));
+        }
+        let q_rows = w.n.checked_sub(2 * n_kv * head_dim).filter(|&q| q > 0 && q.is_multiple_of(head_dim));
+        let Some(q_rows) = q_rows else {
+            return Err(bad(format!("{} rows are not (n_heads + 2 x {n_kv}) x {head_dim}", w.n)));
+        };
+        if cfg.style != RopeStyle::Interleaved || w.parts().len() != 1 {
+            return Err(bad("interleaved RoPE pairs and a weight in one part only".into()));
+        }
+        self.rope_config_check(&cfg, head_dim).map_err(|e| bad(format!("{cfg:?}: {e}")))?;
+        let rope = FusedRope {
+            dims: QkvDims {
+                n_tokens: TILED_GEMV_MAX_M,
+                n_heads: q_rows / head_dim,
+                n_kv,
+                head_dim,
+                max_ctx,
+            },
+            cfg,
+            kv_f16,
+        };
+        if let Some((nw, eps)) = norm {
+            if self.shape(nw) != [w.k] || self.dtype(nw) != DType::F32 || !(eps.is_finite() && eps >= 0.0) {
+                return Err(bad(format!("norm weight must be f32 [{}]", w.k)));
+            }
+        }
+        let fused = Fused {
+            norm: norm.map(|n| n.1),
+            add: None,
+            rope: Some(rope),
+        };
+        let mut extra: Vec<TensorId> = norm.map(|n| n.0).into_iter().collect();
+        extra.extend([k_cache, v_cache]);
+        extra.extend(cfg.factors);
+        self.matmul_q_node(x, w, None, QPath::Gemv, QMath::Auto, None, fused, &extra)
     }
 
     /// `act(x · W_gate^T) * (x · W_up^T)` → `[.., N / 2]` in one dispatch per part: W's rows are (gate, up) pairs
@@ -480,7 +587,8 @@ impl Graph {
                 return Err(bad(&format!("the residual must be f32 {want:?}")));
             }
         }
-        if (fused.add.is_some() || fused.norm.is_some()) && (w.layout != Layout::Tiled || m > TILED_GEMV_MAX_M) {
+        let fusing = fused.add.is_some() || fused.norm.is_some() || fused.rope.is_some();
+        if fusing && (w.layout != Layout::Tiled || m > TILED_GEMV_MAX_M) {
             return Err(bad("a fused norm or add needs the tiled GEMV (CPU adapters, one row)"));
         }
         let mut inputs = vec![x];
@@ -493,6 +601,38 @@ impl Graph {
         *out.last_mut().expect("x has a last dim") = cols;
         Ok(self.add_node(kernel, &inputs, &[("matmul_q", &out, DType::F32)])?[0])
     }
+}
+
+/// The rope epilogue's expected outputs from the q|k|v product `y` `[m, n]`: rope_kv's reference over the node
+/// tensors from the caches on (`io` from slot `at`: k_cache, v_cache, (factors), then q_out).
+fn rope_reference(r: &FusedRope, y: &[f32], io: &[HostIo], pos: u32, at: usize) -> Result<Vec<Expected>> {
+    let d = r.dims;
+    let (qn, kn) = (d.n_heads * d.head_dim, d.n_kv * d.head_dim);
+    let cols = |from: usize, width: usize| -> Vec<f32> {
+        y.chunks_exact(qn + 2 * kn).flat_map(|row| row[from..from + width].to_vec()).collect()
+    };
+    let (q, k, v) = (cols(0, qn), cols(qn, kn), cols(qn + kn, kn));
+    let factors = match r.cfg.factors {
+        Some(_) => Some(io[2].f32()?),
+        None => None,
+    };
+    let host = super::rope_kv::HostQkv {
+        q: &q,
+        k: &k,
+        v: &v,
+        qk_norm: None,
+        factors: factors.as_deref(),
+    };
+    let (mut kc, mut vc) = (io[0].f32()?, io[1].f32()?);
+    let q_out = super::rope_kv::reference(d, &r.cfg, &host, pos, &mut kc, &mut vc);
+    if r.kv_f16 {
+        (kc, vc) = (super::kv_write::round_f16(&kc), super::kv_write::round_f16(&vc));
+    }
+    Ok(vec![
+        Expected::at(at, kc),
+        Expected::at(at + 1, vc),
+        Expected::at(at + r.inputs(), q_out),
+    ])
 }
 
 /// The `[n, k]` weights packed words hold, from host copies of the buffers (quants, scales, and mins where the
@@ -563,10 +703,48 @@ pub fn variants() -> Vec<ShaderKey> {
             for (bias, glu) in epilogues {
                 let key = epilogue_flags(tiled_key(format, bias, xu, true, None), glu);
                 let y_at = 3 + usize::from(format.third_buffer(Layout::Tiled)) + usize::from(bias);
-                let norm = Fused { norm: Some(1e-6), add: None };
+                let norm = Fused {
+                    norm: Some(1e-6),
+                    ..Default::default()
+                };
                 v.push(fused_flags(key.clone(), norm, y_at));
                 if glu.is_none() {
-                    v.push(fused_flags(key, Fused { norm: None, add: Some(1.0) }, y_at));
+                    let add = Fused {
+                        add: Some(1.0),
+                        ..Default::default()
+                    };
+                    v.push(fused_flags(key.clone(), add, y_at));
+                }
+                if glu.is_none() && !bias {
+                    // The rope epilogue, with and without the norm: f32 and f16 caches, with and without factors.
+                    for (kv_f16, factors) in [(false, false), (true, false), (false, true), (true, true)] {
+                        let rope = FusedRope {
+                            dims: QkvDims {
+                                n_tokens: 1,
+                                n_heads: 1,
+                                n_kv: 1,
+                                head_dim: 4,
+                                max_ctx: 1,
+                            },
+                            cfg: RopeConfig {
+                                style: RopeStyle::Interleaved,
+                                theta: 1e4,
+                                rot_dim: 4,
+                                freq_scale: 1.0,
+                                factors: factors.then_some(TensorId(0)),
+                                attn_factor: 1.0,
+                            },
+                            kv_f16,
+                        };
+                        for norm in [None, Some(1e-6)] {
+                            let f = Fused {
+                                norm,
+                                add: None,
+                                rope: Some(rope),
+                            };
+                            v.push(fused_flags(key.clone(), f, y_at));
+                        }
+                    }
                 }
             }
         }

@@ -18,6 +18,17 @@ use crate::ops::{kv_write, rms_norm, rope};
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct RopeKvParams {
     n_tokens: u32,
+    rope: RopeFields,
+    eps: f32,
+    stride: [u32; 3],
+    offset: [u32; 3],
+}
+
+/// The heads, rotation and cache fields of the params of the shaders that rotate q and k and write the caches
+/// (rope_kv, and matmul_q's rope epilogue), in the order both declare them.
+#[repr(C)]
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct RopeFields {
     n_heads: u32,
     n_kv: u32,
     head_dim: u32,
@@ -28,9 +39,23 @@ struct RopeKvParams {
     log2_theta: f32,
     freq_scale: f32,
     attn_factor: f32,
-    eps: f32,
-    stride: [u32; 3],
-    offset: [u32; 3],
+}
+
+impl RopeFields {
+    pub(crate) fn new(d: QkvDims, cfg: &RopeConfig, pos: u32) -> RopeFields {
+        RopeFields {
+            n_heads: d.n_heads as u32,
+            n_kv: d.n_kv as u32,
+            head_dim: d.head_dim as u32,
+            rot_dim: cfg.rot_dim as u32,
+            pos,
+            style: cfg.style.code(),
+            max_ctx: d.max_ctx as u32,
+            log2_theta: cfg.log2_theta(),
+            freq_scale: cfg.freq_scale,
+            attn_factor: cfg.attn_factor,
+        }
+    }
 }
 
 /// Where a step's projections come from: tensors `[n_tokens, cols]`, each with how many of q, k and v it holds side
@@ -142,16 +167,7 @@ impl Kernel for RopeKv {
         let d = self.dims;
         Params::of(&RopeKvParams {
             n_tokens: d.n_tokens as u32,
-            n_heads: d.n_heads as u32,
-            n_kv: d.n_kv as u32,
-            head_dim: d.head_dim as u32,
-            rot_dim: self.cfg.rot_dim as u32,
-            pos: vars.pos,
-            style: self.cfg.style.code(),
-            max_ctx: d.max_ctx as u32,
-            log2_theta: self.cfg.log2_theta(),
-            freq_scale: self.cfg.freq_scale,
-            attn_factor: self.cfg.attn_factor,
+            rope: RopeFields::new(d, &self.cfg, vars.pos),
             eps: self.eps.unwrap_or(0.0),
             stride: self.layout.map(|l| l.0 as u32),
             offset: self.layout.map(|l| l.1 as u32),

@@ -36,6 +36,9 @@ use shaderlm::gpu::{DType, Gpu, GpuOptions, GpuTensor};
 use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
 use shaderlm::ops::matmul_q::{self, QMath, QPath};
+use shaderlm::ops::kv_write;
+use shaderlm::ops::rope::{RopeConfig, RopeStyle};
+use shaderlm::ops::rope_kv::QkvSource;
 use shaderlm::ops::silu_mul::{reference_paired, Glu};
 use shaderlm::gpu::packed::PackedWeight;
 use shaderlm::quant::pack::{dequantize_packed, Format, Layout, PACKABLE};
@@ -512,6 +515,7 @@ pub fn cases() -> Vec<Case> {
     batch_rows(&mut v);
     glu_cases(&mut v);
     fused_cases(&mut v);
+    rope_epilogue_cases(&mut v);
     // Forcing f16 takes effect where the adapter has f16: Q4_0 at K = 4096 then has an NMSE of about 2e-7 (f16
     // rounding), far above what f32 arithmetic gives (about 1e-11). Without f16 the same run must match f32's bound.
     v.push(Case::new("matmul_q", "f16_forced_rounds_in_f16", |gpu| {
@@ -746,4 +750,76 @@ fn fused_check(gpu: &Gpu, ty: GgmlType, m: usize, k: usize, glu: Option<Glu>) ->
         return Ok(norm_check);
     }
     Ok(exact(&run(true, true)?, &run(false, true)?))
+}
+
+/// The q|k|v GEMV with rope_kv as its epilogue (`matmul_q_qkv_rope`) equals `matmul_q_fused` then `rope_kv` bit for
+/// bit: q and both whole caches (random before the write, so a stray or missing write shows), at SmolLM2's heads (9
+/// q, 3 kv, head_dim 64), over f32 and f16 caches, frequency divisors, a partial rotation, the first position and
+/// the cache's last; and a position past the cache writes nothing.
+fn rope_epilogue_cases(v: &mut Vec<Case>) {
+    use GgmlType::*;
+    let grid = [(false, false, 64, 0u32), (true, false, 64, 77), (false, true, 32, 130), (true, true, 64, 255), (false, false, 64, 256)];
+    for (i, ty) in [Q4_1, Q8_0, Q4_K, Q6_K].into_iter().enumerate() {
+        for (j, (kv_f16, factors, rot_dim, pos)) in grid.into_iter().enumerate() {
+            let norm = (i + j) % 2 == 0;
+            let name = format!(
+                "qkv_rope_equals_rope_kv_{}_f16{kv_f16}_factors{factors}_rot{rot_dim}_pos{pos}_norm{norm}",
+                ty.name()
+            );
+            v.push(Case::new("matmul_q", name, move |gpu| {
+                rope_check(gpu, ty, (kv_f16, factors, norm), rot_dim, pos)
+            }));
+        }
+    }
+}
+
+fn rope_check(gpu: &Gpu, ty: GgmlType, (kv_f16, factors, norm): (bool, bool, bool), rot_dim: usize, pos: u32) -> shaderlm::Result<Check> {
+    let (n_heads, n_kv, hd, max_ctx) = (9, 3, 64, 256);
+    let k = if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) { 768 } else { 576 };
+    let n = (n_heads + 2 * n_kv) * hd;
+    let w = PackedWeight::upload_with(gpu, "w", ty, Layout::Tiled, n, k, &random_blocks(ty, n, k, 41))?;
+    if !matmul_q::can_fuse(&gpu.caps, &w, 1) {
+        return Err(shaderlm::Error::Invalid("this adapter has no fused GEMV (needs a CPU adapter with subgroups)".into()));
+    }
+    let weight = GpuTensor::upload_f32(gpu, "norm", &[k], &Rng::new(42).vec(k, 2.0))?;
+    let divisors: Vec<f32> = (0..rot_dim / 2).map(|j| 1.0 + 0.25 * j as f32).collect();
+    let divisors = GpuTensor::upload_f32(gpu, "factors", &[rot_dim / 2], &divisors)?;
+    let x = Rng::new(43).vec(k, 3.0);
+    let init = kv_write::round_f16(&Rng::new(44).vec(n_kv * max_ctx * hd, 1.0));
+    let shape = [n_kv, max_ctx, hd];
+    let run = |fused: bool| -> shaderlm::Result<Vec<u32>> {
+        let cache = |name: &str| match kv_f16 {
+            true => GpuTensor::upload_f16(gpu, name, &shape, &init),
+            false => GpuTensor::upload_f32(gpu, name, &shape, &init),
+        };
+        let (kc, vc) = (cache("k_cache")?, cache("v_cache")?);
+        let mut g = Graph::new();
+        let tx = g.input("x", &[1, k], DType::F32);
+        let (tk, tv) = (g.external(&kc), g.external(&vc));
+        let tn = norm.then(|| (g.external(&weight), 1e-5f32));
+        let mut cfg = RopeConfig::new(RopeStyle::Interleaved, 10000.0, rot_dim);
+        cfg.freq_scale = 0.5;
+        cfg.factors = factors.then(|| g.external(&divisors));
+        let q = if fused {
+            g.matmul_q_qkv_rope(tx, &w, tn, cfg, (tk, tv))?
+        } else {
+            let y = match tn {
+                Some(tn) => g.matmul_q_fused(tx, &w, None, None, Some(tn), None)?,
+                None => g.matmul_q(tx, &w, None)?,
+            };
+            let q = g.rope_kv(QkvSource::stacked(y), None, cfg, tk, tv)?;
+            g.reshape(q, &[1, n_heads * hd])?
+        };
+        g.output(q);
+        let mut plan = Plan::new(gpu, g)?;
+        plan.write_input(gpu, tx, bytemuck::cast_slice(&x))?;
+        plan.run(gpu, &StepVars { pos })?;
+        let out = [plan.read_f32(q)?, kc.download_f32(gpu)?, vc.download_f32(gpu)?].concat();
+        Ok(out.iter().map(|v| v.to_bits()).collect())
+    };
+    let (fused, unfused) = (run(true)?, run(false)?);
+    if pos as usize >= max_ctx && fused[n_heads * hd..] != bytemuck::cast_slice::<f32, u32>(&[init.clone(), init.clone()].concat())[..] {
+        return Err(shaderlm::Error::Invalid("a position past the cache wrote into it".into()));
+    }
+    Ok(exact(&fused, &unfused))
 }
