@@ -220,7 +220,7 @@ impl Llama {
             fc: Linear::Dense(upload("eagle3.fc", &[h, 3 * h], &fc)?),
         }));
         let lm_head = Linear::Dense(upload("eagle3.lm_head", &[dv, h], &lm_head)?);
-        Ok(head.with_head_subset(HeadSubset { head: lm_head, ids }))
+        Ok(head.with_head_subset(HeadSubset::new(gpu, lm_head, ids)?))
     }
 }
 

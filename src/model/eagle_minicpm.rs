@@ -261,10 +261,11 @@ impl Llama {
         let mut head = Llama::load_sharing(gpu, &src, cfg, Names::Hf, |_, _| {}, Some(target))?;
         head.eagle = Some(EagleIn::MiniCpm(input));
         Ok(match own_head {
-            Some(w) => head.with_head_subset(HeadSubset {
-                head: Linear::Dense(upload("eagle.lm_head", &[vocab, h], &w)?),
-                ids: (0..vocab as u32).collect(),
-            }),
+            Some(w) => head.with_head_subset(HeadSubset::new(
+                gpu,
+                Linear::Dense(upload("eagle.lm_head", &[vocab, h], &w)?),
+                (0..vocab as u32).collect(),
+            )?),
             None => head,
         })
     }

@@ -14,7 +14,7 @@ use super::names::{Names, Role};
 use super::weights::{HostData, HostTensor, Linear, WeightSource};
 use super::LlamaConfig;
 use crate::error::{Error, Result};
-use crate::gpu::Gpu;
+use crate::gpu::{DType, Gpu, GpuTensor};
 use crate::loader::gguf::GgufFile;
 use crate::loader::safetensors::SafetensorsModel;
 use crate::tokenizer::Tokenizer;
@@ -55,6 +55,19 @@ pub fn tokenizer_of(path: &Path) -> Result<Tokenizer> {
 pub struct HeadSubset {
     pub head: Linear, // [ids.len(), hidden]
     pub ids: Vec<u32>,
+    /// `ids` on the device, u32 `[ids.len()]`: a chained draft step maps its argmax through them.
+    pub ids_on_device: GpuTensor,
+}
+
+impl HeadSubset {
+    pub fn new(gpu: &Gpu, head: Linear, ids: Vec<u32>) -> Result<HeadSubset> {
+        let ids_on_device = GpuTensor::upload(gpu, "head_ids", &[ids.len()], DType::U32, bytemuck::cast_slice(&ids))?;
+        Ok(HeadSubset {
+            head,
+            ids,
+            ids_on_device,
+        })
+    }
 }
 
 /// The head (or, when tied, the embedding) rows of `ids` from `src`, uploaded as their own matrix.
@@ -62,10 +75,7 @@ pub fn load(gpu: &Gpu, src: &dyn WeightSource, cfg: &LlamaConfig, names: Names, 
     let role = if cfg.tie_embeddings { Role::Embed } else { Role::Head };
     let full = src.require(&names.of(cfg.arch, role, None))?;
     let rows = select_rows(&full, &ids)?;
-    Ok(HeadSubset {
-        head: Linear::load(gpu, &rows)?,
-        ids,
-    })
+    HeadSubset::new(gpu, Linear::load(gpu, &rows)?, ids)
 }
 
 /// Rows `ids` of the matrix `t` `[rows, cols]`, as a new owned matrix `[ids.len(), cols]`.

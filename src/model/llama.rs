@@ -499,13 +499,7 @@ impl Llama {
         let mut g = Graph::new();
         let ids = g.input("ids", &[m], DType::U32);
         // A restricted head's token ids `[n]` u32, in logit order.
-        let head_ids = match self.head_ids() {
-            Some(h) => {
-                let t = GpuTensor::upload(gpu, "frspec_ids", &[h.len()], DType::U32, bytemuck::cast_slice(h))?;
-                Some(g.external(&t))
-            }
-            None => None,
-        };
+        let head_ids = self.head_subset.as_ref().map(|s| g.external(&s.ids_on_device));
         let mut token = ids;
         let mut chain = Vec::with_capacity(k);
         for j in 0..k {
