@@ -751,14 +751,12 @@ impl Llama {
     ) -> Result<TensorId> {
         let c = &self.cfg;
         let n = s.n_tokens;
-        let a = match self.rope_in_qkv(s, l, input, extra) {
+        let a = match self.rope_in_qkv(s, i, l, input, extra) {
             Some((h, w, seq)) => {
                 // Decode on the fused path: the q|k|v GEMV norms its input and does rope_kv's work in its epilogue.
-                let (k_cache, v_cache) = &seq.cache.layers[i];
-                let (kc, vc) = (g.external(k_cache), g.external(v_cache));
+                let (kc, vc) = seq.caches(g, i);
                 let norm = g.external(&l.attn_norm);
-                let rope = seq.ropes[usize::from(c.layer_window(i).is_some())];
-                let q = g.matmul_q_qkv_rope(h, w, Some((norm, c.rms_eps)), rope, (kc, vc))?;
+                let q = g.matmul_q_qkv_rope(h, w, Some((norm, c.rms_eps)), self.rope_of(seq, i), (kc, vc))?;
                 let q = g.reshape(q, &[n, c.n_heads, c.head_dim])?;
                 g.tap(q, Tap::Rope(i));
                 self.attend(g, s, i, q, kc, vc)?
@@ -820,15 +818,10 @@ impl Llama {
             src.0.push((y, *count));
         }
         let qk_norm = l.qk_norm.as_ref().map(|w| (g.external(w), c.rms_eps));
-        let rope_of = |seq: &SeqContext<'_>| seq.ropes[usize::from(c.layer_window(i).is_some())];
-        let caches = |g: &mut Graph, seq: &SeqContext<'_>| {
-            let (k_cache, v_cache) = &seq.cache.layers[i];
-            (g.external(k_cache), g.external(v_cache))
-        };
         let a = if let [seq] = s.seqs.as_slice() {
-            let (kc, vc) = caches(g, seq);
+            let (kc, vc) = seq.caches(g, i);
             // Norms, rotation and the cache write in one dispatch: q [n, n_heads, head_dim].
-            let q = g.rope_kv_tree(src, qk_norm, rope_of(seq), (kc, vc), s.tree)?;
+            let q = g.rope_kv_tree(src, qk_norm, self.rope_of(seq, i), (kc, vc), s.tree)?;
             g.tap(q, Tap::Rope(i));
             self.attend(g, s, i, q, kc, vc)?
         } else {
@@ -838,8 +831,8 @@ impl Llama {
                 g.set_seq(r);
                 let rows = src.0.iter().map(|&(t, count)| Ok((g.row_view(t, r, 1)?, count)));
                 let src = QkvSource(rows.collect::<Result<_>>()?);
-                let (kc, vc) = caches(g, seq);
-                let q = g.rope_kv(src, qk_norm, rope_of(seq), kc, vc)?; // [1, n_heads, head_dim]
+                let (kc, vc) = seq.caches(g, i);
+                let q = g.rope_kv(src, qk_norm, self.rope_of(seq, i), kc, vc)?; // [1, n_heads, head_dim]
                 let out = g.row_view(a, r, 1)?;
                 g.attention_decode_into(q, kc, vc, c.attn_scale, c.layer_window(i), out)?;
             }
@@ -855,6 +848,7 @@ impl Llama {
     fn rope_in_qkv<'s>(
         &'s self,
         s: &'s StepContext<'_>,
+        i: usize,
         l: &'s Layer,
         input: AttnIn,
         extra: Option<TensorId>,
@@ -865,11 +859,13 @@ impl Llama {
             return None;
         };
         let plain = extra.is_none() && l.qk_norm.is_none() && s.tree.is_none() && s.n_tokens == 1;
-        let pairs = seq
-            .ropes
-            .iter()
-            .all(|r| r.style == crate::ops::rope::RopeStyle::Interleaved);
+        let pairs = self.rope_of(seq, i).style == crate::ops::rope::RopeStyle::Interleaved;
         (plain && pairs && w.parts().len() == 1).then_some((h, w, seq))
+    }
+
+    /// Layer `i`'s rotation in `seq`: the sliding-window one on a window layer, else the global one.
+    fn rope_of(&self, seq: &SeqContext<'_>, i: usize) -> RopeConfig {
+        seq.ropes[usize::from(self.cfg.layer_window(i).is_some())]
     }
 
     /// Whether a step of `n_tokens` runs every layer as fused tiled GEMVs ([`Llama::fused_layer`]): on adapters
@@ -1125,6 +1121,14 @@ impl<'a> StepContext<'a> {
 pub(super) struct SeqContext<'a> {
     cache: &'a KvCache,
     ropes: Vec<RopeConfig>,
+}
+
+impl SeqContext<'_> {
+    /// Layer `i`'s K and V caches in `g`.
+    fn caches(&self, g: &mut Graph, i: usize) -> (TensorId, TensorId) {
+        let (k_cache, v_cache) = &self.cache.layers[i];
+        (g.external(k_cache), g.external(v_cache))
+    }
 }
 
 /// A step's read-back tensors: logits, argmax, top-k (ids, values).

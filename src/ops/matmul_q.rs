@@ -12,7 +12,7 @@ use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars, UNIFORM
 use crate::graph::{Graph, TensorId};
 use crate::gpu::packed::PackedWeight;
 use crate::ops::rope::{RopeConfig, RopeStyle};
-use crate::ops::rope_kv::{QkvDims, RopeFields};
+use crate::ops::rope_kv::{QkvDims, RopeFields, KV_CACHE_PAIR};
 use crate::ops::silu_mul::{epilogue_flags, reference_paired, Glu};
 use crate::quant::pack::{kernel_formats, unpack, Format, HostPart, Layout, QK, TILE};
 use crate::quant::GgmlType;
@@ -414,17 +414,12 @@ impl Graph {
         norm: Option<(TensorId, f32)>,
         add: Option<(TensorId, f32)>,
     ) -> Result<TensorId> {
-        let k = w.k;
         let fused = Fused {
             norm: norm.map(|n| n.1),
             add: add.map(|a| a.1),
             rope: None,
         };
-        if let Some((nw, eps)) = norm {
-            if self.shape(nw) != [k] || self.dtype(nw) != DType::F32 || !(eps.is_finite() && eps >= 0.0) {
-                return Err(Error::shape("matmul_q", format!("{}: norm weight must be f32 [{k}]", w.name)));
-            }
-        }
+        self.check_norm_prologue(w, norm)?;
         if let Some((_, alpha)) = add {
             if glu.is_some() || !alpha.is_finite() {
                 return Err(Error::shape("matmul_q", format!("{}: a residual add with a GLU", w.name)));
@@ -449,13 +444,11 @@ impl Graph {
     ) -> Result<TensorId> {
         let cs = self.shape(k_cache).to_vec();
         let bad = |why: String| Error::shape("matmul_q", format!("{} with a rope epilogue: {why}", w.name));
-        let [n_kv, max_ctx, head_dim] = cs[..] else {
-            return Err(bad(format!("caches {cs:?}: want [n_kv, max_ctx, head_dim]")));
+        let Some(([n_kv, max_ctx, head_dim], kv_f16)) = self.kv_cache_pair(k_cache, v_cache) else {
+            return Err(bad(format!("caches {cs:?}: {KV_CACHE_PAIR}")));
         };
-        let kv_f16 = super::attention_prefill::kv_f16(self, k_cache);
-        let same = self.shape(v_cache) == cs.as_slice() && self.dtype(v_cache) == self.dtype(k_cache);
-        if !same || !(kv_f16 || self.dtype(k_cache) == DType::F32) || n_kv == 0 || !head_dim.is_multiple_of(4) {
-            return Err(bad(format!("caches {cs:?}: two of one shape, f32 or f16, head_dim a multiple of 4")));
+        if !head_dim.is_multiple_of(4) {
+            return Err(bad(format!("caches {cs:?}: head_dim is not a multiple of 4")));
         }
         let q_rows = w.n.checked_sub(2 * n_kv * head_dim).filter(|&q| q > 0 && q.is_multiple_of(head_dim));
         let Some(q_rows) = q_rows else {
@@ -476,11 +469,7 @@ impl Graph {
             cfg,
             kv_f16,
         };
-        if let Some((nw, eps)) = norm {
-            if self.shape(nw) != [w.k] || self.dtype(nw) != DType::F32 || !(eps.is_finite() && eps >= 0.0) {
-                return Err(bad(format!("norm weight must be f32 [{}]", w.k)));
-            }
-        }
+        self.check_norm_prologue(w, norm)?;
         let fused = Fused {
             norm: norm.map(|n| n.1),
             add: None,
@@ -490,6 +479,16 @@ impl Graph {
         extra.extend([k_cache, v_cache]);
         extra.extend(cfg.factors);
         self.matmul_q_node(x, w, None, QPath::Gemv, QMath::Auto, None, fused, &extra)
+    }
+
+    /// The RMSNorm of a fused GEMV's prologue: a weight f32 `[K]` and a finite epsilon >= 0.
+    fn check_norm_prologue(&self, w: &PackedWeight, norm: Option<(TensorId, f32)>) -> Result<()> {
+        match norm {
+            Some((nw, eps)) if self.shape(nw) != [w.k] || self.dtype(nw) != DType::F32 || !(eps.is_finite() && eps >= 0.0) => {
+                Err(Error::shape("matmul_q", format!("{}: norm weight must be f32 [{}]", w.name, w.k)))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// `act(x · W_gate^T) * (x · W_up^T)` → `[.., N / 2]` in one dispatch per part: W's rows are (gate, up) pairs
@@ -589,7 +588,7 @@ impl Graph {
         }
         let fusing = fused.add.is_some() || fused.norm.is_some() || fused.rope.is_some();
         if fusing && (w.layout != Layout::Tiled || m > TILED_GEMV_MAX_M) {
-            return Err(bad("a fused norm or add needs the tiled GEMV (CPU adapters, one row)"));
+            return Err(bad("a fused norm, add or rope epilogue needs the tiled GEMV (CPU adapters, one row)"));
         }
         let mut inputs = vec![x];
         for t in tensors.into_iter().flatten() {
@@ -727,12 +726,8 @@ pub fn variants() -> Vec<ShaderKey> {
                                 max_ctx: 1,
                             },
                             cfg: RopeConfig {
-                                style: RopeStyle::Interleaved,
-                                theta: 1e4,
-                                rot_dim: 4,
-                                freq_scale: 1.0,
                                 factors: factors.then_some(TensorId(0)),
-                                attn_factor: 1.0,
+                                ..RopeConfig::new(RopeStyle::Interleaved, 1e4, 4)
                             },
                             kv_f16,
                         };

@@ -266,15 +266,9 @@ impl Graph {
         let cs = self.shape(k_cache).to_vec();
         let bad = |why: String| Error::shape("rope_kv", format!("{src:?} into caches {cs:?}: {why}"));
         let f32s = |g: &Graph, ts: &[TensorId]| ts.iter().all(|&t| g.dtype(t) == DType::F32);
-        let [n_kv, max_ctx, head_dim] = cs[..] else {
-            return Err(bad("want caches [n_kv, max_ctx, head_dim]".into()));
+        let Some(([n_kv, max_ctx, head_dim], kv_f16)) = self.kv_cache_pair(k_cache, v_cache) else {
+            return Err(bad(KV_CACHE_PAIR.into()));
         };
-        let kv_f16 = super::attention_prefill::kv_f16(self, k_cache);
-        let kv_type = (kv_f16 && head_dim.is_multiple_of(2) || f32s(self, &[k_cache]))
-            && self.dtype(v_cache) == self.dtype(k_cache);
-        if self.shape(v_cache) != cs.as_slice() || !kv_type || n_kv * head_dim == 0 {
-            return Err(bad("want two non-empty caches of one shape, both f32 or both f16 (even head_dim)".into()));
-        }
         let rows = |g: &Graph, t: TensorId| match g.shape(t) {
             &[n, cols] if g.dtype(t) == DType::F32 => Ok((n, cols)),
             s => Err(bad(format!("want f32 [n_tokens, cols] sources, got {s:?} {:?}", g.dtype(t)))),
@@ -350,6 +344,25 @@ impl Graph {
         };
         let out = [n_tokens, n_heads, head_dim];
         Ok(self.add_node(kernel, &inputs, &[("rope_q", &out, DType::F32)])?[0])
+    }
+}
+
+/// What [`Graph::kv_cache_pair`] accepts, for errors.
+pub(crate) const KV_CACHE_PAIR: &str =
+    "want two non-empty caches [n_kv, max_ctx, head_dim] of one shape, both f32 or both f16 (even head_dim)";
+
+impl Graph {
+    /// `[n_kv, max_ctx, head_dim]` of the caches a step writes, and whether they hold f16: two non-empty tensors of
+    /// one shape, both f32 or both f16 (head_dim even); `None` otherwise.
+    pub(crate) fn kv_cache_pair(&self, k_cache: TensorId, v_cache: TensorId) -> Option<([usize; 3], bool)> {
+        let &[n_kv, max_ctx, head_dim] = self.shape(k_cache) else {
+            return None;
+        };
+        let kv_f16 = super::attention_prefill::kv_f16(self, k_cache);
+        let kv_type = (kv_f16 && head_dim.is_multiple_of(2) || self.dtype(k_cache) == DType::F32)
+            && self.dtype(v_cache) == self.dtype(k_cache);
+        let ok = self.shape(v_cache) == self.shape(k_cache) && kv_type && n_kv * head_dim > 0;
+        ok.then_some(([n_kv, max_ctx, head_dim], kv_f16))
     }
 }
 
