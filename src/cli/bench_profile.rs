@@ -78,8 +78,7 @@ fn read_ceiling(gpu: &Gpu) -> anyhow::Result<f64> {
 fn print_table(prof: &[NodeProfile], pos: usize, ceiling: f64) {
     let mut by_op: BTreeMap<String, (usize, usize, f64, u64)> = BTreeMap::new();
     for p in prof {
-        let op = p.label.rsplit('.').next().unwrap_or(&p.label).to_string();
-        let e = by_op.entry(op).or_default();
+        let e = by_op.entry(op_of(p).to_string()).or_default();
         e.0 += 1;
         e.1 += p.dispatches;
         e.2 += p.micros;
@@ -118,13 +117,9 @@ fn print_table(prof: &[NodeProfile], pos: usize, ceiling: f64) {
 /// GEMV moves its own byte count), so that the big GEMVs' bandwidth shows apart from the small ones'.
 fn print_sizes(prof: &[NodeProfile], ceiling: f64) {
     let mut by_size: BTreeMap<(String, u64), (usize, f64)> = BTreeMap::new();
-    for p in prof
-        .iter()
-        .filter(|p| p.label.ends_with("matmul_q") || p.label.ends_with("matmul"))
-    {
-        let op = p.label.rsplit('.').next().unwrap_or(&p.label).to_string();
+    for p in prof.iter().filter(|p| matches!(op_of(p), "matmul_q" | "matmul")) {
         let e = by_size
-            .entry((op, p.cost.bytes_read + p.cost.bytes_written))
+            .entry((op_of(p).to_string(), p.cost.bytes_read + p.cost.bytes_written))
             .or_default();
         e.0 += 1;
         e.1 += p.micros;
@@ -143,4 +138,9 @@ fn print_sizes(prof: &[NodeProfile], ceiling: f64) {
             100.0 * gbps / ceiling.max(1e-9)
         );
     }
+}
+
+/// The op of a profiled node: its label's last part (`blk.3.matmul_q` -> `matmul_q`).
+fn op_of(p: &NodeProfile) -> &str {
+    p.label.rsplit('.').next().unwrap_or(&p.label)
 }
