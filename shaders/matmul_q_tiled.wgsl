@@ -15,8 +15,8 @@
 //   16-bit sub-block codes) | 3 wd [tiles, G/8, 8] super-block factors (FACT only: vec4<u32> Q2K, K4, vec2<u32>
 //   Q3K) (1..3: lib/quant_tiled_w.wgsl) | then bias [N] f32 (BIAS only) | then y [M, N] f32 (written: columns
 //   row0..row0+rows).
-// NORM (with SUBGROUPS, WG 8): x is RMSNorm'ed in the prologue (weight nw [K/4] at binding NORM_AT, eps in the
-//   params); ADD: y = res + alpha * sums (lib/store_rows.wgsl; res at binding RES_AT); ROPE: W is a stacked q|k|v
+// NORM (with SUBGROUPS): x is RMSNorm'ed in the prologue into workgroup memory (weight nw [K/4] at binding NORM_AT,
+//   eps in the params, K at most 4096); ADD: y = res + alpha * sums (lib/store_rows.wgsl; res at binding RES_AT); ROPE: W is a stacked q|k|v
 //   and the epilogue is rope_kv's (lib/rope_store.wgsl: y is q_out, k and v go to the caches).
 // Defs: Q8 (8-bit quants, else 4-bit nibbles), HB1 / HB2 (one / two high-bit words per block: 5- / 6-bit quants),
 //   NL (codebook nibbles), MIN (a min per block), S16 (a second scale for weights 16..32), PAIR (MIN or S16: two
@@ -52,6 +52,8 @@
 @group(1) @binding(0) var<uniform> p: Params;
 #if NORM
 @group(0) @binding(NORM_AT) var<storage, read> nw: array<vec4<f32>>;  // [K/4] the RMSNorm weight
+var<workgroup> xn: array<vec4<f32>, 1024>;  // [K/4] x's row RMSNorm'ed (K at most 4096)
+var<workgroup> norm_inv: f32;
 #endif
 
 #include "lib/store_rows.wgsl"
@@ -80,24 +82,36 @@ fn main(
     var xi = wg.z * p.xv;
     var acc = vec4<f32>(0.0);
 #if NORM
-    // RMSNorm of x's row in the prologue (needs SUBGROUPS and WG = 8): the lanes, order and arithmetic of rms_norm
-    // on CPU adapters (WG 8, VEC4, one subgroup: lane l sums units l, l + 16, ... and l + 8, l + 24, ...), so the
-    // normalized x equals rms_norm's output bit for bit and fused and unfused steps agree exactly.
+    // RMSNorm of x's row in the prologue (needs SUBGROUPS), once per workgroup: the first subgroup sums the squares
+    // with the lanes, order and arithmetic of rms_norm on CPU adapters (WG 8, VEC4, one subgroup: lane l sums units
+    // l, l + 16, ... and l + 8, l + 24, ...), the others add nothing; then every invocation normalizes a share of x
+    // into workgroup memory as rms_norm does, so the normalized x equals rms_norm's output bit for bit and fused and
+    // unfused steps agree exactly. Several tiles per workgroup (WG 64) share the prologue.
     var a0 = vec4<f32>(0.0);
     var a1 = vec4<f32>(0.0);
+    let xv = select(0u, p.xv, li < 8u);
     var ui = sl;
-    for (; ui + 8u < p.xv; ui += 16u) {
+    for (; ui + 8u < xv; ui += 16u) {
         let u = x[xi + ui];
         let v = x[xi + ui + 8u];
         a0 += u * u;
         a1 += v * v;
     }
-    if (ui < p.xv) {
+    if (ui < xv) {
         let u = x[xi + ui];
         a0 += u * u;
     }
     let a = a0 + a1;
-    let inv = inverseSqrt(subgroupAdd((a.x + a.y) + (a.z + a.w)) / f32(p.k) + p.eps);
+    let ss = subgroupAdd((a.x + a.y) + (a.z + a.w));
+    if (li == 0u) {
+        norm_inv = inverseSqrt(ss / f32(p.k) + p.eps);
+    }
+    workgroupBarrier();
+    let inv = norm_inv;
+    for (var u = li; u < p.xv; u += WG) {
+        xn[u] = x[xi + u] * inv * nw[u];
+    }
+    workgroupBarrier();
     var ni = sl & 7u;
 #endif
     for (var g = 0u; g < p.groups; g++) {
@@ -105,7 +119,7 @@ fn main(
         // (Written out here rather than through x_block / w_block / block_dot, which measured 5% slower for Q4.)
 #if SUBGROUPS
 #if NORM
-        let xr = x[xi + (sl & 7u)] * inv * nw[ni];
+        let xr = xn[ni];
         ni += 8u;
 #else
         let xr = x[xi + (sl & 7u)];

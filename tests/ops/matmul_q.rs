@@ -700,13 +700,21 @@ fn fused_cases(v: &mut Vec<Case>) {
         for glu in [None, Some(Glu::Silu)] {
             let m = matmul_q::TILED_GEMV_MAX_M;
             let name = format!("fused_norm_and_add_equal_unfused_{}_m{m}_k{k}_glu{}", ty.name(), glu.is_some());
-            v.push(Case::new("matmul_q", name, move |gpu| fused_check(gpu, ty, m, k, glu)));
+            v.push(Case::new("matmul_q", name, move |gpu| fused_check(gpu, ty, (m, k, 96), glu)));
+        }
+    }
+    // Enough tiles (259 of 32 rows) that the tiles of a workgroup share the norm prologue, the last workgroup only
+    // partly filled.
+    for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K] {
+        let (m, k, n) = (matmul_q::TILED_GEMV_MAX_M, 768, 259 * 32);
+        for glu in [None, Some(Glu::Silu)] {
+            let name = format!("fused_norm_shared_equals_unfused_{}_n{n}_k{k}_glu{}", ty.name(), glu.is_some());
+            v.push(Case::new("matmul_q", name, move |gpu| fused_check(gpu, ty, (m, k, n), glu)));
         }
     }
 }
 
-fn fused_check(gpu: &Gpu, ty: GgmlType, m: usize, k: usize, glu: Option<Glu>) -> shaderlm::Result<Check> {
-    let n = 96;
+fn fused_check(gpu: &Gpu, ty: GgmlType, (m, k, n): (usize, usize, usize), glu: Option<Glu>) -> shaderlm::Result<Check> {
     let cols = if glu.is_some() { n / 2 } else { n };
     if !matmul_q::can_fuse(&gpu.caps, &PackedWeight::upload_with(gpu, "probe", ty, Layout::Tiled, n, k, &random_blocks(ty, n, k, 1))?, m) {
         return Err(shaderlm::Error::Invalid("this adapter has no fused GEMV (needs a CPU adapter with subgroups)".into()));
