@@ -16,7 +16,7 @@ use super::weights::{load_concat, load_vector_with, Linear, WeightSource};
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Gpu, GpuTensor};
 use crate::graph::{Graph, Plan, Tap, TensorId};
-use crate::ops::rope::RopeConfig;
+use crate::ops::rope::{RopeConfig, RopeStyle};
 use crate::ops::rope_kv::QkvSource;
 
 /// The FFN's input projections: when both are stored alike, one matmul over (gate, up) row pairs
@@ -69,6 +69,9 @@ pub struct Llama {
     layers: Vec<Layer>,
     /// Element type of the KV caches of this model's sessions.
     kv_type: KvType,
+    /// The RoPE pairing of q/k rows as the device holds them: the file's, or interleaved where the loader moved
+    /// rotate-half rows ([`super::rope_pairs`]).
+    pairs: RopeStyle,
     /// FR-Spec: the head restricted to a subset of the vocabulary (a draft model's), used instead of the full one.
     head_subset: Option<HeadSubset>,
     /// An EAGLE-1 draft head: its input projection over (token embedding, target feature); layer 0 then has no
@@ -139,7 +142,11 @@ impl Llama {
     ) -> Result<Llama> {
         let c = &cfg;
         let unfused = super::fused::Unfused::of(src, c, names);
-        let src: &dyn WeightSource = &unfused;
+        let interleaved = super::rope_pairs::Interleaved::of(&unfused, c, names)?;
+        let (src, pairs): (&dyn WeightSource, _) = match &interleaved {
+            Some(moved) => (moved, RopeStyle::Interleaved),
+            None => (&unfused, c.rope_style),
+        };
         let q_dim = c.n_heads * c.head_dim;
         let kv_dim = c.n_kv_heads * c.head_dim;
         let linear = |name: String, n: usize, k: usize| -> Result<Linear> {
@@ -278,6 +285,7 @@ impl Llama {
             norm,
             layers,
             kv_type: KvType::F32,
+            pairs,
             head_subset: None,
             eagle: None,
         })
@@ -389,7 +397,7 @@ impl Llama {
     /// The rope op's settings for one of the session's rotations.
     fn rope(&self, g: &mut Graph, t: &RopeTable) -> RopeConfig {
         let c = &self.cfg;
-        let mut r = RopeConfig::new(c.rope_style, t.session.theta, c.rope_dim);
+        let mut r = RopeConfig::new(self.pairs, t.session.theta, c.rope_dim);
         r.freq_scale = t.session.freq_scale;
         r.attn_factor = t.session.attn_factor;
         r.factors = t.divisors.as_ref().map(|f| g.external(f));
@@ -859,7 +867,7 @@ impl Llama {
             return None;
         };
         let plain = extra.is_none() && l.qk_norm.is_none() && s.tree.is_none() && s.n_tokens == 1;
-        let pairs = self.rope_of(seq, i).style == crate::ops::rope::RopeStyle::Interleaved;
+        let pairs = self.rope_of(seq, i).style == RopeStyle::Interleaved;
         (plain && pairs && w.parts().len() == 1).then_some((h, w, seq))
     }
 
@@ -870,8 +878,8 @@ impl Llama {
 
     /// Whether a step of `n_tokens` runs every layer as fused tiled GEMVs ([`Llama::fused_layer`]): on adapters
     /// where the fused kernels equal the unfused ones bit for bit (`matmul_q::can_fuse`), for plain SwiGLU layers
-    /// whose projections are all quantized (no act-order permutation), have no post-norms, and are small enough
-    /// that the norm prologue pays ([`NORM_PROLOGUE_MAX`]).
+    /// whose projections are all quantized (no act-order permutation), have no post-norms, and whose hidden size
+    /// the norm prologue takes.
     fn fusable(&self, gpu: &Gpu, n_tokens: usize) -> bool {
         let quant = |w: &Linear| match w {
             Linear::Quant { w, perm: None } => crate::ops::matmul_q::can_fuse(&gpu.caps, w, n_tokens),
@@ -1051,14 +1059,9 @@ impl Llama {
     }
 }
 
-/// Most (32-row tiles x 32-weight blocks) of a matrix whose GEMV takes the RMSNorm in its prologue, for a model to
-/// run fused steps: every SIMD chunk recomputes the row's sum of squares (K / 32 loads per lane). Measured on
-/// lavapipe: SmolLM2-135M (largest 96 x 18) decodes 8% faster fused; Qwen2.5-Coder-1.5B (gate|up 560 x 48) 3 to 5%
-/// slower, also with only q|k|v (64 x 48) or no matrix taking the norm, so larger models keep the unfused step.
-const NORM_PROLOGUE_MAX: usize = 4096;
-
+/// Whether a matrix's GEMV can take the RMSNorm in its prologue ([`crate::ops::matmul_q::NORM_PROLOGUE_K`]).
 fn norm_in_prologue(w: &crate::gpu::packed::PackedWeight) -> bool {
-    w.n.div_ceil(32) * (w.k / 32) <= NORM_PROLOGUE_MAX
+    w.k <= crate::ops::matmul_q::NORM_PROLOGUE_K
 }
 
 /// The attention block's input: the normed `[n, hidden]`, or the residual stream `[n, hidden]` that the fused

@@ -14,6 +14,7 @@ pub mod load;
 pub mod names;
 pub mod options;
 pub mod reference;
+pub mod rope_pairs;
 pub mod rope_scaling;
 pub mod sparse;
 pub mod step;
