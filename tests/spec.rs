@@ -12,8 +12,8 @@ use common::minicpm::write_minicpm;
 use common::spec_runs::{run, Smol};
 use common::steps::{bits, tokens, weights, LOGITS_AND_ARGMAX};
 use common::tiny::{
-    phi3, random, stored, weights as tiny_weights, write_gguf, write_gguf_chat, write_gguf_chat_as, write_hf,
-    write_safetensors, Tiny,
+    phi3, random, stored, weights as tiny_weights, write_gguf, write_gguf_chat, write_gguf_chat_as, write_gguf_typed,
+    write_hf, write_safetensors, Tiny,
 };
 use shaderlm::generate::draft::{check_same_vocab, DraftModel, Drafter, Lookup};
 use shaderlm::generate::eagle::EagleDraft;
@@ -104,6 +104,23 @@ fn verify_rows_equal_decode_steps_llama_gguf_formats() {
         let model = weights(&path);
         verify_rows_equal_decode_steps(&format!("llama {ty}"), &model, &tokens(9, 101, 3), &tokens(30, 101, 4));
     }
+    // Qwen2 as its GGUFs are: rotate-half pairs (loaded in interleaved order), q/k/v biases, and v in another type
+    // than q and k (Q4_K_M's mix), so the fused decode step's q|k|v is two GEMVs with the rope epilogue.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    let mut t = Tiny::llama();
+    t.arch = "qwen2";
+    t.kv_heads = 1;
+    let ty_of = |name: &str| {
+        if name.contains("attn_v") {
+            GgmlType::Q8_0
+        } else {
+            GgmlType::Q4_1
+        }
+    };
+    write_gguf_typed(&path, &t, 36, &ty_of);
+    let model = weights(&path);
+    verify_rows_equal_decode_steps("qwen2 Q4_1 + Q8_0 v", &model, &tokens(9, 101, 9), &tokens(30, 101, 10));
 }
 
 #[test]

@@ -22,4 +22,5 @@ struct Params {
     log2_theta: f32,
     freq_scale: f32,
     attn_factor: f32,
+    qkv0: u32,    // ROPE: the first row of this weight in q|k|v
 }

@@ -1,12 +1,13 @@
-// ROPE: rope_kv as the epilogue of matmul_q_tiled's GEMV over a stacked q|k|v weight (one part, interleaved RoPE
-// pairs): a decode step's projections, rotation and cache write in one dispatch. An invocation's 4 consecutive rows
-// r0 .. r0 + 4 lie in one head (head_dim is a multiple of 4) and hold the pairs (2j, 2j + 1) and (2j + 2, 2j + 3) of
-// its dims: q rows are rotated into y (q_out [M, n_heads, head_dim]), k rows rotated and v rows as they are into the
-// caches at position pos + m (not past max_ctx), with rope_kv's arithmetic (lib/rope_angle.wgsl) and f16 rounding,
-// so the fused step caches and attends with the unfused one's bits.
+// ROPE: rope_kv as the epilogue of matmul_q_tiled's GEMV over a stacked q|k|v weight, or one of its whole
+// projections from row qkv0 of q|k|v (q, q|k, k|v, v; one part, interleaved RoPE pairs): a decode step's projections,
+// rotation and cache write in one dispatch per weight. An invocation's 4 consecutive rows lie in one head (head_dim is
+// a multiple of 4) and hold the pairs (2j, 2j + 1) and (2j + 2, 2j + 3) of its dims: q rows are rotated into y
+// (q_out [M, n_heads, head_dim]), k rows rotated and v rows as they are into the caches at position pos + m (not
+// past max_ctx), with rope_kv's arithmetic (lib/rope_angle.wgsl) and f16 rounding after the bias (BIAS) as
+// store_rows adds it, so the fused step caches and attends with the unfused one's bits.
 // Bindings: KC_AT k_cache, VC_AT v_cache [n_kv, max_ctx, head_dim] f32 or (KV_F16) f16 pairs (written) | FACTORS_AT
-//   factors [rot_dim / 2] f32 (FACTORS). The including shader declares y (array<f32>) and p (the rope fields of
-//   lib/quant_params.wgsl).
+//   factors [rot_dim / 2] f32 (FACTORS). The including shader declares y (array<f32>), bias (BIAS) and p (the rope
+//   fields of lib/quant_params.wgsl).
 
 #if KV_F16
 @group(0) @binding(KC_AT) var<storage, read_write> k_cache: array<u32>;  // [n_kv, max_ctx, head_dim / 2] f16 x 2
@@ -52,31 +53,38 @@ fn put4(is_k: bool, at: u32, v: vec4<f32>) {
 #endif
 }
 
-// The sums of rows r0 .. r0 + 4 of q|k|v for row m of x, rotated and stored.
-fn rope_store4(m: u32, r0: u32, s: vec4<f32>) {
+// The sums of rows r .. r + 4 of the weight (rows qkv0 + r .. of q|k|v) for row m of x, rotated and stored.
+fn rope_store4(m: u32, r: u32, sums: vec4<f32>) {
     let d = p.head_dim;
     let qn = p.n_heads * d;
     let kn = p.n_kv * d;
     let at = p.pos + m;
-    if (r0 >= p.rows) {
+    if (r >= p.rows) {
         return;
     }
+    var s = sums;
+#if BIAS
+    for (var j = 0u; j < 4u; j++) {
+        s[j] += bias[p.row0 + min(r + j, p.rows - 1u)];
+    }
+#endif
+    let r0 = p.qkv0 + r;
     if (r0 >= qn + kn) {
         if (at < p.max_ctx) {
-            let r = r0 - qn - kn;
-            put4(false, ((r / d) * p.max_ctx + at) * d + r % d, s);
+            let rv = r0 - qn - kn;
+            put4(false, ((rv / d) * p.max_ctx + at) * d + rv % d, s);
         }
         return;
     }
-    let r = select(r0, r0 - qn, r0 >= qn);  // row in q, or in k
-    let i = r % d;
+    let rk = select(r0, r0 - qn, r0 >= qn);  // row in q, or in k
+    let i = rk % d;
     let y4 = vec4<f32>(rope_pair(i / 2u, at, s.x, s.y), rope_pair(i / 2u + 1u, at, s.z, s.w));
     if (r0 < qn) {
-        let yb = m * qn + r;
+        let yb = m * qn + rk;
         for (var j = 0u; j < 4u; j++) {
             y[yb + j] = y4[j];
         }
     } else if (at < p.max_ctx) {
-        put4(true, ((r / d) * p.max_ctx + at) * d + i, y4);
+        put4(true, ((rk / d) * p.max_ctx + at) * d + i, y4);
     }
 }

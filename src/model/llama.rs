@@ -14,6 +14,7 @@ use super::sparse::{self, CompressedKeys};
 use super::step::{Step, StepOutputs};
 use super::weights::{load_concat, load_vector_with, Linear, WeightSource};
 use crate::error::{Error, Result};
+use crate::gpu::packed::PackedWeight;
 use crate::gpu::{DType, Gpu, GpuTensor};
 use crate::graph::{Graph, Plan, Tap, TensorId};
 use crate::ops::rope::{RopeConfig, RopeStyle};
@@ -760,11 +761,15 @@ impl Llama {
         let c = &self.cfg;
         let n = s.n_tokens;
         let a = match self.rope_in_qkv(s, i, l, input, extra) {
-            Some((h, w, seq)) => {
-                // Decode on the fused path: the q|k|v GEMV norms its input and does rope_kv's work in its epilogue.
+            Some((h, ws, seq)) => {
+                // Decode on the fused path: the q|k|v GEMVs norm their input and do rope_kv's work in their epilogue.
                 let (kc, vc) = seq.caches(g, i);
                 let norm = g.external(&l.attn_norm);
-                let q = g.matmul_q_qkv_rope(h, w, Some((norm, c.rms_eps)), self.rope_of(seq, i), (kc, vc))?;
+                let ws: Vec<_> = ws
+                    .into_iter()
+                    .map(|(w, b, count)| (w, b.map(|b| g.external(b)), count))
+                    .collect();
+                let q = g.matmul_q_qkv_rope(h, &ws, Some((norm, c.rms_eps)), self.rope_of(seq, i), (kc, vc))?;
                 let q = g.reshape(q, &[n, c.n_heads, c.head_dim])?;
                 g.tap(q, Tap::Rope(i));
                 self.attend(g, s, i, q, kc, vc)?
@@ -850,9 +855,11 @@ impl Llama {
         Ok(a)
     }
 
-    /// The residual input, the stacked q|k|v weight and the session of a step whose q|k|v GEMV can take rope_kv as
-    /// its epilogue (`Graph::matmul_q_qkv_rope`): a one-token step of one session on the fused path (not a tree),
-    /// one projection in one part, no bias, no q/k norms, interleaved RoPE pairs.
+    /// The residual input, the q|k|v weights (with their biases and how many projections each stacks) and the
+    /// session of a step whose q|k|v GEMVs can take rope_kv as their epilogue (`Graph::matmul_q_qkv_rope`): a
+    /// one-token step of one session on the fused path (not a tree), quantized weights in one part each, no q/k
+    /// norms, interleaved RoPE pairs.
+    #[allow(clippy::type_complexity)]
     fn rope_in_qkv<'s>(
         &'s self,
         s: &'s StepContext<'_>,
@@ -860,15 +867,22 @@ impl Llama {
         l: &'s Layer,
         input: AttnIn,
         extra: Option<TensorId>,
-    ) -> Option<(TensorId, &'s crate::gpu::packed::PackedWeight, &'s SeqContext<'s>)> {
-        let (AttnIn::Residual(h), [(Linear::Quant { w, perm: None }, None, 3)], [seq]) =
-            (input, &l.qkv.groups[..], s.seqs.as_slice())
-        else {
+    ) -> Option<(
+        TensorId,
+        Vec<(&'s PackedWeight, Option<&'s GpuTensor>, usize)>,
+        &'s SeqContext<'s>,
+    )> {
+        let (AttnIn::Residual(h), [seq]) = (input, s.seqs.as_slice()) else {
             return None;
         };
         let plain = extra.is_none() && l.qk_norm.is_none() && s.tree.is_none() && s.n_tokens == 1;
         let pairs = self.rope_of(seq, i).style == RopeStyle::Interleaved;
-        (plain && pairs && w.parts().len() == 1).then_some((h, w, seq))
+        let ws = l.qkv.groups.iter().map(|(w, bias, count)| match w {
+            Linear::Quant { w, perm: None } if w.parts().len() == 1 => Some((&**w, bias.as_ref(), *count)),
+            _ => None,
+        });
+        let ws: Option<Vec<_>> = ws.collect();
+        (plain && pairs).then_some(()).and(ws).map(|ws| (h, ws, seq))
     }
 
     /// Layer `i`'s rotation in `seq`: the sliding-window one on a window layer, else the global one.

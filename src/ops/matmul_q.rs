@@ -97,6 +97,7 @@ struct MatmulQParams {
     eps: f32,
     /// The rope epilogue's (zeros without it).
     rope: RopeFields,
+    qkv0: u32,
 }
 
 #[derive(Debug)]
@@ -129,12 +130,15 @@ pub struct Fused {
     pub rope: Option<FusedRope>,
 }
 
-/// The rope_kv epilogue of a q|k|v GEMV: the heads, the rotation (interleaved pairs) and the caches' element type.
+/// The rope_kv epilogue of a q|k|v GEMV: the heads, the rotation (interleaved pairs), the caches' element type and
+/// which rows of q|k|v the weight holds.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FusedRope {
     pub dims: QkvDims,
     pub cfg: RopeConfig,
     pub kv_f16: bool,
+    /// The weight's first row in q|k|v (a weight holding some of the projections).
+    pub qkv0: usize,
 }
 
 impl FusedRope {
@@ -344,6 +348,7 @@ impl Kernel for MatmulQ {
                 .fused
                 .rope
                 .map_or_else(RopeFields::default, |r| RopeFields::new(r.dims, &r.cfg, vars.pos)),
+            qkv0: self.fused.rope.map_or(0, |r| r.qkv0 as u32),
         })
     }
     /// Compulsory traffic: packed W once, x once, bias once, y once (the GLU: 5 flops per output).
@@ -456,56 +461,71 @@ impl Graph {
         self.matmul_q_node(x, w, bias, QPath::Gemv, QMath::Auto, glu, fused, &extra)
     }
 
-    /// A decode step's q|k|v in one dispatch: the tiled GEMV of `x` `[1, K]` (RMSNorm'ed first by `norm`) with the
-    /// stacked q|k|v weight `w` `[(n_heads + 2 n_kv) head_dim, K]` (one part), whose epilogue is rope_kv's: q rotated
-    /// and returned `[1, n_heads * head_dim]`, k rotated and v written into `k_cache` / `v_cache` (`[n_kv, max_ctx,
-    /// head_dim]`, both f32 or both f16) at `vars.pos`. Interleaved RoPE pairs only, no bias, no q/k norms; the
-    /// results equal `matmul_q_fused` then `rope_kv` bit for bit where [`can_fuse`] says so (the plan fails elsewhere).
+    /// A decode step's q|k|v in one dispatch per weight: the tiled GEMVs of `x` `[1, K]` (RMSNorm'ed first by
+    /// `norm`) with the q|k|v weights `ws` (one part each, in order: each weight with its bias `[rows]` and how many
+    /// of q, k and v it stacks, like [`super::rope_kv::QkvSource`]), whose epilogue is rope_kv's: q rotated and
+    /// returned `[1, n_heads * head_dim]`, k rotated and v written into `k_cache` / `v_cache` (`[n_kv, max_ctx,
+    /// head_dim]`, both f32 or both f16) at `vars.pos`. Interleaved RoPE pairs only, no q/k norms; the results equal
+    /// `matmul_q_fused` then `rope_kv` bit for bit where [`can_fuse`] says so (the plan fails elsewhere).
     pub fn matmul_q_qkv_rope(
         &mut self,
         x: TensorId,
-        w: &PackedWeight,
+        ws: &[(&PackedWeight, Option<TensorId>, usize)],
         norm: Option<(TensorId, f32)>,
         cfg: RopeConfig,
         (k_cache, v_cache): (TensorId, TensorId),
     ) -> Result<TensorId> {
         let cs = self.shape(k_cache).to_vec();
-        let bad = |why: String| Error::shape("matmul_q", format!("{} with a rope epilogue: {why}", w.name));
+        let name = ws.first().map_or("q|k|v", |w| w.0.name.as_str()).to_string();
+        let bad = |why: String| Error::shape("matmul_q", format!("{name} with a rope epilogue: {why}"));
         let Some(([n_kv, max_ctx, head_dim], kv_f16)) = self.kv_cache_pair(k_cache, v_cache) else {
             return Err(bad(format!("caches {cs:?}: {KV_CACHE_PAIR}")));
         };
         if !head_dim.is_multiple_of(4) {
             return Err(bad(format!("caches {cs:?}: head_dim is not a multiple of 4")));
         }
-        let q_rows = w.n.checked_sub(2 * n_kv * head_dim).filter(|&q| q > 0 && q.is_multiple_of(head_dim));
-        let Some(q_rows) = q_rows else {
-            return Err(bad(format!("{} rows are not (n_heads + 2 x {n_kv}) x {head_dim}", w.n)));
+        let rows: usize = ws.iter().map(|w| w.0.n).sum();
+        let q_rows = rows.checked_sub(2 * n_kv * head_dim).filter(|&q| q > 0 && q.is_multiple_of(head_dim));
+        let (Some(q_rows), 3) = (q_rows, ws.iter().map(|w| w.2).sum::<usize>()) else {
+            return Err(bad(format!("{rows} rows are not (n_heads + 2 x {n_kv}) x {head_dim} in q, k and v")));
         };
-        if cfg.style != RopeStyle::Interleaved || w.parts().len() != 1 {
-            return Err(bad("interleaved RoPE pairs and a weight in one part only".into()));
+        if cfg.style != RopeStyle::Interleaved || ws.iter().any(|w| w.0.parts().len() != 1) {
+            return Err(bad("interleaved RoPE pairs and weights in one part only".into()));
         }
         self.rope_config_check(&cfg, head_dim).map_err(|e| bad(format!("{cfg:?}: {e}")))?;
-        let rope = FusedRope {
-            dims: QkvDims {
-                n_tokens: TILED_GEMV_MAX_M,
-                n_heads: q_rows / head_dim,
-                n_kv,
-                head_dim,
-                max_ctx,
-            },
-            cfg,
-            kv_f16,
-        };
-        self.check_norm_prologue(w, norm)?;
-        let fused = Fused {
-            norm: norm.map(|n| n.1),
-            add: None,
-            rope: Some(rope),
-        };
-        let mut extra: Vec<TensorId> = norm.map(|n| n.0).into_iter().collect();
-        extra.extend([k_cache, v_cache]);
-        extra.extend(cfg.factors);
-        self.matmul_q_node(x, w, None, QPath::Gemv, QMath::Auto, None, fused, &extra)
+        let sizes = [q_rows, n_kv * head_dim, n_kv * head_dim];
+        let q_out = self.uninit("q_rope", &[TILED_GEMV_MAX_M, q_rows], DType::F32);
+        let (mut p, mut qkv0) = (0, 0);
+        for &(w, bias, count) in ws {
+            if w.n != sizes[p..p + count].iter().sum::<usize>() {
+                return Err(bad(format!("{}: {} rows for {count} of q, k and v", w.name, w.n)));
+            }
+            let rope = FusedRope {
+                dims: QkvDims {
+                    n_tokens: TILED_GEMV_MAX_M,
+                    n_heads: q_rows / head_dim,
+                    n_kv,
+                    head_dim,
+                    max_ctx,
+                },
+                cfg,
+                kv_f16,
+                qkv0,
+            };
+            self.check_norm_prologue(w, norm)?;
+            let fused = Fused {
+                norm: norm.map(|n| n.1),
+                add: None,
+                rope: Some(rope),
+            };
+            let mut extra: Vec<TensorId> = norm.map(|n| n.0).into_iter().collect();
+            extra.extend([k_cache, v_cache]);
+            extra.extend(cfg.factors);
+            extra.push(q_out);
+            self.matmul_q_node(x, w, bias, QPath::Gemv, QMath::Auto, None, fused, &extra)?;
+            (p, qkv0) = (p + count, qkv0 + w.n);
+        }
+        Ok(q_out)
     }
 
     /// The RMSNorm of a fused GEMV's prologue: a weight f32 `[K]` and a finite epsilon >= 0.
@@ -627,19 +647,37 @@ impl Graph {
         }
         inputs.extend(bias);
         inputs.extend_from_slice(extra);
+        if fused.rope.is_some() {
+            // The rope epilogue writes q into a given tensor (the last input), shared by the weights of a split q|k|v.
+            let q_out = *extra.last().expect("the rope epilogue's q");
+            self.add_effect(kernel, &inputs)?;
+            return Ok(q_out);
+        }
         let mut out = xs.clone();
         *out.last_mut().expect("x has a last dim") = cols;
         Ok(self.add_node(kernel, &inputs, &[("matmul_q", &out, DType::F32)])?[0])
     }
 }
 
-/// The rope epilogue's expected outputs from the q|k|v product `y` `[m, n]`: rope_kv's reference over the node
-/// tensors from the caches on (`io` from slot `at`: k_cache, v_cache, (factors), then q_out).
+/// The rope epilogue's expected outputs from the product `y` `[m, rows]` of a weight holding rows `r.qkv0 ..` of
+/// q|k|v: rope_kv's reference over the node tensors from the caches on (`io` from slot `at`: k_cache, v_cache,
+/// (factors), q_out), what the weight does not hold left as it was.
 fn rope_reference(r: &FusedRope, y: &[f32], io: &[HostIo], pos: u32, at: usize) -> Result<Vec<Expected>> {
     let d = r.dims;
     let (qn, kn) = (d.n_heads * d.head_dim, d.n_kv * d.head_dim);
+    let width = y.len() / d.n_tokens.max(1);
+    let holds = |from: usize, len: usize| r.qkv0 <= from && from + len <= r.qkv0 + width;
+    // Each row of q|k|v, zeros where the weight has no rows.
+    let full: Vec<f32> = y
+        .chunks_exact(width.max(1))
+        .flat_map(|row| {
+            let mut f = vec![0.0; qn + 2 * kn];
+            f[r.qkv0..r.qkv0 + width].copy_from_slice(row);
+            f
+        })
+        .collect();
     let cols = |from: usize, width: usize| -> Vec<f32> {
-        y.chunks_exact(qn + 2 * kn).flat_map(|row| row[from..from + width].to_vec()).collect()
+        full.chunks_exact(qn + 2 * kn).flat_map(|row| row[from..from + width].to_vec()).collect()
     };
     let (q, k, v) = (cols(0, qn), cols(qn, kn), cols(qn + kn, kn));
     let factors = match r.cfg.factors {
@@ -653,16 +691,23 @@ fn rope_reference(r: &FusedRope, y: &[f32], io: &[HostIo], pos: u32, at: usize) 
         qk_norm: None,
         factors: factors.as_deref(),
     };
-    let (mut kc, mut vc) = (io[0].f32()?, io[1].f32()?);
-    let q_out = super::rope_kv::reference(d, &r.cfg, &host, pos, &mut kc, &mut vc);
+    let (k0, v0) = (io[0].f32()?, io[1].f32()?);
+    let (mut kc, mut vc) = (k0.clone(), v0.clone());
+    let mut q_out = super::rope_kv::reference(d, &r.cfg, &host, pos, &mut kc, &mut vc);
     if r.kv_f16 {
         (kc, vc) = (super::kv_write::round_f16(&kc), super::kv_write::round_f16(&vc));
     }
-    Ok(vec![
-        Expected::at(at, kc),
-        Expected::at(at + 1, vc),
-        Expected::at(at + r.inputs(), q_out),
-    ])
+    let q_at = at + r.inputs();
+    if !holds(0, qn) {
+        q_out = io[q_at - at].f32()?;
+    }
+    if !holds(qn, kn) {
+        kc = k0;
+    }
+    if !holds(qn + kn, kn) {
+        vc = v0;
+    }
+    Ok(vec![Expected::at(at, kc), Expected::at(at + 1, vc), Expected::at(q_at, q_out)])
 }
 
 /// The `[n, k]` weights packed words hold, from host copies of the buffers (quants, scales, and mins where the
@@ -747,7 +792,7 @@ pub fn variants() -> Vec<ShaderKey> {
                     };
                     v.push(fused_flags(key.clone(), add, y_at));
                 }
-                if glu.is_none() && !bias {
+                if glu.is_none() {
                     // The rope epilogue, with and without the norm: f32 and f16 caches, with and without factors.
                     for (kv_f16, factors) in [(false, false), (true, false), (false, true), (true, true)] {
                         let rope = FusedRope {
@@ -763,6 +808,7 @@ pub fn variants() -> Vec<ShaderKey> {
                                 ..RopeConfig::new(RopeStyle::Interleaved, 1e4, 4)
                             },
                             kv_f16,
+                            qkv0: 0,
                         };
                         for norm in [None, Some(1e-6)] {
                             let f = Fused {

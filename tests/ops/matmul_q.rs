@@ -763,7 +763,8 @@ fn fused_check(gpu: &Gpu, ty: GgmlType, (m, k, n): (usize, usize, usize), glu: O
 /// The q|k|v GEMV with rope_kv as its epilogue (`matmul_q_qkv_rope`) equals `matmul_q_fused` then `rope_kv` bit for
 /// bit: q and both whole caches (random before the write, so a stray or missing write shows), at SmolLM2's heads (9
 /// q, 3 kv, head_dim 64), over f32 and f16 caches, frequency divisors, a partial rotation, the first position and
-/// the cache's last; and a position past the cache writes nothing.
+/// the cache's last; and a position past the cache writes nothing. Then q|k|v split over two or three weights (as
+/// Q4_K_M files store v, or k and v, in another format: Q8_0 here), with biases.
 fn rope_epilogue_cases(v: &mut Vec<Case>) {
     use GgmlType::*;
     let grid = [(false, false, 64, 0u32), (true, false, 64, 77), (false, true, 32, 130), (true, true, 64, 255), (false, false, 64, 256)];
@@ -775,18 +776,45 @@ fn rope_epilogue_cases(v: &mut Vec<Case>) {
                 ty.name()
             );
             v.push(Case::new("matmul_q", name, move |gpu| {
-                rope_check(gpu, ty, (kv_f16, factors, norm), rot_dim, pos)
+                rope_check(gpu, ty, (kv_f16, factors, norm), rot_dim, pos, (&[3], false))
+            }));
+        }
+    }
+    let splits: [(&[usize], bool, bool, u32); 4] =
+        [(&[2, 1], true, true, 77), (&[1, 2], true, false, 0), (&[1, 1, 1], false, true, 255), (&[3], true, false, 130)];
+    for ty in [Q4_1, Q4_K] {
+        for (split, bias, kv_f16, pos) in splits {
+            let name = format!("qkv_rope_split{split:?}_bias{bias}_equals_rope_kv_{}_f16{kv_f16}_pos{pos}", ty.name());
+            v.push(Case::new("matmul_q", name, move |gpu| {
+                rope_check(gpu, ty, (kv_f16, false, true), 64, pos, (split, bias))
             }));
         }
     }
 }
 
-fn rope_check(gpu: &Gpu, ty: GgmlType, (kv_f16, factors, norm): (bool, bool, bool), rot_dim: usize, pos: u32) -> shaderlm::Result<Check> {
+fn rope_check(
+    gpu: &Gpu,
+    ty: GgmlType,
+    (kv_f16, factors, norm): (bool, bool, bool),
+    rot_dim: usize,
+    pos: u32,
+    (split, bias): (&[usize], bool),
+) -> shaderlm::Result<Check> {
     let (n_heads, n_kv, hd, max_ctx) = (9, 3, 64, 256);
     let k = if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) { 768 } else { 576 };
-    let n = (n_heads + 2 * n_kv) * hd;
-    let w = PackedWeight::upload_with(gpu, "w", ty, Layout::Tiled, n, k, &random_blocks(ty, n, k, 41))?;
-    if !matmul_q::can_fuse(&gpu.caps, &w, 1) {
+    let sizes = [n_heads * hd, n_kv * hd, n_kv * hd];
+    // One weight (and bias) per group of projections; groups after the first in Q8_0.
+    let mut ws = Vec::new();
+    let mut p = 0;
+    for (i, &count) in split.iter().enumerate() {
+        let n: usize = sizes[p..p + count].iter().sum();
+        let t = if i == 0 { ty } else { GgmlType::Q8_0 };
+        let w = PackedWeight::upload_with(gpu, "w", t, Layout::Tiled, n, k, &random_blocks(t, n, k, 41 + i as u64))?;
+        let b = GpuTensor::upload_f32(gpu, "bias", &[n], &Rng::new(45 + i as u64).vec(n, 1.0))?;
+        ws.push((w, b, count));
+        p += count;
+    }
+    if !matmul_q::can_fuse(&gpu.caps, &ws[0].0, 1) {
         return Err(shaderlm::Error::Invalid("this adapter has no fused GEMV (needs a CPU adapter with subgroups)".into()));
     }
     let weight = GpuTensor::upload_f32(gpu, "norm", &[k], &Rng::new(42).vec(k, 2.0))?;
@@ -808,14 +836,20 @@ fn rope_check(gpu: &Gpu, ty: GgmlType, (kv_f16, factors, norm): (bool, bool, boo
         let mut cfg = RopeConfig::new(RopeStyle::Interleaved, 10000.0, rot_dim);
         cfg.freq_scale = 0.5;
         cfg.factors = factors.then(|| g.external(&divisors));
+        let groups: Vec<_> = ws.iter().map(|(w, b, count)| (w, bias.then(|| g.external(b)), *count)).collect();
         let q = if fused {
-            g.matmul_q_qkv_rope(tx, &w, tn, cfg, (tk, tv))?
+            let groups: Vec<_> = groups.iter().map(|&(w, b, count)| (w, b, count)).collect();
+            g.matmul_q_qkv_rope(tx, &groups, tn, cfg, (tk, tv))?
         } else {
-            let y = match tn {
-                Some(tn) => g.matmul_q_fused(tx, &w, None, None, Some(tn), None)?,
-                None => g.matmul_q(tx, &w, None)?,
-            };
-            let q = g.rope_kv(QkvSource::stacked(y), None, cfg, tk, tv)?;
+            let mut src = Vec::new();
+            for &(w, b, count) in &groups {
+                let y = match tn {
+                    Some(tn) => g.matmul_q_fused(tx, w, b, None, Some(tn), None)?,
+                    None => g.matmul_q(tx, w, b)?,
+                };
+                src.push((y, count));
+            }
+            let q = g.rope_kv(QkvSource(src), None, cfg, tk, tv)?;
             g.reshape(q, &[1, n_heads * hd])?
         };
         g.output(q);
