@@ -171,24 +171,30 @@ pub fn benches() -> Vec<Bench> {
             }
         }
     }
-    // The fused decode step's gate|up (tiled GEMV, GLU epilogue) with the FFN norm in its prologue, against the same
-    // GEMV alone and after its own rms_norm dispatch: what the prologue costs at SmolLM2's shape (Q4_1) and at
-    // Qwen2.5-Coder-1.5B's (Q4_K, hidden 1536, FFN 8960).
-    for (model, ty, h, f) in [("smollm2-135m", GgmlType::Q4_1, 576, 1536), ("qwen2.5-1.5b", GgmlType::Q4_K, 1536, 8960)] {
+    // The fused decode step's q|k|v and gate|up (tiled GEMVs, the GLU epilogue on gate|up) with the layer's norm in
+    // their prologue, against the same GEMV alone and after its own rms_norm dispatch: what the prologue costs at
+    // SmolLM2's shapes (Q4_1) and at Qwen2.5-Coder-1.5B's (Q4_K, hidden 1536, FFN 8960, q|k|v 2048 rows).
+    let normed = [
+        ("smollm2-135m q|k|v", GgmlType::Q4_1, 960, 576, None),
+        ("smollm2-135m gate|up", GgmlType::Q4_1, 2 * 1536, 576, Some(Glu::Silu)),
+        ("qwen2.5-1.5b q|k|v", GgmlType::Q4_K, 2048, 1536, None),
+        ("qwen2.5-1.5b gate|up", GgmlType::Q4_K, 2 * 8960, 1536, Some(Glu::Silu)),
+    ];
+    for (what, ty, n, h, glu) in normed {
         for how in ["alone", "after rms_norm", "norm prologue"] {
-            let name = format!("matmul_q gate|up {ty} tiled {model} 1x(2x{f})x{h} {how}");
+            let name = format!("matmul_q {what} {ty} tiled 1x{n}x{h} {how}");
             v.push(Bench::new(name, move |gpu| {
-                let w = PackedWeight::upload_with(gpu, "w", ty, Layout::Tiled, 2 * f, h, &super_blocks(ty, 2 * f, h))?;
+                let w = PackedWeight::upload_with(gpu, "w", ty, Layout::Tiled, n, h, &super_blocks(ty, n, h))?;
                 plan_of(gpu, |g| {
                     let x = g.input("x", &[1, h], DType::F32);
                     let nw = g.input("norm", &[h], DType::F32);
                     match how {
-                        "alone" => g.matmul_q_fused(x, &w, None, Some(Glu::Silu), None, None)?,
+                        "alone" => g.matmul_q_fused(x, &w, None, glu, None, None)?,
                         "after rms_norm" => {
                             let xn = g.rms_norm(x, nw, 1e-6)?;
-                            g.matmul_q_fused(xn, &w, None, Some(Glu::Silu), None, None)?
+                            g.matmul_q_fused(xn, &w, None, glu, None, None)?
                         }
-                        _ => g.matmul_q_fused(x, &w, None, Some(Glu::Silu), Some((nw, 1e-6)), None)?,
+                        _ => g.matmul_q_fused(x, &w, None, glu, Some((nw, 1e-6)), None)?,
                     };
                     Ok(vec![(x, h, DType::F32), (nw, h, DType::F32)])
                 })

@@ -56,16 +56,21 @@ pub fn f16_default(caps: &Caps) -> bool {
 /// Invocations per workgroup of the tiled kernels: one tile of 32 rows (8 lanes), so that even a 192-row matrix
 /// spreads over several workgroups (llvmpipe threads); the per-workgroup cost is small on lavapipe.
 const WG_TILED: usize = 8;
-/// Invocations per workgroup (8 tiles) of a tiled GEMV with the norm prologue over at least [`NORM_SHARED_TILES`]
-/// tiles: the prologue runs once per workgroup. Measured on lavapipe (`LP_NUM_THREADS=0 cargo bench --bench ops --
-/// gate|up`, least of 10 runs), Qwen2.5-Coder-1.5B's gate|up (560 tiles): the prologue cost 0.8 ms over the GEMV
-/// alone (5.9 ms) when each tile ran it, 0.17 ms (over 6.16) shared by 8 tiles.
-const WG_NORM_SHARED: usize = 64;
+/// Most tiles per workgroup of a tiled GEMV with the norm prologue, which runs once per workgroup: as many tiles as
+/// keep at least [`NORM_MIN_GROUPS`] workgroups, a power of two up to this. Measured on lavapipe with one thread
+/// (`LP_NUM_THREADS=0 cargo bench --bench ops -- q|k|v gate|up`, least of 6 to 10 runs), the prologue's cost over
+/// the GEMV alone: Qwen2.5-Coder-1.5B's gate|up (Q4_K, 560 tiles, 5.5 to 5.9 ms alone) 0.8 ms when each tile ran
+/// it, 0.4 to 0.5 ms shared by 8 tiles and 0.4 by 32 (so most of it is the barriers' cost per SIMD chunk, which
+/// sharing does not remove); its q|k|v (64 tiles, 0.68 ms) 0.12 ms per tile, 0.05 shared; SmolLM2's gate|up (96
+/// tiles, 0.39 ms) 0.06 vs 0.03-0.05. A separate rms_norm costs one dispatch and 0 to 0.1 ms there.
+const NORM_MAX_TILES: usize = 8;
+/// Every count of tiles per workgroup [`MatmulQ::wg`] picks for the norm prologue.
+const NORM_TILE_COUNTS: [usize; 4] = [1, 2, 4, NORM_MAX_TILES];
+/// Fewest workgroups of a GEMV whose tiles share the norm prologue: enough to spread over a CPU adapter's threads.
+const NORM_MIN_GROUPS: usize = 8;
 /// Largest K of a GEMV with the norm prologue: its normalized x fills a 16 KiB workgroup array (WebGPU's default
 /// `max_compute_workgroup_storage_size`).
 pub const NORM_PROLOGUE_K: usize = 4096;
-/// Fewest tiles for [`WG_NORM_SHARED`]: 32 workgroups or more, enough to spread over a CPU adapter's threads.
-const NORM_SHARED_TILES: usize = 256;
 /// Rows of x the tiled layout runs as a GEMV; more take the GEMM with 2, 4 or 8 rows per invocation. Measured on
 /// lavapipe (batched decode of 2 and 3 sessions): Qwen2.5-Coder-0.5B Q4_K_M steps of 2 rows 13.6 -> 21.2 tokens/s
 /// and of 3 rows 12.9 -> 21.0 against the GEMV of 2 and 3 rows; SmolLM2 Q4_1 39 -> 53 and 42 -> 54.
@@ -267,14 +272,16 @@ impl MatmulQ {
         fused_flags(epilogue_flags(key, self.glu), self.fused, self.y_binding())
     }
 
-    /// Invocations per workgroup of the tiled kernels: [`WG_TILED`], or [`WG_NORM_SHARED`] for a GEMV that norms x
-    /// in its prologue over at least [`NORM_SHARED_TILES`] tiles (the tiles of a workgroup share the prologue).
+    /// Invocations per workgroup of the tiled kernels: [`WG_TILED`] (one tile), or for a GEMV that norms x in its
+    /// prologue, up to [`NORM_MAX_TILES`] tiles that share it ([`NORM_MIN_GROUPS`]).
     fn wg(&self) -> usize {
         let tiles = self.parts.iter().map(|p| p.1.div_ceil(TILE)).max().unwrap_or(0);
-        if self.fused.norm.is_some() && tiles >= NORM_SHARED_TILES {
-            WG_NORM_SHARED
-        } else {
-            WG_TILED
+        match self.fused.norm {
+            Some(_) => {
+                let per = (tiles / NORM_MIN_GROUPS).clamp(1, NORM_MAX_TILES);
+                WG_TILED << per.ilog2()
+            }
+            None => WG_TILED,
         }
     }
 
@@ -783,8 +790,10 @@ pub fn variants() -> Vec<ShaderKey> {
                     ..Default::default()
                 };
                 v.push(fused_flags(key.clone(), norm, y_at));
-                let shared = epilogue_flags(tiled_key_wg(format, bias, xu, true, None, WG_NORM_SHARED), glu);
-                v.push(fused_flags(shared, norm, y_at));
+                for per in NORM_TILE_COUNTS.into_iter().skip(1) {
+                    let shared = epilogue_flags(tiled_key_wg(format, bias, xu, true, None, WG_TILED * per), glu);
+                    v.push(fused_flags(shared, norm, y_at));
+                }
                 if glu.is_none() {
                     let add = Fused {
                         add: Some(1.0),
@@ -810,13 +819,15 @@ pub fn variants() -> Vec<ShaderKey> {
                             kv_f16,
                             qkv0: 0,
                         };
-                        for norm in [None, Some(1e-6)] {
+                        v.push(fused_flags(key.clone(), Fused { rope: Some(rope), ..Default::default() }, y_at));
+                        for per in NORM_TILE_COUNTS {
+                            let key = epilogue_flags(tiled_key_wg(format, bias, xu, true, None, WG_TILED * per), glu);
                             let f = Fused {
-                                norm,
+                                norm: Some(1e-6),
                                 add: None,
                                 rope: Some(rope),
                             };
-                            v.push(fused_flags(key.clone(), f, y_at));
+                            v.push(fused_flags(key, f, y_at));
                         }
                     }
                 }
