@@ -105,12 +105,14 @@ fn verify_rows_equal_decode_steps_llama_gguf_formats() {
         verify_rows_equal_decode_steps(&format!("llama {ty}"), &model, &tokens(9, 101, 3), &tokens(30, 101, 4));
     }
     // Qwen2 as its GGUFs are: rotate-half pairs (loaded in interleaved order), q/k/v biases, and v in another type
-    // than q and k (Q4_K_M's mix), so the fused decode step's q|k|v is two GEMVs with the rope epilogue.
+    // than q and k (Q4_K_M's mix), so the fused decode step's q|k|v is two GEMVs with the rope epilogue; and a
+    // gate|up of more tiles than take the norm in their prologue (matmul_q::NORM_PROLOGUE_TILES), normed apart.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.gguf");
     let mut t = Tiny::llama();
     t.arch = "qwen2";
     t.kv_heads = 1;
+    t.ffn = 16 * (shaderlm::ops::matmul_q::NORM_PROLOGUE_TILES + 4);
     let ty_of = |name: &str| {
         if name.contains("attn_v") {
             GgmlType::Q8_0

@@ -905,13 +905,15 @@ impl Llama {
                 l.post_norms.is_none()
                     && l.qkv.groups.iter().all(|(w, _, _)| normed(w))
                     && quant(&l.o)
-                    && matches!(&l.ffn, Ffn::SwiGlu { input: FfnIn::Paired(w), down } if normed(w) && quant(down))
+                    && matches!(&l.ffn, Ffn::SwiGlu { input: FfnIn::Paired(w), down } if normed(w) && quant(w) && quant(down))
             })
     }
 
-    /// Layer `i` on the residual stream `h` `[n, hidden]` in 5 dispatches and the attention's: q|k|v with the
-    /// attention norm in its prologue, rope_kv, attention, o writing `h + alpha * o`, gate|up with the FFN norm in
-    /// its prologue and the GLU epilogue, down writing `h + alpha * down`. Returns the new `h`.
+    /// Layer `i` on the residual stream `h` `[n, hidden]` in 4 dispatches and the attention's: q|k|v with the
+    /// attention norm in its prologue and rope_kv's work in its epilogue (or rope_kv after it), attention, o writing
+    /// `h + alpha * o`, gate|up with the FFN norm in its prologue (or after `rms_norm` where that pays,
+    /// [`crate::ops::matmul_q::norm_prologue_pays`]) and the GLU epilogue, down writing `h + alpha * down`. Returns
+    /// the new `h`.
     fn fused_layer(&self, g: &mut Graph, s: &StepContext<'_>, i: usize, l: &Layer, h: TensorId) -> Result<TensorId> {
         let c = &self.cfg;
         let h = self.attention_block(g, s, i, l, AttnIn::Residual(h), None)?;
@@ -924,7 +926,13 @@ impl Llama {
             return Err(Error::Graph("a fused step with an FFN it cannot fuse".into()));
         };
         let norm = g.external(&l.ffn_norm);
-        let m = g.matmul_q_fused(h, gu, None, Some(c.ffn_act), Some((norm, c.rms_eps)), None)?; // [n, ffn]
+        let m = if crate::ops::matmul_q::norm_prologue_pays(gu) {
+            g.matmul_q_fused(h, gu, None, Some(c.ffn_act), Some((norm, c.rms_eps)), None)?
+        // [n, ffn]
+        } else {
+            let x = g.rms_norm(h, norm, c.rms_eps)?;
+            g.matmul_q_fused(x, gu, None, Some(c.ffn_act), None, None)?
+        };
         g.tap(m, Tap::FfnAct(i));
         let h = g.matmul_q_fused(m, dw, None, None, None, Some((h, c.mup.residual)))?;
         g.tap(h, Tap::FfnOut(i));

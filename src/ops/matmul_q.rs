@@ -153,6 +153,18 @@ impl FusedRope {
     }
 }
 
+/// Most tiles of a GEMV whose norm prologue costs less than a separate `rms_norm` dispatch on a CPU adapter (the
+/// prologue's barriers cost per SIMD chunk, [`NORM_MAX_TILES`]): measured on lavapipe, SmolLM2's gate|up (96 tiles)
+/// takes it for 0.03 to 0.05 ms; Qwen2.5-Coder's (304 and 560 tiles) decoded 5 and 10% slower with it than with
+/// `rms_norm` before the GEMV (0.5B 9.6 vs 10.2, 1.5B 3.6 vs 4.0 tokens/s, three alternating runs each).
+pub const NORM_PROLOGUE_TILES: usize = 128;
+
+/// Whether `w`'s GEMV takes its input's RMSNorm in its prologue rather than after a separate `rms_norm`
+/// ([`NORM_PROLOGUE_TILES`], [`NORM_PROLOGUE_K`]).
+pub fn norm_prologue_pays(w: &PackedWeight) -> bool {
+    w.n.div_ceil(TILE) <= NORM_PROLOGUE_TILES && w.k <= NORM_PROLOGUE_K
+}
+
 /// Whether [`Graph::matmul_q_fused`] can run `w` for `m` rows of x on this adapter: the tiled layout's GEMV (one
 /// row) with 8-lane subgroups (the norm prologue mirrors `rms_norm`'s CPU-adapter reduction exactly).
 pub fn can_fuse(caps: &Caps, w: &PackedWeight, m: usize) -> bool {
