@@ -155,8 +155,9 @@ impl FusedRope {
 
 /// Most tiles of a GEMV whose norm prologue costs less than a separate `rms_norm` dispatch on a CPU adapter (the
 /// prologue's barriers cost per SIMD chunk, [`NORM_MAX_TILES`]): measured on lavapipe, SmolLM2's gate|up (96 tiles)
-/// takes it for 0.03 to 0.05 ms; Qwen2.5-Coder's (304 and 560 tiles) decoded 5 and 10% slower with it than with
-/// `rms_norm` before the GEMV (0.5B 9.6 vs 10.2, 1.5B 3.6 vs 4.0 tokens/s, three alternating runs each).
+/// takes it for 0.03 to 0.05 ms; with it in Qwen2.5-Coder's (304 and 560 tiles) the fused step decoded 5 and 10%
+/// slower than the unfused one (0.5B 9.6 vs 10.2, 1.5B 3.6 vs 4.0 tokens/s, three alternating runs each), with
+/// `rms_norm` before the GEMV 7 and 6% faster (10.6 vs 9.9, 4.5 vs 4.3).
 pub const NORM_PROLOGUE_TILES: usize = 128;
 
 /// Whether `w`'s GEMV takes its input's RMSNorm in its prologue rather than after a separate `rms_norm`
