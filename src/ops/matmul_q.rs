@@ -60,7 +60,7 @@ const WG_TILED: usize = 8;
 /// keep at least [`NORM_MIN_GROUPS`] workgroups, a power of two up to this. Measured on lavapipe with one thread
 /// (`LP_NUM_THREADS=0 cargo bench --bench ops -- q|k|v gate|up`, least of 6 to 10 runs), the prologue's cost over
 /// the GEMV alone: Qwen2.5-Coder-1.5B's gate|up (Q4_K, 560 tiles, 5.5 to 5.9 ms alone) 0.8 ms when each tile ran
-/// it, 0.4 to 0.5 ms shared by 8 tiles and 0.4 by 32 (so most of it is the barriers' cost per SIMD chunk, which
+/// it, 0.5 to 0.7 ms shared by 8 tiles and 0.4 by 32 (so most of it is the barriers' cost per SIMD chunk, which
 /// sharing does not remove); its q|k|v (64 tiles, 0.68 ms) 0.12 ms per tile, 0.05 shared; SmolLM2's gate|up (96
 /// tiles, 0.39 ms) 0.06 vs 0.03-0.05. A separate rms_norm costs one dispatch and 0 to 0.1 ms there.
 const NORM_MAX_TILES: usize = 8;
