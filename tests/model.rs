@@ -117,6 +117,30 @@ fn tiny_llama_gguf_with_q_k_v_stored_in_two_groups() {
 }
 
 #[test]
+fn tiny_qwen2_gguf_quantized_rotate_half_pairs() {
+    // Qwen2 GGUFs pair dims j and j + head_dim / 2 (rotate-half); with block-quantized q/k the engine loads their rows
+    // (and biases) in interleaved order and rotates interleaved pairs, its decode steps in the fused q|k|v GEMVs'
+    // epilogue (q|k and v apart, as v is stored in another type). The reference keeps the file's order and pairing.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    let mut t = Tiny::llama();
+    t.arch = "qwen2";
+    t.kv_heads = 1;
+    let ty_of = |name: &str| {
+        if name.contains("attn_v") {
+            GgmlType::Q4_1
+        } else {
+            GgmlType::Q8_0
+        }
+    };
+    write_gguf_typed(&path, &t, 11, &ty_of);
+    let f = GgufFile::open(&path).unwrap();
+    let cfg = LlamaConfig::from_gguf(&f).unwrap();
+    assert_eq!(cfg.rope_style, shaderlm::ops::rope::RopeStyle::RotateHalf);
+    check(&f, cfg, Names::Gguf, &tokens(12, 101), 8);
+}
+
+#[test]
 fn tiny_gemma3_safetensors_and_gguf_are_one_model() {
     // 17 tokens, prompt 13: sliding windows of 5 keys on layers 0..5 cut into every prompt row past the 5th and
     // every decode step; layer 5 is global. The HF directory (norms stored as w, x * (1 + w)) and the GGUF (1 + w)

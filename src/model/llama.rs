@@ -905,7 +905,7 @@ impl Llama {
                 l.post_norms.is_none()
                     && l.qkv.groups.iter().all(|(w, _, _)| normed(w))
                     && quant(&l.o)
-                    && matches!(&l.ffn, Ffn::SwiGlu { input: FfnIn::Paired(w), down } if normed(w) && quant(w) && quant(down))
+                    && matches!(&l.ffn, Ffn::SwiGlu { input: FfnIn::Paired(w), down } if normed(w) && quant(down))
             })
     }
 
