@@ -22,23 +22,21 @@ pub struct Interleaved<'s> {
 
 impl<'s> Interleaved<'s> {
     /// `src` (as `cfg` with `names` reads it) served in interleaved order, where that applies: rotate-half pairs
-    /// and every layer's q and k block-quantized (the weights the fused step's rope epilogue runs; others keep
-    /// their order). None otherwise.
+    /// and block-quantized q and k in layer 0 (the weights the fused step's rope epilogue runs; float checkpoints
+    /// keep their order and their f16). None otherwise. (A later layer's float q or k is served permuted, as f32.)
     pub fn of(src: &'s dyn WeightSource, cfg: &LlamaConfig, names: Names) -> Result<Option<Interleaved<'s>>> {
         let rot = cfg.rope_dim;
         if cfg.rope_style != RopeStyle::RotateHalf || rot < 2 || !rot.is_multiple_of(2) || rot > cfg.head_dim {
             return Ok(None);
         }
         let n = |i, role| names.layer(cfg.arch, i, role);
-        for i in 0..cfg.n_layers {
-            for role in [Role::Q, Role::K] {
-                let quantized = match src.tensor(&n(i, role))? {
-                    Some(t) => matches!(t.data, HostData::Quant(..) | HostData::Repacked { .. }),
-                    None => false,
-                };
-                if !quantized {
-                    return Ok(None);
-                }
+        for role in [Role::Q, Role::K] {
+            let quantized = match src.tensor(&n(0, role))? {
+                Some(t) => matches!(t.data, HostData::Quant(..) | HostData::Repacked { .. }),
+                None => false,
+            };
+            if !quantized {
+                return Ok(None);
             }
         }
         let mut moved = HashMap::new();
