@@ -1,7 +1,8 @@
 //! matmul_q throughput: the GEMV (decode) at the projection shapes of the three models (N x K: SmolLM2 FFN down and
 //! up, its 49152 x 576 LM head, Qwen2.5-0.5B FFN down, a 2048 x 8192, a 4096 x 4096 and Llama3-8B's FFN down), for
 //! each 32-weight format and both layouts; the GEMM for a 128-token chunk; f32 vs f16 arithmetic in the rows layout; and the f16 `matmul`
-//! GEMV at the same shapes as a baseline.
+//! GEMV at the same shapes as a baseline; the fused decode step's q|k|v and gate|up GEMVs with the norm in their
+//! prologue against the GEMV alone and after `rms_norm`.
 //! GB/s counts the packed weight bytes (quants, scales, mins) plus x and y. The super-block types (Q4_K, Q5_K, Q6_K,
 //! IQ4_XS), at the shapes whose K is whole 256-weight super-blocks: their packed bytes are the repacked 32-weight
 //! blocks (Q5_K 24 bytes per 32 weights, Q6_K 28, IQ4_XS 18), not the file's (22, 26.25, 17); Q2_K, Q3_K and Q4_K
