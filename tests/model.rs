@@ -7,7 +7,8 @@ use common::gpu::{gpu, nmse};
 use common::steps::{prefill_then_decode, run_steps, LOGITS_AND_ARGMAX};
 
 use common::tiny::{
-    phi3, write_gguf, write_gguf_typed, write_gguf_types, write_hf, Tiny, GEMMA_WINDOW, PHI3_ROPE_DIM, PHI3_WINDOW,
+    phi3, write_gguf, write_gguf_typed, write_gguf_types, write_gguf_v_apart, write_hf, Tiny, GEMMA_WINDOW,
+    PHI3_ROPE_DIM, PHI3_WINDOW,
 };
 use shaderlm::loader::gguf::GgufFile;
 use shaderlm::loader::safetensors::SafetensorsModel;
@@ -123,17 +124,7 @@ fn tiny_qwen2_gguf_quantized_rotate_half_pairs() {
     // epilogue (q|k and v apart, as v is stored in another type). The reference keeps the file's order and pairing.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.gguf");
-    let mut t = Tiny::llama();
-    t.arch = "qwen2";
-    t.kv_heads = 1;
-    let ty_of = |name: &str| {
-        if name.contains("attn_v") {
-            GgmlType::Q4_1
-        } else {
-            GgmlType::Q8_0
-        }
-    };
-    write_gguf_typed(&path, &t, 11, &ty_of);
+    write_gguf_v_apart(&path, &Tiny::qwen2(), 11, GgmlType::Q8_0, GgmlType::Q4_1);
     let f = GgufFile::open(&path).unwrap();
     let cfg = LlamaConfig::from_gguf(&f).unwrap();
     assert_eq!(cfg.rope_style, shaderlm::ops::rope::RopeStyle::RotateHalf);

@@ -12,7 +12,7 @@ use common::minicpm::write_minicpm;
 use common::spec_runs::{run, Smol};
 use common::steps::{bits, tokens, weights, LOGITS_AND_ARGMAX};
 use common::tiny::{
-    phi3, random, stored, weights as tiny_weights, write_gguf, write_gguf_chat, write_gguf_chat_as, write_gguf_typed,
+    phi3, random, stored, weights as tiny_weights, write_gguf, write_gguf_chat, write_gguf_chat_as, write_gguf_v_apart,
     write_hf, write_safetensors, Tiny,
 };
 use shaderlm::generate::draft::{check_same_vocab, DraftModel, Drafter, Lookup};
@@ -109,18 +109,11 @@ fn verify_rows_equal_decode_steps_llama_gguf_formats() {
     // gate|up of more tiles than take the norm in their prologue (matmul_q::NORM_PROLOGUE_TILES), normed apart.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.gguf");
-    let mut t = Tiny::llama();
-    t.arch = "qwen2";
-    t.kv_heads = 1;
-    t.ffn = 16 * (shaderlm::ops::matmul_q::NORM_PROLOGUE_TILES + 4);
-    let ty_of = |name: &str| {
-        if name.contains("attn_v") {
-            GgmlType::Q8_0
-        } else {
-            GgmlType::Q4_1
-        }
+    let t = Tiny {
+        ffn: 16 * (shaderlm::ops::matmul_q::NORM_PROLOGUE_TILES + 4),
+        ..Tiny::qwen2()
     };
-    write_gguf_typed(&path, &t, 36, &ty_of);
+    write_gguf_v_apart(&path, &t, 36, GgmlType::Q4_1, GgmlType::Q8_0);
     let model = weights(&path);
     verify_rows_equal_decode_steps("qwen2 Q4_1 + Q8_0 v", &model, &tokens(9, 101, 9), &tokens(30, 101, 10));
 }

@@ -48,6 +48,29 @@ impl Tiny {
     }
 }
 
+impl Tiny {
+    /// Qwen2 in small: rotate-half RoPE pairs, q/k/v biases, one KV head.
+    pub fn qwen2() -> Tiny {
+        Tiny {
+            arch: "qwen2",
+            kv_heads: 1,
+            ..Tiny::llama()
+        }
+    }
+}
+
+/// As [`write_gguf`] in type `ty`, but v in `v_ty` (Q4_K_M mixes store v apart from q and k): q|k and v load as
+/// two matmuls.
+pub fn write_gguf_v_apart(path: &Path, t: &Tiny, seed: u64, ty: GgmlType, v_ty: GgmlType) {
+    write_gguf_typed(path, t, seed, &|name: &str| {
+        if name.contains("attn_v") {
+            v_ty
+        } else {
+            ty
+        }
+    });
+}
+
 /// The sliding window of [`Tiny::gemma3`]: short, so that prompts of a dozen tokens cross it.
 pub const GEMMA_WINDOW: usize = 5;
 
