@@ -16,8 +16,9 @@
 //   Q3K) (1..3: lib/quant_tiled_w.wgsl) | then bias [N] f32 (BIAS only) | then y [M, N] f32 (written: columns
 //   row0..row0+rows).
 // NORM (with SUBGROUPS): x is RMSNorm'ed in the prologue into workgroup memory (weight nw [K/4] at binding NORM_AT,
-//   eps in the params, K at most 4096); ADD: y = res + alpha * sums (lib/store_rows.wgsl; res at binding RES_AT); ROPE: W is a stacked q|k|v
-//   and the epilogue is rope_kv's (lib/rope_store.wgsl: y is q_out, k and v go to the caches).
+//   eps in the params, K at most 4096); ADD: y = res + alpha * sums (lib/store_rows.wgsl; res at binding RES_AT);
+//   ROPE: W is q|k|v or some of its projections and the epilogue is rope_kv's (lib/rope_store.wgsl: y is q_out, k
+//   and v go to the caches).
 // Defs: Q8 (8-bit quants, else 4-bit nibbles), HB1 / HB2 (one / two high-bit words per block: 5- / 6-bit quants),
 //   NL (codebook nibbles), MIN (a min per block), S16 (a second scale for weights 16..32), PAIR (MIN or S16: two
 //   constants per block), XSUM (block sums of x: an offset or a min; XSUM2 each half's), SUPER with Q2K or Q3K
@@ -86,7 +87,7 @@ fn main(
     // with the lanes, order and arithmetic of rms_norm on CPU adapters (WG 8, VEC4, one subgroup: lane l sums units
     // l, l + 16, ... and l + 8, l + 24, ...), the others add nothing; then every invocation normalizes a share of x
     // into workgroup memory as rms_norm does, so the normalized x equals rms_norm's output bit for bit and fused and
-    // unfused steps agree exactly. Several tiles per workgroup (WG 64) share the prologue.
+    // unfused steps agree exactly. The tiles of a workgroup (WG 8 to 64) share the prologue.
     var a0 = vec4<f32>(0.0);
     var a1 = vec4<f32>(0.0);
     let xv = select(0u, p.xv, li < 8u);

@@ -876,13 +876,14 @@ impl Llama {
             return None;
         };
         let plain = extra.is_none() && l.qk_norm.is_none() && s.tree.is_none() && s.n_tokens == 1;
-        let pairs = self.rope_of(seq, i).style == RopeStyle::Interleaved;
+        if !plain || self.rope_of(seq, i).style != RopeStyle::Interleaved {
+            return None;
+        }
         let ws = l.qkv.groups.iter().map(|(w, bias, count)| match w {
             Linear::Quant { w, perm: None } if w.parts().len() == 1 => Some((&**w, bias.as_ref(), *count)),
             _ => None,
         });
-        let ws: Option<Vec<_>> = ws.collect();
-        (plain && pairs).then_some(()).and(ws).map(|ws| (h, ws, seq))
+        Some((h, ws.collect::<Option<Vec<_>>>()?, seq))
     }
 
     /// Layer `i`'s rotation in `seq`: the sliding-window one on a window layer, else the global one.
@@ -926,9 +927,9 @@ impl Llama {
             return Err(Error::Graph("a fused step with an FFN it cannot fuse".into()));
         };
         let norm = g.external(&l.ffn_norm);
+        // [n, ffn]
         let m = if crate::ops::matmul_q::norm_prologue_pays(gu) {
             g.matmul_q_fused(h, gu, None, Some(c.ffn_act), Some((norm, c.rms_eps)), None)?
-        // [n, ffn]
         } else {
             let x = g.rms_norm(h, norm, c.rms_eps)?;
             g.matmul_q_fused(x, gu, None, Some(c.ffn_act), None, None)?

@@ -59,15 +59,20 @@ impl<'s> Interleaved<'s> {
             rot,
         }))
     }
+}
 
-    /// The source row of each row of a head in interleaved order.
-    fn source_dim(&self, d: usize) -> usize {
-        match d < self.rot {
-            true if d.is_multiple_of(2) => d / 2,
-            true => d / 2 + self.rot / 2,
-            false => d,
-        }
-    }
+/// For each of `rows` q/k rows (heads of `head_dim`) in interleaved order, its row in rotate-half order: within a
+/// head, row 2j is dim j and row 2j + 1 dim j + rot / 2 for j < rot / 2 (the rotated dims); the rest stay. With
+/// `rot == head_dim`, llama.cpp's converter's order (a head reshaped to `[2, head_dim / 2]`, the axes swapped).
+pub fn interleaved_order(rows: usize, head_dim: usize, rot: usize) -> Vec<usize> {
+    let source = |d: usize| match d < rot {
+        true if d.is_multiple_of(2) => d / 2,
+        true => d / 2 + rot / 2,
+        false => d,
+    };
+    (0..rows)
+        .map(|r| (r / head_dim) * head_dim + source(r % head_dim))
+        .collect()
 }
 
 impl WeightSource for Interleaved<'_> {
@@ -92,9 +97,7 @@ impl WeightSource for Interleaved<'_> {
             ));
         }
         // Row r of the result is row order[r] of the file's.
-        let order: Vec<usize> = (0..rows)
-            .map(|r| (r / self.head_dim) * self.head_dim + self.source_dim(r % self.head_dim))
-            .collect();
+        let order = interleaved_order(rows, self.head_dim, self.rot);
         let data = match &t.data {
             HostData::Quant(ty, b) => HostData::Repacked {
                 ty: *ty,
@@ -132,24 +135,10 @@ mod tests {
 
     #[test]
     fn rows_pair_dims_j_and_j_plus_half_the_rotation() {
-        let p = Interleaved {
-            src: &Nothing,
-            moved: HashMap::new(),
-            head_dim: 8,
-            rot: 4,
-        };
-        let order: Vec<usize> = (0..8).map(|d| p.source_dim(d)).collect();
-        // Pairs (0, 2) and (1, 3) of the rotated 4 dims, then the 4 unrotated ones in place.
-        assert_eq!(order, [0, 2, 1, 3, 4, 5, 6, 7]);
-    }
-
-    struct Nothing;
-    impl WeightSource for Nothing {
-        fn describe(&self) -> String {
-            String::new()
-        }
-        fn tensor(&self, _: &str) -> Result<Option<HostTensor<'_>>> {
-            Ok(None)
-        }
+        // Pairs (0, 2) and (1, 3) of the rotated 4 dims, then the 4 unrotated ones in place; each head alike.
+        assert_eq!(
+            interleaved_order(16, 8, 4),
+            [0, 2, 1, 3, 4, 5, 6, 7, 8, 10, 9, 11, 12, 13, 14, 15]
+        );
     }
 }

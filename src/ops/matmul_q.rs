@@ -303,11 +303,8 @@ impl MatmulQ {
         3 + usize::from(self.format.third_buffer(self.layout)) + usize::from(self.bias)
     }
 
-    /// Columns of y: N, or N / 2 with the GLU epilogue, or q's with the rope epilogue.
+    /// Columns of y: N, or N / 2 with the GLU epilogue (the rope epilogue writes its N rows into q and the caches).
     fn y_cols(&self) -> usize {
-        if let Some(r) = self.fused.rope {
-            return r.dims.n_heads * r.dims.head_dim;
-        }
         if self.glu.is_some() {
             self.n / 2
         } else {
@@ -796,25 +793,22 @@ pub fn variants() -> Vec<ShaderKey> {
     for format in kernel_formats() {
         for xu in [false, true] {
             for (bias, glu) in epilogues {
-                let key = epilogue_flags(tiled_key(format, bias, xu, true, None), glu);
+                // One tile per workgroup first (every fused form), then the workgroups that share the norm prologue.
+                let keys = NORM_TILE_COUNTS
+                    .map(|per| epilogue_flags(tiled_key_wg(format, bias, xu, true, None, WG_TILED * per), glu));
+                let key = keys[0].clone();
                 let y_at = 3 + usize::from(format.third_buffer(Layout::Tiled)) + usize::from(bias);
                 let norm = Fused {
                     norm: Some(1e-6),
                     ..Default::default()
                 };
-                v.push(fused_flags(key.clone(), norm, y_at));
-                for per in NORM_TILE_COUNTS.into_iter().skip(1) {
-                    let shared = epilogue_flags(tiled_key_wg(format, bias, xu, true, None, WG_TILED * per), glu);
-                    v.push(fused_flags(shared, norm, y_at));
-                }
+                v.extend(keys.iter().map(|k| fused_flags(k.clone(), norm, y_at)));
                 if glu.is_none() {
                     let add = Fused {
                         add: Some(1.0),
                         ..Default::default()
                     };
                     v.push(fused_flags(key.clone(), add, y_at));
-                }
-                if glu.is_none() {
                     // The rope epilogue, with and without the norm: f32 and f16 caches, with and without factors.
                     for (kv_f16, factors) in [(false, false), (true, false), (false, true), (true, true)] {
                         let rope = FusedRope {
@@ -833,15 +827,12 @@ pub fn variants() -> Vec<ShaderKey> {
                             qkv0: 0,
                         };
                         v.push(fused_flags(key.clone(), Fused { rope: Some(rope), ..Default::default() }, y_at));
-                        for per in NORM_TILE_COUNTS {
-                            let key = epilogue_flags(tiled_key_wg(format, bias, xu, true, None, WG_TILED * per), glu);
-                            let f = Fused {
-                                norm: Some(1e-6),
-                                add: None,
-                                rope: Some(rope),
-                            };
-                            v.push(fused_flags(key, f, y_at));
-                        }
+                        let f = Fused {
+                            norm: Some(1e-6),
+                            add: None,
+                            rope: Some(rope),
+                        };
+                        v.extend(keys.iter().map(|k| fused_flags(k.clone(), f, y_at)));
                     }
                 }
             }

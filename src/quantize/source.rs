@@ -232,9 +232,8 @@ pub enum Permutation {
     ToHf,
 }
 
-/// Permute the rows of `[heads * head_dim, cols]`: within each head, interleaved row `2j + i` is rotate-half row
-/// `i * head_dim / 2 + j` (`i` in 0..2, `j` in 0..head_dim / 2), the layout llama.cpp's converter makes by reshaping
-/// a head to `[2, head_dim / 2]` and swapping the two axes.
+/// Permute the rows of `[heads * head_dim, cols]` between rotate-half and interleaved order (every dim rotated:
+/// [`crate::model::rope_pairs::interleaved_order`], the layout llama.cpp's converter makes).
 pub fn permute_rows(v: &[f32], heads: usize, cols: usize, p: Permutation) -> Result<Vec<f32>> {
     let rows = v.len() / cols.max(1);
     if heads == 0 || cols == 0 || v.len() != rows * cols || !rows.is_multiple_of(2 * heads) {
@@ -243,20 +242,16 @@ pub fn permute_rows(v: &[f32], heads: usize, cols: usize, p: Permutation) -> Res
         )));
     }
     let hd = rows / heads;
-    let half = hd / 2;
     let mut out = vec![0f32; v.len()];
-    for h in 0..heads {
-        for i in 0..2 {
-            for j in 0..half {
-                let interleaved = h * hd + 2 * j + i;
-                let rotate_half = h * hd + i * half + j;
-                let (from, to) = match p {
-                    Permutation::ToGguf => (rotate_half, interleaved),
-                    Permutation::ToHf => (interleaved, rotate_half),
-                };
-                out[to * cols..(to + 1) * cols].copy_from_slice(&v[from * cols..(from + 1) * cols]);
-            }
-        }
+    for (interleaved, rotate_half) in crate::model::rope_pairs::interleaved_order(rows, hd, hd)
+        .into_iter()
+        .enumerate()
+    {
+        let (from, to) = match p {
+            Permutation::ToGguf => (rotate_half, interleaved),
+            Permutation::ToHf => (interleaved, rotate_half),
+        };
+        out[to * cols..(to + 1) * cols].copy_from_slice(&v[from * cols..(from + 1) * cols]);
     }
     Ok(out)
 }
