@@ -2,7 +2,8 @@
 //! up, its 49152 x 576 LM head, Qwen2.5-0.5B FFN down, a 2048 x 8192, a 4096 x 4096 and Llama3-8B's FFN down), for
 //! each 32-weight format and both layouts; the GEMM for a 128-token chunk; f32 vs f16 arithmetic in the rows layout; and the f16 `matmul`
 //! GEMV at the same shapes as a baseline; the fused decode step's q|k|v and gate|up GEMVs with the norm in their
-//! prologue against the GEMV alone and after `rms_norm`.
+//! prologue against the GEMV alone and after `rms_norm`, and the q|k|v GEMVs with rope_kv's work in their epilogue
+//! against them followed by `rope_kv`.
 //! GB/s counts the packed weight bytes (quants, scales, mins) plus x and y. The super-block types (Q4_K, Q5_K, Q6_K,
 //! IQ4_XS), at the shapes whose K is whole 256-weight super-blocks: their packed bytes are the repacked 32-weight
 //! blocks (Q5_K 24 bytes per 32 weights, Q6_K 28, IQ4_XS 18), not the file's (22, 26.25, 17); Q2_K, Q3_K and Q4_K
@@ -11,6 +12,9 @@
 use crate::common::{plan_of, Bench, MODELS};
 use crate::embedding_q::blocks;
 use shaderlm::gpu::{DType, GpuTensor};
+use shaderlm::graph::StepVars;
+use shaderlm::ops::rope::{RopeConfig, RopeStyle};
+use shaderlm::ops::rope_kv::QkvSource;
 use shaderlm::ops::matmul::MatmulPath;
 use shaderlm::ops::matmul_q::{QMath, QPath};
 use shaderlm::ops::silu_mul::Glu;
@@ -54,6 +58,11 @@ fn super_blocks(ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
     }
     raw
 }
+
+/// A q|k|v weight of the rope-epilogue benches: its type and how many of q, k and v it stacks.
+type Group = (GgmlType, usize);
+/// A model's q|k|v for those benches: name, hidden size, q heads, KV heads, head_dim, weights.
+type QkvShape = (&'static str, usize, usize, usize, usize, &'static [Group]);
 
 fn layout_name(l: Layout) -> &'static str {
     match l {
@@ -199,6 +208,50 @@ pub fn benches() -> Vec<Bench> {
                     };
                     Ok(vec![(x, h, DType::F32), (nw, h, DType::F32)])
                 })
+            }));
+        }
+    }
+    // The fused decode step's q|k|v with rope_kv's work in its epilogue (`matmul_q_qkv_rope`) against the same GEMVs
+    // then `rope_kv`, both with the norm prologue, f32 caches of 2048 positions at position 1000: SmolLM2's stacked
+    // q|k|v (Q4_1) and Qwen2.5-Coder-1.5B's q|k (Q4_K) and v (Q6_K) apart, with biases.
+    let qkvs: [QkvShape; 2] = [
+        ("smollm2-135m", 576, 9, 3, 64, &[(GgmlType::Q4_1, 3)]),
+        ("qwen2.5-1.5b", 1536, 12, 2, 128, &[(GgmlType::Q4_K, 2), (GgmlType::Q6_K, 1)]),
+    ];
+    for (model, h, heads, kv, hd, groups) in qkvs {
+        for epilogue in [true, false] {
+            let how = if epilogue { "rope epilogue" } else { "then rope_kv" };
+            v.push(Bench::new(format!("matmul_q q|k|v {model} 1x({heads}+2x{kv})x{hd}x{h} {how}"), move |gpu| {
+                let sizes = [heads * hd, kv * hd, kv * hd];
+                let mut ws = Vec::new();
+                let mut p = 0;
+                for &(ty, count) in groups {
+                    let n: usize = sizes[p..p + count].iter().sum();
+                    let w = PackedWeight::upload_with(gpu, "w", ty, Layout::Tiled, n, h, &super_blocks(ty, n, h))?;
+                    ws.push((w, GpuTensor::upload_f32(gpu, "bias", &[n], &vec![0.01; n])?, count));
+                    p += count;
+                }
+                let shape = [kv, 2048, hd];
+                let kc = GpuTensor::zeros(gpu, "k_cache", &shape, DType::F32)?;
+                let vc = GpuTensor::zeros(gpu, "v_cache", &shape, DType::F32)?;
+                let (plan, _) = plan_of(gpu, |g| {
+                    let x = g.input("x", &[1, h], DType::F32);
+                    let nw = g.input("norm", &[h], DType::F32);
+                    let (kc, vc) = (g.external(&kc), g.external(&vc));
+                    let cfg = RopeConfig::new(RopeStyle::Interleaved, 10000.0, hd);
+                    let ws: Vec<_> = ws.iter().map(|(w, b, count)| (w, Some(g.external(b)), *count)).collect();
+                    if epilogue {
+                        g.matmul_q_qkv_rope(x, &ws, Some((nw, 1e-6)), cfg, (kc, vc))?;
+                    } else {
+                        let mut src = Vec::new();
+                        for &(w, b, count) in &ws {
+                            src.push((g.matmul_q_fused(x, w, b, None, Some((nw, 1e-6)), None)?, count));
+                        }
+                        g.rope_kv(QkvSource(src), None, cfg, kc, vc)?;
+                    }
+                    Ok(vec![(x, h, DType::F32), (nw, h, DType::F32)])
+                })?;
+                Ok((plan, StepVars { pos: 1000 }))
             }));
         }
     }
