@@ -17,7 +17,7 @@ use common::tiny::{
 };
 use shaderlm::generate::draft::{check_same_vocab, DraftModel, Drafter, Lookup};
 use shaderlm::generate::eagle::EagleDraft;
-use shaderlm::generate::spec::{generate_spec, SpecOptions, Speculator};
+use shaderlm::generate::spec::{generate_spec, SpecOptions, Speculator, PROBE_DRAFTS};
 use shaderlm::generate::{GenOptions, Generator};
 use shaderlm::gpu::Gpu;
 use shaderlm::model::load::LoadedModel;
@@ -411,7 +411,8 @@ impl Drafter for Wrong {
 }
 
 /// Drafts that are never right: the output is still plain decoding's, and speculation turns itself off after the
-/// first 2 verification steps (the rest are one-token steps).
+/// first 2 verification steps, each of one draft (the probe before any draft is accepted); the rest are one-token
+/// steps.
 #[test]
 fn speculation_that_does_not_pay_turns_itself_off() {
     let gpu = gpu();
@@ -452,6 +453,7 @@ fn speculation_that_does_not_pay_turns_itself_off() {
         .expect("speculation should have turned itself off");
     assert!(why.contains("drafts accepted per step"), "{why}");
     assert_eq!(st.verify_steps, 2, "{st:?}");
+    assert_eq!(st.drafted, 2 * PROBE_DRAFTS, "{st:?}");
     assert!(st.plain_steps >= 30, "{st:?}");
 }
 

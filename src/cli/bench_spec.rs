@@ -116,11 +116,31 @@ pub fn run(
             stats: SpecStats::default(),
         };
         for rep in 0..=reps {
-            let mut sampler = Sampler::new(SamplingParams::greedy());
-            gen.truncate(0);
-            let plain = generate(gen, tok, &mut sampler, &ids, &opts, |_| true)?;
-            gen.truncate(0);
-            let (spec, stats) = generate_spec(gen, tok, &mut sampler, &ids, &opts, &mut speculator, |_| true)?;
+            // Plain first in even repetitions, speculative first in odd ones: whatever the host does to the
+            // second run of a pair (or the first) falls on both.
+            let run_plain = |gen: &mut Generator<'_>| {
+                gen.truncate(0);
+                generate(
+                    gen,
+                    tok,
+                    &mut Sampler::new(SamplingParams::greedy()),
+                    &ids,
+                    &opts,
+                    |_| true,
+                )
+            };
+            let mut run_spec = |gen: &mut Generator<'_>| {
+                gen.truncate(0);
+                let mut sampler = Sampler::new(SamplingParams::greedy());
+                generate_spec(gen, tok, &mut sampler, &ids, &opts, &mut speculator, |_| true)
+            };
+            let (plain, (spec, stats)) = if rep % 2 == 0 {
+                let plain = run_plain(gen)?;
+                (plain, run_spec(gen)?)
+            } else {
+                let spec = run_spec(gen)?;
+                (run_plain(gen)?, spec)
+            };
             anyhow::ensure!(
                 spec.generated == plain.generated,
                 "bench --spec: speculative output differs from plain decoding on prompt {pname:?} (a bug; please report it)"

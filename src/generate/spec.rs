@@ -22,11 +22,13 @@ use std::time::{Duration, Instant};
 
 /// Most draft tokens per verification step (the step holds them and the token before them).
 pub const MAX_DRAFT: usize = MAX_TOKENS - 1;
+/// Draft tokens per chain step until a draft is accepted (then `max_draft`).
+pub const PROBE_DRAFTS: usize = 1;
 
 /// How speculation runs.
 #[derive(Clone, Debug)]
 pub struct SpecOptions {
-    /// Draft tokens per step, 1..=[`MAX_DRAFT`].
+    /// Draft tokens per step, 1..=[`MAX_DRAFT`] ([`PROBE_DRAFTS`] until a draft is accepted).
     pub max_draft: usize,
     /// Speculation turns itself off when, over the last `window` verification steps (or the first `window / 2`; or
     /// the first 2 if they kept no draft), fewer than this many drafts were accepted per step (0 keeps it on): a verification step costs more than a
@@ -198,6 +200,9 @@ pub fn generate_spec(
     let mut step_ids = Vec::with_capacity(MAX_TOKENS);
     let mut recent: VecDeque<usize> = VecDeque::with_capacity(spec.window);
     let mut on = spec.max_draft > 0;
+    // Chains of one draft until a draft is kept: a draft that is never right then costs two 2-row verifications
+    // before speculation turns off, instead of two of max_draft + 1 rows.
+    let mut probing = true;
     let mut tree = DraftTree::default();
     if let Some(shape) = spec.tree {
         shape.check()?;
@@ -220,6 +225,7 @@ pub fn generate_spec(
             let k = spec
                 .max_draft
                 .min(MAX_DRAFT)
+                .min(if probing { PROBE_DRAFTS } else { MAX_DRAFT })
                 .min(room)
                 .min(emit.budget().saturating_sub(1));
             tree.reset(next);
@@ -242,6 +248,7 @@ pub fn generate_spec(
                 let accepted = path.len() - 1;
                 stats.verify_time += t.elapsed();
                 stats.record_tree(tree.len() - 1, tree.max_depth(), accepted);
+                probing &= accepted == 0;
                 if stopped {
                     break;
                 }
@@ -309,6 +316,7 @@ pub fn generate_spec(
             }
             stats.verify_time += t.elapsed();
             stats.record(drafts.len(), accepted);
+            probing &= accepted == 0;
             // The cache keeps what plain decoding would hold: every chosen token but the last one emitted.
             gen.truncate(base + 1 + accepted - usize::from(stopped));
             if stopped {
