@@ -6,6 +6,9 @@
 // Params: rows, d, eps. Grid: one workgroup of WG per row (folded into y past the per-dimension limit); the lanes
 // stride over the row, so consecutive lanes read consecutive units.
 // RESIDUAL variant: normalizes h = x + alpha * r and also writes h (the residual stream), saving the add's dispatch.
+// POST (with RESIDUAL): r is first RMSNorm'ed with its own weight (Gemma's post-attention and post-FFN norms):
+// h = x + alpha * rms_norm(r, rw), computed with rms_norm's reduction and order of operations, so h and y equal
+// rms_norm then the RESIDUAL form bit for bit, in one dispatch instead of two.
 // Variants: WG (8 on CPU adapters: one SIMD chunk, no cross-chunk barriers; 256 on GPUs), VEC4, and SUBGROUPS
 // (subgroup reduction) or the workgroup-memory tree, both from lib/reduce.wgsl.
 
@@ -32,15 +35,28 @@ fn hsum(v: V) -> f32 {
 
 #if RESIDUAL
 // Fused residual add (one dispatch instead of two): h = x + alpha * r is written and normalized.
-// Bindings: 0 x [rows, d] | 1 r [rows, d] | 2 weight [d] | 3 y [rows, d] (written) | 4 h [rows, d] (written).
+// Bindings: 0 x [rows, d] | 1 r [rows, d] | 2 weight [d] | 3 y [rows, d] (written) | 4 h [rows, d] (written);
+// POST: 3 rw [d] (r's norm weight), then 4 y and 5 h.
 @group(0) @binding(0) var<storage, read> x: array<V>;        // [rows, d / VW]
 @group(0) @binding(1) var<storage, read> r: array<V>;        // [rows, d / VW]
 @group(0) @binding(2) var<storage, read> w: array<V>;        // [d / VW]
+#if POST
+@group(0) @binding(3) var<storage, read> rw: array<V>;       // [d / VW]
+@group(0) @binding(4) var<storage, read_write> y: array<V>;  // [rows, d / VW]
+@group(0) @binding(5) var<storage, read_write> h: array<V>;  // [rows, d / VW]
+var<private> r_inv: f32;  // r's row: 1 / sqrt(mean(r^2) + eps)
+#else
 @group(0) @binding(3) var<storage, read_write> y: array<V>;  // [rows, d / VW]
 @group(0) @binding(4) var<storage, read_write> h: array<V>;  // [rows, d / VW]
+#endif
 // Each lane writes h at the indices it later reads back (the same lane-to-index map in both passes).
 fn load(i: u32) -> V {
+#if POST
+    let rn = r[i] * r_inv * rw[i % (p.d / VW)];
+    let v = x[i] + p.alpha * rn;
+#else
     let v = x[i] + p.alpha * r[i];
+#endif
     h[i] = v;
     return v;
 }
@@ -61,6 +77,34 @@ fn reload(i: u32) -> V {
 @group(1) @binding(0) var<uniform> p: Params;
 
 #include "lib/reduce.wgsl"
+
+// The row's sum of squares of load(i) (of r's raw values with `raw`, POST only), in rms_norm's lane order: two
+// independent accumulators (more loads in flight, shorter sequential sums), then the workgroup sum.
+fn row_sum_squares(base: u32, units: u32, lid: u32, lane: Lane, raw: bool) -> f32 {
+    var a0 = V(0.0);
+    var a1 = V(0.0);
+    var i = lid;
+    for (; i + WG < units; i += 2u * WG) {
+        let u = unit(base + i, raw);
+        let v = unit(base + i + WG, raw);
+        a0 += u * u;
+        a1 += v * v;
+    }
+    if (i < units) {
+        let u = unit(base + i, raw);
+        a0 += u * u;
+    }
+    return wg_sum(hsum(a0 + a1), lane);
+}
+
+fn unit(i: u32, raw: bool) -> V {
+#if POST
+    if (raw) {
+        return r[i];
+    }
+#endif
+    return load(i);
+}
 
 @compute @workgroup_size(WG)
 fn main(
@@ -85,21 +129,11 @@ fn main(
     }
     let units = p.d / VW;
     let base = row * units;
-    // Two independent accumulators: more loads in flight, shorter sequential sums.
-    var a0 = V(0.0);
-    var a1 = V(0.0);
-    var i = lid;
-    for (; i + WG < units; i += 2u * WG) {
-        let u = load(base + i);
-        let v = load(base + i + WG);
-        a0 += u * u;
-        a1 += v * v;
-    }
-    if (i < units) {
-        let u = load(base + i);
-        a0 += u * u;
-    }
-    let ss = wg_sum(hsum(a0 + a1), lane);
+#if POST
+    // r's own RMSNorm first: its sum of squares as the main pass sums h's (below), so rms_norm(r, rw) is exact.
+    r_inv = inverseSqrt(row_sum_squares(base, units, lid, lane, true) / f32(p.d) + p.eps);
+#endif
+    let ss = row_sum_squares(base, units, lid, lane, false);
     let inv = inverseSqrt(ss / f32(p.d) + p.eps);
     for (var j = lid; j < units; j += WG) {
         y[base + j] = reload(base + j) * inv * w[j];

@@ -654,8 +654,9 @@ impl Llama {
             false => Vec::new(),
         };
         let mut aux = Vec::with_capacity(aux_at.len());
-        // The FFN output still to be added to `h`: fused into the next norm (one dispatch for add + norm).
-        let mut pending: Option<TensorId> = None;
+        // The FFN output still to be added to `h` (with Gemma's post-norm weight): fused into the next norm (one
+        // dispatch for post-norm + add + norm).
+        let mut pending: Option<Branch<'_>> = None;
         let mut router = Vec::new();
         let fused = self.eagle.is_none() && self.fusable(gpu, n_tokens);
         for (i, l) in self.layers.iter().enumerate() {
@@ -683,7 +684,8 @@ impl Llama {
             g.tap(x, Tap::AttnNorm(i));
             let o = self.attention_block(g, ctx, i, l, AttnIn::Normed(x), qkv_extra.take())?;
             g.tap(o, Tap::AttnProj(i));
-            let x = self.add_norm(g, &mut h, Some(o), &l.ffn_norm)?;
+            let post = l.post_norms.as_ref().map(|(post_attn, _)| post_attn);
+            let x = self.add_norm(g, &mut h, Some((o, post)), &l.ffn_norm)?;
             g.tap(x, Tap::FfnNorm(i));
             let (d, r) = self.ffn_block(g, l, x)?;
             g.tap(d, Tap::FfnOut(i));
@@ -691,7 +693,7 @@ impl Llama {
                 g.output(r);
                 router.push(r);
             }
-            pending = Some(d);
+            pending = Some((d, l.post_norms.as_ref().map(|(_, post_ffn)| post_ffn)));
         }
         g.set_prefix("");
         let rows = if all_rows { n_tokens } else { 1 };
@@ -732,19 +734,35 @@ impl Llama {
         }
     }
 
-    /// `norm(h)` with weight `w`, after adding the branch output `d` (times the residual scale) to `h` when there
-    /// is one: the add and the norm are one dispatch.
-    fn add_norm(&self, g: &mut Graph, h: &mut TensorId, d: Option<TensorId>, w: &GpuTensor) -> Result<TensorId> {
+    /// `norm(h)` with weight `w`, after adding the branch output `d` (times the residual scale; RMSNorm'ed first
+    /// where the layer has post-norms) to `h` when there is one: the (post-norm,) add and norm are one dispatch.
+    fn add_norm(&self, g: &mut Graph, h: &mut TensorId, d: Option<Branch<'_>>, w: &GpuTensor) -> Result<TensorId> {
         let c = &self.cfg;
         let w = g.external(w);
-        match d {
-            None => g.rms_norm(*h, w, c.rms_eps),
-            Some(d) => {
-                let (sum, x) = g.add_scaled_rms_norm(*h, d, c.mup.residual, w, c.rms_eps)?;
-                *h = sum;
-                Ok(x)
+        let (sum, x) = match d {
+            None => return g.rms_norm(*h, w, c.rms_eps),
+            Some((d, None)) => g.add_scaled_rms_norm(*h, d, c.mup.residual, w, c.rms_eps)?,
+            Some((d, Some(post))) => {
+                let post = g.external(post);
+                g.add_post_rms_norm(*h, (d, post), c.mup.residual, w, c.rms_eps)?
             }
-        }
+        };
+        *h = sum;
+        Ok(x)
+    }
+
+    /// `h` plus the branch output (post-normed where the layer has post-norms) times the residual scale.
+    fn add_branch(&self, g: &mut Graph, h: TensorId, d: Option<Branch<'_>>) -> Result<TensorId> {
+        let c = &self.cfg;
+        let d = match d {
+            None => return Ok(h),
+            Some((d, None)) => d,
+            Some((d, Some(post))) => {
+                let post = g.external(post);
+                g.rms_norm(d, post, c.rms_eps)?
+            }
+        };
+        g.add_scaled(h, d, c.mup.residual)
     }
 
     /// Layer `i`'s attention over its normed input `x` `[n, hidden]`: projections, q/k norms, rope, the K/V
@@ -782,14 +800,8 @@ impl Llama {
             // The o projection writes h + alpha * o: the residual stream after attention.
             return g.matmul_q_fused(a, w, None, None, None, Some((h, c.mup.residual)));
         }
-        let o = l.o.forward(g, a, None)?;
-        match &l.post_norms {
-            Some((post_attn, _)) => {
-                let w = g.external(post_attn);
-                g.rms_norm(o, w, c.rms_eps)
-            }
-            None => Ok(o),
-        }
+        // Gemma's post-norm is the caller's (Llama::add_norm, with the residual add and the FFN norm).
+        l.o.forward(g, a, None)
     }
 
     /// Layer `i`'s q|k|v projections, q/k norms, rope and K/V write, then its attention: `[n, n_heads, head_dim]`.
@@ -969,8 +981,8 @@ impl Llama {
         }
     }
 
-    /// A layer's feed-forward block over its normed input `x` `[n, hidden]`: the output `[n, hidden]` (after
-    /// Gemma's post-norm), and BlockFFN's router weights `[n, E]`.
+    /// A layer's feed-forward block over its normed input `x` `[n, hidden]`: the output `[n, hidden]` (before
+    /// Gemma's post-norm, which `Llama::add_norm` applies), and BlockFFN's router weights `[n, E]`.
     fn ffn_block(&self, g: &mut Graph, l: &Layer, x: TensorId) -> Result<(TensorId, Option<TensorId>)> {
         let c = &self.cfg;
         match &l.ffn {
@@ -987,15 +999,7 @@ impl Llama {
                         g.glu(gate, up, c.ffn_act)?
                     }
                 };
-                let d = down.forward(g, m, None)?;
-                let d = match &l.post_norms {
-                    Some((_, post_ffn)) => {
-                        let w = g.external(post_ffn);
-                        g.rms_norm(d, w, c.rms_eps)?
-                    }
-                    None => d,
-                };
-                Ok((d, None))
+                Ok((down.forward(g, m, None)?, None))
             }
             Ffn::Block(b) => {
                 let m = c.moe.as_ref().expect("a BlockFFN layer has a MoE config");
@@ -1012,18 +1016,14 @@ impl Llama {
         &self,
         g: &mut Graph,
         h: TensorId,
-        pending: Option<TensorId>,
+        pending: Option<Branch<'_>>,
         (n_tokens, rows): (usize, usize),
         every_hidden: bool,
     ) -> Result<(TensorId, TensorId)> {
         let c = &self.cfg;
-        let alpha = c.mup.residual;
         if let Some(super::eagle::EagleIn::V3(_)) = &self.eagle {
             // EAGLE-3: the layer's output (the next feature, read back as is) normed into its own head.
-            let h = match pending {
-                Some(d) => g.add_scaled(h, d, alpha)?,
-                None => h,
-            };
+            let h = self.add_branch(g, h, pending)?;
             let w = g.external(&self.norm);
             let x = g.rms_norm(h, w, c.rms_eps)?;
             let x = if rows < n_tokens {
@@ -1037,10 +1037,7 @@ impl Llama {
             // EAGLE-1 feeds its layer's output to the target's head with no norm; MiniCPM's head scales it by the
             // logit scale first (vLLM's layout feeds the scaled output forward as the next feature, CPM.cu's the
             // output itself).
-            let h = match pending {
-                Some(d) => g.add_scaled(h, d, alpha)?,
-                None => h,
-            };
+            let h = self.add_branch(g, h, pending)?;
             let (h, x) = match &self.eagle {
                 Some(super::eagle::EagleIn::MiniCpm(m)) => {
                     let scaled = g.scale(h, c.mup.logit)?;
@@ -1057,26 +1054,17 @@ impl Llama {
         }
         if every_hidden && rows < n_tokens {
             // Every row normed (the features of a prefill chunk), the head over the last (the same bits per row).
-            let w = g.external(&self.norm);
-            let x = match pending {
-                Some(d) => g.add_scaled_rms_norm(h, d, alpha, w, c.rms_eps)?.1,
-                None => g.rms_norm(h, w, c.rms_eps)?,
-            };
+            let x = self.add_norm(g, &mut { h }, pending, &self.norm)?;
             let last = g.rows(x, n_tokens - rows, rows)?;
             return Ok((x, self.lm_head().forward(g, last, None)?));
         }
-        let w = g.external(&self.norm);
-        let x = match (pending, n_tokens == rows) {
-            (Some(d), true) => g.add_scaled_rms_norm(h, d, alpha, w, c.rms_eps)?.1,
-            (None, true) => g.rms_norm(h, w, c.rms_eps)?,
-            (pending, _) => {
-                let h = match pending {
-                    Some(d) => g.add_scaled(h, d, alpha)?,
-                    None => h,
-                };
-                let last = if n_tokens > 1 { g.rows(h, n_tokens - 1, 1)? } else { h };
-                g.rms_norm(last, w, c.rms_eps)?
-            }
+        let x = if n_tokens == rows {
+            self.add_norm(g, &mut { h }, pending, &self.norm)?
+        } else {
+            let h = self.add_branch(g, h, pending)?;
+            let last = if n_tokens > 1 { g.rows(h, n_tokens - 1, 1)? } else { h };
+            let w = g.external(&self.norm);
+            g.rms_norm(last, w, c.rms_eps)?
         };
         Ok((x, self.lm_head().forward(g, x, None)?))
     }
@@ -1086,6 +1074,10 @@ impl Llama {
 fn norm_in_prologue(w: &crate::gpu::packed::PackedWeight) -> bool {
     w.k <= crate::ops::matmul_q::NORM_PROLOGUE_K
 }
+
+/// A branch output `[n, hidden]` still to be added to the residual stream, with the weight of the RMSNorm it takes
+/// first (Gemma's post-attention and post-FFN norms).
+type Branch<'a> = (TensorId, Option<&'a GpuTensor>);
 
 /// The attention block's input: the normed `[n, hidden]`, or the residual stream `[n, hidden]` that the fused
 /// q|k|v matmuls norm themselves (and the o projection adds to).

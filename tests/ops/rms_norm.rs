@@ -134,7 +134,48 @@ pub fn cases() -> Vec<Case> {
             }));
         }
     }
+    // The post-norm form (Gemma): h = x + alpha * rms_norm(r, rw) and rms_norm(h, w) in one dispatch, bit for bit
+    // rms_norm then add_scaled_rms_norm (the two-dispatch path it replaces), and y within the rms_norm bound of
+    // the CPU reference; scalar and vec4 rows, several workgroup strides, with and without subgroups.
+    for (d, rows, alpha) in [(640usize, 1usize, 1f32), (7, 3, 1.0), (1000, 5, 1.0), (64, 17, 0.5), (4096, 2, 1.0)] {
+        for fallback in [false, true] {
+            let name = format!("add_post_rms_norm_rows{rows}_d{d}{}", if fallback { "_fallback" } else { "" });
+            v.push(Case::new("rms_norm", name, move |gpu| post_case(gpu, fallback, rows, d, alpha)));
+        }
+    }
     // Many rows: the grid folds into y past 65535 workgroups.
     v.push(case("rows_folded_grid".into(), LAYOUTS[0], 70_000, 7, 2.0, 1e-6));
     v
+}
+
+fn post_case(gpu: &Gpu, fallback: bool, rows: usize, d: usize, alpha: f32) -> shaderlm::Result<crate::common::Check> {
+    let gpu = if fallback { gpu_fallback() } else { gpu };
+    let mut rng = Rng::new(d as u64 * 37 + rows as u64);
+    let (x, r) = (rng.vec(rows * d, 2.0), rng.vec(rows * d, 3.0));
+    let (w, rw) = (rng.vec(d, 1.0), rng.vec(d, 1.0));
+    let mut g = Graph::new();
+    let tx = g.input("x", &[rows, d], DType::F32);
+    let tr = g.input("r", &[rows, d], DType::F32);
+    let tw = g.input("w", &[d], DType::F32);
+    let trw = g.input("rw", &[d], DType::F32);
+    let (h, y) = g.add_post_rms_norm(tx, (tr, trw), alpha, tw, 1e-6)?;
+    let rn = g.rms_norm(tr, trw, 1e-6)?;
+    let (h2, y2) = g.add_scaled_rms_norm(tx, rn, alpha, tw, 1e-6)?;
+    for t in [h, y, h2, y2] {
+        g.output(t);
+    }
+    let mut plan = Plan::new(gpu, g)?;
+    for (t, v) in [(tx, &x), (tr, &r), (tw, &w), (trw, &rw)] {
+        plan.write_input(gpu, t, bytemuck::cast_slice(v))?;
+    }
+    plan.run(gpu, &StepVars::default())?;
+    let bits = |t| -> shaderlm::Result<Vec<u32>> { Ok(plan.read_f32(t)?.iter().map(|v| v.to_bits()).collect()) };
+    for (a, b) in [(h, h2), (y, y2)] {
+        let check = crate::common::exact(&bits(a)?, &bits(b)?);
+        if !check.passed() {
+            return Ok(check);
+        }
+    }
+    let want_h = shaderlm::ops::add::reference(&x, &rms_norm::reference(&r, &rw, 1e-6), alpha);
+    Ok(nmse(&plan.read_f32(y)?, &rms_norm::reference(&want_h, &w, 1e-6), MAX))
 }
