@@ -9,6 +9,7 @@ mod common;
 use common::blockffn::write_blockffn;
 use common::gpu::gpu;
 use common::minicpm::write_minicpm;
+use common::rng::Rng;
 use common::spec_runs::{run, Smol};
 use common::steps::{bits, tokens, weights, LOGITS_AND_ARGMAX};
 use common::tiny::{
@@ -662,8 +663,45 @@ fn write_eagle_head(dir: &Path, t: &Tiny, seed: u64) {
     write_safetensors(&dir.join("model.safetensors"), &ws, false);
 }
 
+/// An EAGLE drafter that records every proposal.
+struct Recording<'a> {
+    inner: EagleDraft<'a>,
+    log: Vec<Vec<u32>>,
+}
+
+impl Drafter for Recording<'_> {
+    fn propose(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> shaderlm::Result<()> {
+        self.inner.propose(history, max, out)?;
+        self.log.push(out.clone());
+        Ok(())
+    }
+    fn propose_verified(
+        &mut self,
+        target: &mut Generator<'_>,
+        history: &[u32],
+        max: usize,
+        out: &mut Vec<u32>,
+    ) -> shaderlm::Result<bool> {
+        let verified = self.inner.propose_verified(target, history, max, out)?;
+        if verified {
+            self.log.push(out.clone());
+        }
+        Ok(verified)
+    }
+    fn name(&self) -> &'static str {
+        "recorded eagle"
+    }
+    fn observe(&mut self, pos: usize, result: &shaderlm::generate::StepResult) {
+        self.inner.observe(pos, result);
+    }
+    fn needs_hidden(&self) -> bool {
+        self.inner.needs_hidden()
+    }
+}
+
 /// EAGLE-1 drafting (a random head in the published layout, for a tiny chat model): greedy output equal to plain
-/// decoding with 1, 3 and 7 drafts per step, and the same follow-up turn; the same with FR-Spec on the head, and
+/// decoding with 1, 3 and 7 drafts per step, and the same follow-up turn, the head's chain verified in the target's
+/// submission and drafting what one head step per submission drafts; the same with FR-Spec on the head, and
 /// seeded sampling; a head that does not fit is refused by name.
 #[test]
 fn eagle_heads_draft_losslessly_and_bad_heads_are_refused() {
@@ -702,7 +740,72 @@ fn eagle_heads_draft_losslessly_and_bad_heads_are_refused() {
         assert_eq!(s1.generated, p1.generated, "eagle k={k}: first turn");
         assert_eq!(s2.generated, p2.generated, "eagle k={k}: follow-up turn");
         assert!(st.drafted >= 10, "eagle k={k}: only {} drafts", st.drafted);
+        // After the first step (whose catch-up is the whole prompt), the head's chain and the verification ran in
+        // one submission.
+        assert!(
+            st.one_submission > 0 && st.one_submission + 1 >= st.verify_steps,
+            "eagle k={k}: {} of {} verification steps in one submission",
+            st.one_submission,
+            st.verify_steps
+        );
         println!("eagle k={k}: {}/{} drafts accepted", st.accepted, st.drafted);
+        // The chained head drafts what one head step per submission drafts, proposal by proposal.
+        let logs: Vec<Vec<Vec<u32>>> = [true, false]
+            .into_iter()
+            .map(|chained| {
+                let mut inner = EagleDraft::new(gpu, &head, 128).unwrap();
+                inner.chained = chained;
+                let mut rec = Recording { inner, log: Vec::new() };
+                target.truncate(0);
+                let (s1, ..) = run(&mut target, &loaded, &greedy, &prompt, &follow, 24, Some((&mut rec, k)));
+                assert_eq!(s1.generated, p1.generated, "eagle k={k}, chained {chained}");
+                rec.log
+            })
+            .collect();
+        assert!(logs[0].len() >= 4, "eagle k={k}: {} proposals", logs[0].len());
+        assert_eq!(
+            logs[0], logs[1],
+            "eagle k={k}: chained drafts against one head step per submission"
+        );
+    }
+    // The head's chain step by step: a chain of k head steps (the first catching up with 3 entries from the
+    // target's features, the later ones on the feature the step before predicted, on the device) chooses what k
+    // separate steps choose with those features read back and written again, and leaves the same cache: one more
+    // step on both gives the same logits bit for bit.
+    let h = t.hidden;
+    let feats = Rng::new(77).vec(5 * h, 2.0);
+    let head_outputs = StepOutputs {
+        hidden: true,
+        ..LOGITS_AND_ARGMAX
+    };
+    for k in [1, 3, 6] {
+        let (mut a, mut b) = (
+            Generator::new(gpu, &head, 64, head_outputs).unwrap(),
+            Generator::new(gpu, &head, 64, head_outputs).unwrap(),
+        );
+        for g in [&mut a, &mut b] {
+            g.feed_with(&prompt[1..3], &feats[..2 * h]).unwrap();
+        }
+        a.feed_chain_with(&prompt[3..6], Some(&feats[2 * h..5 * h]), k).unwrap();
+        b.feed_with(&prompt[3..6], &feats[2 * h..5 * h]).unwrap();
+        let mut want = Vec::new();
+        let mut feature = b.result.hidden[2 * h..].to_vec();
+        for j in 0..k {
+            want.push(b.result.argmax.unwrap());
+            if j + 1 < k {
+                b.feed_with(&[*want.last().unwrap()], &feature).unwrap();
+                feature = b.result.hidden.clone();
+            }
+        }
+        assert_eq!(a.result.row_argmax, want, "eagle chain k={k}: the drafts");
+        assert_eq!(a.tokens, b.tokens, "eagle chain k={k}: the tokens cached");
+        for g in [&mut a, &mut b] {
+            g.feed_with(&[*want.last().unwrap()], &feature).unwrap();
+        }
+        assert!(
+            bits(&a.result.logits) == bits(&b.result.logits),
+            "eagle chain k={k}: the cache the chain wrote"
+        );
     }
     // FR-Spec on the head: its LM head restricted to 40 tokens (and the stop tokens), still lossless.
     let ids = frspec::subset_ids(None, 40, t.vocab, &loaded.tokenizer).unwrap();

@@ -54,8 +54,8 @@ pub struct SpecArgs {
     /// tiled 4-token GEMM serves (measured cheapest per accepted token on lavapipe).
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub draft_max: usize,
-    /// Run a greedy draft model's chain and the target's verification as two submissions per step instead of one
-    /// (to measure what the single submission saves).
+    /// Run a greedy draft model's chain and the target's verification as two submissions per step instead of one,
+    /// and an EAGLE head's drafts one head step per submission (to measure what the single submission saves).
     #[arg(long)]
     pub draft_apart: bool,
     /// The draft model stops a draft where its top token's probability falls below P.
@@ -251,6 +251,7 @@ impl SpecArgs {
                     None => EagleDraft::new(gpu, head, *ctx)?,
                 };
                 d.set_chunk(chunk);
+                d.chained = !self.draft_apart;
                 Some(Box::new(d))
             }
             (Some(SpecKind::Eagle), _) => anyhow::bail!("--spec eagle: the head is not loaded"),

@@ -9,6 +9,7 @@ use super::{Generator, StepResult};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::model::eagle3::FeatureProjector;
+use crate::model::llama::MAX_CHAIN;
 use crate::model::{Llama, StepOutputs};
 
 /// An EAGLE head drafting greedily for its target.
@@ -26,6 +27,10 @@ pub struct EagleDraft<'a> {
     projected: Vec<f32>,
     /// A failure while observing the target (reported by the next proposal).
     failed: Option<Error>,
+    /// Greedy chains in one submission ([`Generator::feed_chain_with`]: the catch-up and the whole draft, or with
+    /// the target's verification too, [`Drafter::propose_verified`]); false runs one head step per submission (for
+    /// measuring and testing). On by default.
+    pub chained: bool,
 }
 
 impl<'a> EagleDraft<'a> {
@@ -58,6 +63,7 @@ impl<'a> EagleDraft<'a> {
             rows: Vec::new(),
             projected: Vec::new(),
             failed: None,
+            chained: true,
         })
     }
 
@@ -85,30 +91,43 @@ impl<'a> EagleDraft<'a> {
 }
 
 impl EagleDraft<'_> {
-    /// Bring the head's cache up to the target's last feature (entry j pairs f_j with `history[j + 1]`: the real
-    /// entries that still match are kept, the rest redone); its last step's outputs are then the root's (`history`'s
-    /// last token's) children. False when there is nothing to draft from or no room for `max` drafts.
-    fn catch_up(&mut self, history: &[u32], max: usize) -> Result<bool> {
+    /// Keep the head's real cache entries that still match `history` (entry j pairs f_j with `history[j + 1]`)
+    /// and drop the rest: `(keep, n)`, the entries kept and the target's positions run (features known; `history[n]`
+    /// is the token it runs next), so entries `keep .. n` are to be redone. None when there is nothing to draft
+    /// from or no room for `max` drafts.
+    fn keep(&mut self, history: &[u32], max: usize) -> Result<Option<(usize, usize)>> {
         if let Some(e) = self.failed.take() {
             return Err(e);
         }
         let h = self.hidden();
-        // The target has run positions 0 .. n (features known); history[n] is the token it runs next.
         let n = history.len().saturating_sub(1);
         if n == 0 || max == 0 || self.features.len() < n * h {
-            return Ok(false);
+            return Ok(None);
         }
         let tokens = &self.gen.tokens;
         let same = tokens.iter().zip(&history[1..]).take_while(|(a, b)| a == b).count();
         let keep = same.min(self.real).min(n - 1);
         self.gen.truncate(keep);
-        if n + max > self.gen.max_ctx() {
+        Ok((n + max <= self.gen.max_ctx()).then_some((keep, n)))
+    }
+
+    /// Bring the head's cache up to the target's last feature ([`EagleDraft::keep`], then the entries to redo in one
+    /// step); its last step's outputs are then the root's (`history`'s last token's) children. False when there is
+    /// nothing to draft from or no room for `max` drafts.
+    fn catch_up(&mut self, history: &[u32], max: usize) -> Result<bool> {
+        let Some((keep, n)) = self.keep(history, max)? else {
             return Ok(false);
-        }
-        let features = &self.features[keep * h..n * h];
-        self.gen.feed_with(&history[keep + 1..=n], features)?;
+        };
+        let h = self.hidden();
+        self.gen
+            .feed_with(&history[keep + 1..=n], &self.features[keep * h..n * h])?;
         self.real = n;
         Ok(true)
+    }
+
+    /// Whether `m` entries to redo and `max` drafts fit one chained step.
+    fn chain_fits(&self, m: usize, max: usize) -> bool {
+        self.chained && m <= MAX_CHAIN.min(self.gen.chunk) && max <= MAX_CHAIN
     }
 }
 
@@ -156,9 +175,20 @@ impl EagleDraft<'_> {
 impl Drafter for EagleDraft<'_> {
     fn propose(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()> {
         out.clear();
-        if !self.catch_up(history, max)? {
+        let Some((keep, n)) = self.keep(history, max)? else {
+            return Ok(());
+        };
+        let h = self.hidden();
+        let (rest, features) = (&history[keep + 1..=n], &self.features[keep * h..n * h]);
+        if self.chain_fits(rest.len(), max) {
+            // The entries to redo and every draft in one submission.
+            self.gen.feed_chain_with(rest, Some(features), max)?;
+            self.real = n;
+            out.extend_from_slice(&self.gen.result.row_argmax);
             return Ok(());
         }
+        self.gen.feed_with(rest, features)?;
+        self.real = n;
         let mut d = self.take_draft()?;
         out.push(d);
         while out.len() < max {
@@ -169,6 +199,30 @@ impl Drafter for EagleDraft<'_> {
             out.push(d);
         }
         Ok(())
+    }
+    fn propose_verified(
+        &mut self,
+        target: &mut Generator<'_>,
+        history: &[u32],
+        max: usize,
+        out: &mut Vec<u32>,
+    ) -> Result<bool> {
+        out.clear();
+        if !self.chained || max == 0 || !std::ptr::eq(self.gen.gpu(), target.gpu()) {
+            return Ok(false);
+        }
+        let Some((keep, n)) = self.keep(history, max)? else {
+            return Ok(false);
+        };
+        if !self.chain_fits(n - keep, max) {
+            return Ok(false);
+        }
+        let h = self.hidden();
+        let catch_up = (&history[keep + 1..=n], Some(&self.features[keep * h..n * h]));
+        target.verify_chain_with(&mut self.gen, catch_up, max)?;
+        self.real = n;
+        out.extend_from_slice(&self.gen.result.row_argmax);
+        Ok(true)
     }
     fn name(&self) -> &'static str {
         "eagle"

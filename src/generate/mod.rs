@@ -220,9 +220,19 @@ impl<'a> Generator<'a> {
     /// `k` steps in all (a [`crate::model::Llama::chain_step`]); `self.result.row_argmax` then holds the `k`
     /// argmaxes, and the cache `ids` and the first `k - 1` of them. Other outputs are not read.
     pub fn feed_chain(&mut self, ids: &[u32], k: usize) -> Result<()> {
+        self.feed_chain_with(ids, None, k)
+    }
+
+    /// [`Generator::feed_chain`] for an EAGLE head: `ids` with the target's `features` `[ids.len(), hidden]`; each
+    /// later step takes the feature the one before predicted, on the device.
+    pub fn feed_chain_with(&mut self, ids: &[u32], features: Option<&[f32]>, k: usize) -> Result<()> {
         self.check_chain(ids, k)?;
+        self.check_features(ids, features)?;
         let (gpu, pos) = (self.gpu, self.tokens.len());
         let step = self.plans.chain(gpu, self.model, &self.cache, ids.len(), k)?;
+        if let Some(f) = features {
+            step.write_features(gpu, f)?;
+        }
         step.run_chain(gpu, ids, pos, &mut self.result)?;
         self.tokens.extend_from_slice(ids);
         self.tokens.extend_from_slice(&self.result.row_argmax[..k - 1]);
@@ -235,6 +245,18 @@ impl<'a> Generator<'a> {
     /// then holds the drafts and `self.result` the verification's outputs, bit for bit the two separate steps'.
     /// Both sessions must run on the same device.
     pub fn verify_chain(&mut self, draft: &mut Generator<'_>, catch_up: &[u32], k: usize) -> Result<()> {
+        self.verify_chain_with(draft, (catch_up, None), k)
+    }
+
+    /// [`Generator::verify_chain`] with an EAGLE head drafting: the catch-up tokens with the target's features
+    /// `[catch_up.len(), hidden]` ([`Generator::feed_chain_with`]).
+    pub fn verify_chain_with(
+        &mut self,
+        draft: &mut Generator<'_>,
+        (catch_up, features): (&[u32], Option<&[f32]>),
+        k: usize,
+    ) -> Result<()> {
+        draft.check_features(catch_up, features)?;
         if !std::ptr::eq(self.gpu, draft.gpu) {
             return Err(Error::Invalid(
                 "a draft verified in the same submission must run on the target's device".into(),
@@ -260,6 +282,9 @@ impl<'a> Generator<'a> {
             .verify(gpu, model, &self.cache, self.outputs, k + 1, sparse)?;
         let dpos = draft.tokens.len();
         let chain = draft.plans.chain(gpu, draft.model, &draft.cache, catch_up.len(), k)?;
+        if let Some(f) = features {
+            chain.write_features(gpu, f)?;
+        }
         chain.run_chain_then(
             gpu,
             (catch_up, dpos),
@@ -271,6 +296,18 @@ impl<'a> Generator<'a> {
         draft.tokens.extend_from_slice(&draft.result.row_argmax[..k - 1]);
         ids[1..=k].copy_from_slice(&draft.result.row_argmax);
         self.tokens.extend_from_slice(&ids[..=k]);
+        Ok(())
+    }
+
+    /// An error unless an EAGLE head's step of `ids` has features `[ids.len(), hidden]` and other models' none.
+    fn check_features(&self, ids: &[u32], features: Option<&[f32]>) -> Result<()> {
+        let h = self.model.cfg.hidden;
+        if self.model.is_eagle() != features.is_some() || features.is_some_and(|f| f.len() != ids.len() * h) {
+            return Err(Error::Invalid(format!(
+                "a step of {} tokens: an EAGLE head takes [n, {h}] features, other models none",
+                ids.len()
+            )));
+        }
         Ok(())
     }
 

@@ -492,12 +492,12 @@ impl Llama {
     /// accepted tokens); link j > 0 runs the argmax of link j - 1 at position `pos + m + j - 1`. Each link is the
     /// step of its size that [`Llama::step`] builds, so the `k` argmaxes read back are what `k` separate steps would
     /// choose, in one submission. A restricted head's (FR-Spec) argmax, an index into its ids, is mapped to the
-    /// token id on the device (`gather_cols` over the ids). Not for an EAGLE head or sparse attention.
+    /// token id on the device (`gather_cols` over the ids). An EAGLE head's link 0 takes the target's features
+    /// `[m, hidden]` ([`Step::write_features`]) and link j > 0 the feature link j - 1 predicted (its output, on the
+    /// device). Not for sparse attention.
     pub fn chain_step(&self, gpu: &Gpu, cache: &KvCache, m: usize, k: usize) -> Result<Step> {
         if !self.can_chain() {
-            return Err(Error::Invalid(
-                "a chained draft step needs a model's own head and dense attention".into(),
-            ));
+            return Err(Error::Invalid("a chained draft step needs dense attention".into()));
         }
         if k == 0 || k > MAX_CHAIN || m == 0 || m > MAX_CHAIN || m + k - 1 > cache.max_ctx {
             return Err(Error::Invalid(format!(
@@ -509,13 +509,24 @@ impl Llama {
         let ids = g.input("ids", &[m], DType::U32);
         // A restricted head's token ids `[n]` u32, in logit order.
         let head_ids = self.head_subset.as_ref().map(|s| g.external(&s.ids_on_device));
-        let mut token = ids;
+        let features = self
+            .is_eagle()
+            .then(|| g.input("features", &[m, self.cfg.hidden], DType::F32));
+        let (mut token, mut feature) = (ids, features);
         let mut chain = Vec::with_capacity(k);
+        let out = StepOutputs {
+            hidden: self.is_eagle(),
+            ..StepOutputs::default()
+        };
         for j in 0..k {
             let n_tokens = if j == 0 { m } else { 1 };
             g.set_seq(j);
             let ctx = StepContext::dense(gpu, vec![self.seq_context(&mut g, cache)], n_tokens);
-            let f = self.forward(&mut g, gpu, &ctx, (token, None), StepOutputs::default(), false)?;
+            let f = self.forward(&mut g, gpu, &ctx, (token, feature), out, false)?;
+            // An EAGLE head's predicted feature `[1, hidden]`: the next link's input.
+            if let Some(h) = f.hidden {
+                feature = Some(if n_tokens > 1 { g.rows(h, n_tokens - 1, 1)? } else { h });
+            }
             let best = g.argmax(f.logits)?; // [1, 1]: the last row's
             let best = match head_ids {
                 Some(t) => {
@@ -532,7 +543,7 @@ impl Llama {
         Ok(Step {
             plan: Plan::new(gpu, g)?,
             n_tokens: m,
-            features: None,
+            features,
             vars: Vec::with_capacity(k),
             vocab_ids: None,
             ids,
@@ -554,7 +565,7 @@ impl Llama {
 
     /// Whether [`Llama::chain_step`] serves this model.
     pub fn can_chain(&self) -> bool {
-        self.eagle.is_none() && self.cfg.sparse.is_none()
+        self.cfg.sparse.is_none()
     }
 
     /// The step graph: outputs of the last token, or of every token when `all_rows`.
