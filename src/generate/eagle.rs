@@ -118,11 +118,17 @@ impl EagleDraft<'_> {
         let Some((keep, n)) = self.keep(history, max)? else {
             return Ok(false);
         };
+        self.redo(history, keep, n)?;
+        Ok(true)
+    }
+
+    /// Redo entries `keep .. n` in one head step from the target's features.
+    fn redo(&mut self, history: &[u32], keep: usize, n: usize) -> Result<()> {
         let h = self.hidden();
         self.gen
             .feed_with(&history[keep + 1..=n], &self.features[keep * h..n * h])?;
         self.real = n;
-        Ok(true)
+        Ok(())
     }
 
     /// Whether `m` entries to redo and `max` drafts fit one chained step.
@@ -178,17 +184,16 @@ impl Drafter for EagleDraft<'_> {
         let Some((keep, n)) = self.keep(history, max)? else {
             return Ok(());
         };
-        let h = self.hidden();
-        let (rest, features) = (&history[keep + 1..=n], &self.features[keep * h..n * h]);
-        if self.chain_fits(rest.len(), max) {
+        if self.chain_fits(n - keep, max) {
             // The entries to redo and every draft in one submission.
-            self.gen.feed_chain_with(rest, Some(features), max)?;
+            let h = self.hidden();
+            self.gen
+                .feed_chain_with(&history[keep + 1..=n], Some(&self.features[keep * h..n * h]), max)?;
             self.real = n;
             out.extend_from_slice(&self.gen.result.row_argmax);
             return Ok(());
         }
-        self.gen.feed_with(rest, features)?;
-        self.real = n;
+        self.redo(history, keep, n)?;
         let mut d = self.take_draft()?;
         out.push(d);
         while out.len() < max {
