@@ -49,10 +49,12 @@ var<private> r_inv: f32;  // r's row: 1 / sqrt(mean(r^2) + eps)
 @group(0) @binding(3) var<storage, read_write> y: array<V>;  // [rows, d / VW]
 @group(0) @binding(4) var<storage, read_write> h: array<V>;  // [rows, d / VW]
 #endif
-// Each lane writes h at the indices it later reads back (the same lane-to-index map in both passes).
-fn load(i: u32) -> V {
+// Unit j of the row starting at unit `base`. Each lane writes h at the indices it later reads back (the same
+// lane-to-index map in both passes).
+fn load(base: u32, j: u32) -> V {
+    let i = base + j;
 #if POST
-    let rn = r[i] * r_inv * rw[i % (p.d / VW)];
+    let rn = r[i] * r_inv * rw[j];
     let v = x[i] + p.alpha * rn;
 #else
     let v = x[i] + p.alpha * r[i];
@@ -67,8 +69,8 @@ fn reload(i: u32) -> V {
 @group(0) @binding(0) var<storage, read> x: array<V>;        // [rows, d / VW]
 @group(0) @binding(1) var<storage, read> w: array<V>;        // [d / VW]
 @group(0) @binding(2) var<storage, read_write> y: array<V>;  // [rows, d / VW]
-fn load(i: u32) -> V {
-    return x[i];
+fn load(base: u32, j: u32) -> V {
+    return x[base + j];
 }
 fn reload(i: u32) -> V {
     return x[i];
@@ -78,32 +80,32 @@ fn reload(i: u32) -> V {
 
 #include "lib/reduce.wgsl"
 
-// The row's sum of squares of load(i) (of r's raw values with `raw`, POST only), in rms_norm's lane order: two
+// The row's sum of squares of load(base, j) (of r's raw values with `raw`, POST only), in rms_norm's lane order: two
 // independent accumulators (more loads in flight, shorter sequential sums), then the workgroup sum.
 fn row_sum_squares(base: u32, units: u32, lid: u32, lane: Lane, raw: bool) -> f32 {
     var a0 = V(0.0);
     var a1 = V(0.0);
     var i = lid;
     for (; i + WG < units; i += 2u * WG) {
-        let u = unit(base + i, raw);
-        let v = unit(base + i + WG, raw);
+        let u = unit(base, i, raw);
+        let v = unit(base, i + WG, raw);
         a0 += u * u;
         a1 += v * v;
     }
     if (i < units) {
-        let u = unit(base + i, raw);
+        let u = unit(base, i, raw);
         a0 += u * u;
     }
     return wg_sum(hsum(a0 + a1), lane);
 }
 
-fn unit(i: u32, raw: bool) -> V {
+fn unit(base: u32, j: u32, raw: bool) -> V {
 #if POST
     if (raw) {
-        return r[i];
+        return r[base + j];
     }
 #endif
-    return load(i);
+    return load(base, j);
 }
 
 @compute @workgroup_size(WG)

@@ -224,7 +224,6 @@ pub fn generate_spec(
             let room = (gen.max_ctx() - base).min(MAX_TOKENS) - 1;
             let k = spec
                 .max_draft
-                .min(MAX_DRAFT)
                 .min(if probing { PROBE_DRAFTS } else { MAX_DRAFT })
                 .min(room)
                 .min(emit.budget().saturating_sub(1));
