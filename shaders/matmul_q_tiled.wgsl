@@ -18,14 +18,18 @@
 // NORM (with SUBGROUPS): x is RMSNorm'ed in the prologue into workgroup memory (weight nw [K/4] at binding NORM_AT,
 //   eps in the params, K at most 4096); ADD: y = res + alpha * sums (lib/store_rows.wgsl; res at binding RES_AT);
 //   ROPE: W is q|k|v or some of its projections and the epilogue is rope_kv's (lib/rope_store.wgsl: y is q_out, k
-//   and v go to the caches).
+//   and v go to the caches). TWO (with ROPE): a second weight in another format holds the p.rows_b rows after W's
+//   (v where a Q4_K_M file stores it in Q6_K or Q8_0), in one dispatch: workgroups from p.wg_b on run namespace B's
+//   loop (lib/tiled_gemv.wgsl) over p.tiles_b tiles; its buffers at W_AT_B.. (after every other binding), then
+//   its bias bias_b [rows_b] at BIAS_B_AT (BIAS).
 // Defs: Q8 (8-bit quants, else 4-bit nibbles), HB1 / HB2 (one / two high-bit words per block: 5- / 6-bit quants),
 //   NL (codebook nibbles), MIN (a min per block), S16 (a second scale for weights 16..32), PAIR (MIN or S16: two
 //   constants per block), XSUM (block sums of x: an offset or a min; XSUM2 each half's), SUPER with Q2K or Q3K
 //   (2-bit words, sub-block codes, super-block factors: lib/quant_tiled.wgsl), QC (the offset), XU, SUBGROUPS,
 //   BIAS, WG (workgroup size, a multiple of 8),
 //   GLU with GELU (act(gate) * up over row pairs, y [M, N/2]: lib/store_rows.wgsl).
-// Grid: ceil(tiles * 8 / WG) workgroups of WG (folded into y past the per-dimension limit) x 1 x M.
+// Grid: ceil(tiles * 8 / WG) workgroups of WG (TWO: p.wg_b + ceil(tiles_b * 8 / WG)), folded into y past the
+// per-dimension limit, x 1 x M.
 
 #include "lib/quant_params.wgsl"
 
@@ -62,7 +66,37 @@ var<workgroup> norm_inv: f32;
 #include "lib/rope_store.wgsl"
 #endif
 
-#include "lib/quant_tiled.wgsl"
+#include "lib/tiled_gemv.wgsl"
+#if TWO
+#include "lib/tiled_gemv.wgsl" as B
+#if BIAS
+@group(0) @binding(BIAS_B_AT) var<storage, read> bias_b: array<f32>;  // [rows_b]
+#endif
+#endif
+
+#if ROPE
+// The sums of rows r .. r + 4 with their bias added (clamped to the weight's last row), as store_rows adds it.
+fn biased(s: vec4<f32>, r: u32) -> vec4<f32> {
+    var o = s;
+#if BIAS
+    for (var j = 0u; j < 4u; j++) {
+        o[j] += bias[p.row0 + min(r + j, p.rows - 1u)];
+    }
+#endif
+    return o;
+}
+#if TWO
+fn biased_b(s: vec4<f32>, r: u32) -> vec4<f32> {
+    var o = s;
+#if BIAS
+    for (var j = 0u; j < 4u; j++) {
+        o[j] += bias_b[min(r + j, p.rows_b - 1u)];
+    }
+#endif
+    return o;
+}
+#endif
+#endif
 
 @compute @workgroup_size(WG)
 fn main(
@@ -73,15 +107,25 @@ fn main(
     @builtin(subgroup_invocation_id) sl: u32,
 #endif
 ) {
-    let c = (wg.x + wg.y * nwg.x) * WG + li;  // group of 4 rows in the part
+#if SUBGROUPS
+    let lane_sg = sl;
+#else
+    let lane_sg = 0u;
+#endif
+    let gi = wg.x + wg.y * nwg.x;
+#if TWO
+    // Workgroups from p.wg_b on belong to the second weight (its tiles and rows follow the first's).
+    let second = gi >= p.wg_b;
+    let c = (gi - select(0u, p.wg_b, second)) * WG + li;  // group of 4 rows in its weight
+    let tiles = select(p.tiles, p.tiles_b, second);
+#else
+    let c = gi * WG + li;  // group of 4 rows in the part
+    let tiles = p.tiles;
+#endif
     // Invocations past the last tile recompute it (no early return: subgroup operations need every lane).
-    let tile = min(c / 8u, p.tiles - 1u);
+    let tile = min(c / 8u, tiles - 1u);
     let lane = c % 8u;
-    let wstep = WB * 8u;
-    var wi = tile * p.groups * wstep + lane;
-    var si = tile * p.groups * 8u + lane;
-    var xi = wg.z * p.xv;
-    var acc = vec4<f32>(0.0);
+    let xi = wg.z * p.xv;
 #if NORM
     // RMSNorm of x's row in the prologue (needs SUBGROUPS), once per workgroup: the first subgroup sums the squares
     // with the lanes, order and arithmetic of rms_norm on CPU adapters (WG 8, VEC4, one subgroup: lane l sums units
@@ -113,106 +157,31 @@ fn main(
         xn[u] = x[xi + u] * inv * nw[u];
     }
     workgroupBarrier();
-    var ni = sl & 7u;
 #endif
-    for (var g = 0u; g < p.groups; g++) {
-        // The block's 8 x vectors, pre-scaled for the quant helpers (lib/quant_tiled.wgsl), and their sum(s).
-        // (Written out here rather than through x_block / w_block / block_dot, which measured 5% slower for Q4.)
-#if SUBGROUPS
-#if NORM
-        let xr = xn[ni];
-        ni += 8u;
-#else
-        let xr = x[xi + (sl & 7u)];
-#endif
-        let xl = xr * select(XA_SCALE, XB_SCALE, (sl & 4u) != 0u);
-#if XSUM
-        let xd = dot(xr, vec4<f32>(1.0));
-        let xs0 = (subgroupBroadcast(xd, 0u) + subgroupBroadcast(xd, 1u))
-            + (subgroupBroadcast(xd, 2u) + subgroupBroadcast(xd, 3u));
-        let xs1 = (subgroupBroadcast(xd, 4u) + subgroupBroadcast(xd, 5u))
-            + (subgroupBroadcast(xd, 6u) + subgroupBroadcast(xd, 7u));
-        let xs = xs0 + xs1;
-#endif
-        let x0 = subgroupBroadcast(xl, 0u);
-        let x1 = subgroupBroadcast(xl, 1u);
-        let x2 = subgroupBroadcast(xl, 2u);
-        let x3 = subgroupBroadcast(xl, 3u);
-        let x4 = subgroupBroadcast(xl, 4u);
-        let x5 = subgroupBroadcast(xl, 5u);
-        let x6 = subgroupBroadcast(xl, 6u);
-        let x7 = subgroupBroadcast(xl, 7u);
-#else
-        let r0 = x[xi];
-        let r1 = x[xi + 1u];
-        let r2 = x[xi + 2u];
-        let r3 = x[xi + 3u];
-        let r4 = x[xi + 4u];
-        let r5 = x[xi + 5u];
-        let r6 = x[xi + 6u];
-        let r7 = x[xi + 7u];
-        let x0 = r0 * XA_SCALE;
-        let x1 = r1 * XA_SCALE;
-        let x2 = r2 * XA_SCALE;
-        let x3 = r3 * XA_SCALE;
-        let x4 = r4 * XB_SCALE;
-        let x5 = r5 * XB_SCALE;
-        let x6 = r6 * XB_SCALE;
-        let x7 = r7 * XB_SCALE;
-#if XSUM
-#if XSUM2
-        let xs0 = dot((r0 + r1) + (r2 + r3), vec4<f32>(1.0));
-        let xs1 = dot((r4 + r5) + (r6 + r7), vec4<f32>(1.0));
-#else
-        let xs = dot((r0 + r1) + (r2 + r3) + ((r4 + r5) + (r6 + r7)), vec4<f32>(1.0));
-#endif
-#endif
-#endif
-#if SUPER
-        acc += block_dot(w_block(wi, si), XBlock(x0, x1, x2, x3, x4, x5, x6, x7, xs0, xs1));
-#else
-#if Q8
-        let s = q8_word(wq[wi], x0) + q8_word(wq[wi + 8u], x1) + q8_word(wq[wi + 16u], x2)
-            + q8_word(wq[wi + 24u], x3) + q8_word(wq[wi + 32u], x4) + q8_word(wq[wi + 40u], x5)
-            + q8_word(wq[wi + 48u], x6) + q8_word(wq[wi + 56u], x7);
-        acc += halves4(ws[si]) * s;
-#else
-#if HB1
-        // 5- and 6-bit quants, and codebook nibbles: through the shared block helpers.
-#if XSUM2
-        let xb = XBlock(x0, x1, x2, x3, x4, x5, x6, x7, xs0, xs1);
-#else
-        let xb = XBlock(x0, x1, x2, x3, x4, x5, x6, x7, xs, 0.0);
-#endif
-        acc += block_dot(w_block(wi, si), xb);
-#else
-#if NL
-        let xb = XBlock(x0, x1, x2, x3, x4, x5, x6, x7, 0.0, 0.0);
-        acc += block_dot(w_block(wi, si), xb);
-#else
-#if K4
-        // Q4_K: through the block helpers, as the GEMM (rows of a batch equal the one-row result bit for bit).
-        acc += block_dot(w_block(wi, si), XBlock(x0, x1, x2, x3, x4, x5, x6, x7, xs, 0.0));
-#else
-        let s = q4_word(wq[wi], x0, x4) + q4_word(wq[wi + 8u], x1, x5) + q4_word(wq[wi + 16u], x2, x6)
-            + q4_word(wq[wi + 24u], x3, x7);
-#if MIN
-        let sc = ws[si];
-        acc += halves4(sc.xy) * s + halves4(sc.zw) * xs;
-#else
-        acc += halves4(ws[si]) * (s - QC * xs);
-#endif
-#endif
-#endif
-#endif
-#endif
-#endif
-        wi += wstep;
-        si += 8u;
-        xi += 8u;
+#if TWO
+    // The second weight's workgroups run namespace B's loop over its own tiles.
+    var acc: vec4<f32>;
+    if (second) {
+        acc = tile_sums_B(tile, lane, xi, lane_sg);
+    } else {
+        acc = tile_sums(tile, lane, xi, lane_sg);
     }
+#else
+    let acc = tile_sums(tile, lane, xi, lane_sg);
+#endif
 #if ROPE
-    rope_store4(wg.z, c * 4u, acc);
+    let r = c * 4u;
+#if TWO
+    if (second) {
+        if (r < p.rows_b) {
+            rope_store4(wg.z, p.rows + r, biased_b(acc, r));
+        }
+        return;
+    }
+#endif
+    if (r < p.rows) {
+        rope_store4(wg.z, r, biased(acc, r));
+    }
 #else
     store4(wg.z, c * 4u, acc);
 #endif

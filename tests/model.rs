@@ -121,7 +121,7 @@ fn tiny_llama_gguf_with_q_k_v_stored_in_two_groups() {
 fn tiny_qwen2_gguf_quantized_rotate_half_pairs() {
     // Qwen2 GGUFs pair dims j and j + head_dim / 2 (rotate-half); with block-quantized q/k the engine loads their rows
     // (and biases) in interleaved order and rotates interleaved pairs, its decode steps in the fused q|k|v GEMVs'
-    // epilogue (q|k and v apart, as v is stored in another type). The reference keeps the file's order and pairing.
+    // epilogue (q|k and v, stored in another type, in one dispatch). The reference keeps the file's order and pairing.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.gguf");
     write_gguf_v_apart(&path, &Tiny::qwen2(), 11, GgmlType::Q8_0, GgmlType::Q4_1);

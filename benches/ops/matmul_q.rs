@@ -213,7 +213,8 @@ pub fn benches() -> Vec<Bench> {
     }
     // The fused decode step's q|k|v with rope_kv's work in its epilogue (`matmul_q_qkv_rope`) against the same GEMVs
     // then `rope_kv`, both with the norm prologue, f32 caches of 2048 positions at position 1000: SmolLM2's stacked
-    // q|k|v (Q4_1) and Qwen2.5-Coder-1.5B's q|k (Q4_K) and v (Q6_K) apart, with biases.
+    // q|k|v (Q4_1) and Qwen2.5-Coder-1.5B's q|k (Q4_K) and v (Q6_K) apart, with biases (the epilogue's two weights in
+    // one dispatch, matmul_q_tiled's TWO form).
     let qkvs: [QkvShape; 2] = [
         ("smollm2-135m", 576, 9, 3, 64, &[(GgmlType::Q4_1, 3)]),
         ("qwen2.5-1.5b", 1536, 12, 2, 128, &[(GgmlType::Q4_K, 2), (GgmlType::Q6_K, 1)]),

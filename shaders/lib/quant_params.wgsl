@@ -23,4 +23,8 @@ struct Params {
     freq_scale: f32,
     attn_factor: f32,
     qkv0: u32,    // ROPE: the first row of this weight in q|k|v
+    // TWO: the second weight's first workgroup, tiles and rows (its rows follow the first's in q|k|v).
+    wg_b: u32,
+    tiles_b: u32,
+    rows_b: u32,
 }

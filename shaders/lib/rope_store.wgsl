@@ -6,8 +6,8 @@
 // past max_ctx), with rope_kv's arithmetic (lib/rope_angle.wgsl) and f16 rounding after the bias (BIAS) as
 // store_rows adds it, so the fused step caches and attends with the unfused one's bits.
 // Bindings: KC_AT k_cache, VC_AT v_cache [n_kv, max_ctx, head_dim] f32 or (KV_F16) f16 pairs (written) | FACTORS_AT
-//   factors [rot_dim / 2] f32 (FACTORS). The including shader declares y (array<f32>), bias (BIAS) and p (the rope
-//   fields of lib/quant_params.wgsl).
+//   factors [rot_dim / 2] f32 (FACTORS). The including shader declares y (array<f32>) and p (the rope fields of
+//   lib/quant_params.wgsl), adds the bias and skips rows past the weight's.
 
 #if KV_F16
 @group(0) @binding(KC_AT) var<storage, read_write> k_cache: array<u32>;  // [n_kv, max_ctx, head_dim / 2] f16 x 2
@@ -53,21 +53,13 @@ fn put4(is_k: bool, at: u32, v: vec4<f32>) {
 #endif
 }
 
-// The sums of rows r .. r + 4 of the weight (rows qkv0 + r .. of q|k|v) for row m of x, rotated and stored.
-fn rope_store4(m: u32, r: u32, sums: vec4<f32>) {
+// The sums `s` (bias added) of rows r .. r + 4 of the weight (rows qkv0 + r .. of q|k|v; r below its rows) for
+// row m of x, rotated and stored.
+fn rope_store4(m: u32, r: u32, s: vec4<f32>) {
     let d = p.head_dim;
     let qn = p.n_heads * d;
     let kn = p.n_kv * d;
     let at = p.pos + m;
-    if (r >= p.rows) {
-        return;
-    }
-    var s = sums;
-#if BIAS
-    for (var j = 0u; j < 4u; j++) {
-        s[j] += bias[p.row0 + min(r + j, p.rows - 1u)];
-    }
-#endif
     let r0 = p.qkv0 + r;
     if (r0 >= qn + kn) {
         if (at < p.max_ctx) {

@@ -16,11 +16,18 @@ pub const PARAMS_BYTES: u64 = 128;
 pub struct ShaderKey {
     pub name: &'static str,
     pub defs: Vec<(&'static str, String)>,
+    /// The definitions of namespace B: what `#include "lib/x.wgsl" as B` expands the file with (a second weight
+    /// format in one kernel), its top-level names suffixed `_B`.
+    pub b: Vec<(&'static str, String)>,
 }
 
 impl ShaderKey {
     pub fn new(name: &'static str) -> Self {
-        ShaderKey { name, defs: Vec::new() }
+        ShaderKey {
+            name,
+            defs: Vec::new(),
+            b: Vec::new(),
+        }
     }
     /// Add a definition: a `const` in the shader and a flag for `#if`.
     pub fn def(mut self, name: &'static str, value: impl ToString) -> Self {
@@ -35,13 +42,20 @@ impl ShaderKey {
             self
         }
     }
+    /// Namespace B's definitions: `other`'s.
+    pub fn with_b(mut self, other: &ShaderKey) -> Self {
+        self.b = other.defs.clone();
+        self
+    }
     pub fn variant(&self) -> String {
-        if self.defs.is_empty() {
+        if self.defs.is_empty() && self.b.is_empty() {
             return "default".into();
         }
+        let b = self.b.iter().map(|(n, v)| format!("B.{n}={v}"));
         self.defs
             .iter()
             .map(|(n, v)| format!("{n}={v}"))
+            .chain(b)
             .collect::<Vec<_>>()
             .join(",")
     }

@@ -4,6 +4,7 @@
 //! [`QMath`]): a GEMV for one token and a GEMM that reuses each weight load for several tokens, in the kernel
 //! family of W's layout (chunk-tiled for CPU adapters, row-major for GPUs). One dispatch per row part of W.
 //! With a GLU epilogue (`matmul_q_glu`) W's rows are (gate, up) pairs and the kernel writes `act(gate) * up`.
+//! A decode step's q|k|v stored as two weights in different formats runs as one dispatch ([`two`]).
 
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
@@ -87,6 +88,8 @@ const ROWS_PER_GROUP: usize = 4;
 /// WebGPU's guaranteed minimum of `max_compute_workgroups_per_dimension` (the grid's z).
 const MAX_GROUPS: usize = 65535;
 
+mod two;
+
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct MatmulQParams {
@@ -103,6 +106,10 @@ struct MatmulQParams {
     /// The rope epilogue's (zeros without it).
     rope: RopeFields,
     qkv0: u32,
+    /// The second weight of a two-format GEMV (zeros without one: [`two`]): its first workgroup, tiles and rows.
+    wg_b: u32,
+    tiles_b: u32,
+    rows_b: u32,
 }
 
 #[derive(Debug)]
@@ -151,6 +158,26 @@ impl FusedRope {
     fn inputs(&self) -> usize {
         2 + usize::from(self.cfg.factors.is_some())
     }
+
+    /// A rope epilogue with f16 or f32 caches, with or without frequency divisors: what its shader variant depends
+    /// on (the variant lists).
+    fn variant(kv_f16: bool, factors: bool) -> FusedRope {
+        FusedRope {
+            dims: QkvDims {
+                n_tokens: 1,
+                n_heads: 1,
+                n_kv: 1,
+                head_dim: 4,
+                max_ctx: 1,
+            },
+            cfg: RopeConfig {
+                factors: factors.then_some(TensorId(0)),
+                ..RopeConfig::new(RopeStyle::Interleaved, 1e4, 4)
+            },
+            kv_f16,
+            qkv0: 0,
+        }
+    }
 }
 
 /// Most tiles of a GEMV whose norm prologue costs less than a separate `rms_norm` dispatch on a CPU adapter (the
@@ -190,6 +217,7 @@ fn tiled_key_wg(format: Format, bias: bool, xu: bool, subgroups: bool, tm: Optio
         } else {
             "matmul_q_tiled"
         }))
+        .def("W_AT", "1u")
         .flag("BIAS", bias)
         .flag("SUBGROUPS", subgroups)
         .def("WG", format!("{wg}u"));
@@ -230,6 +258,13 @@ fn fused_flags(key: ShaderKey, f: Fused, y_at: usize) -> ShaderKey {
         }
     }
     key
+}
+
+/// Invocations per workgroup of a GEMV over `tiles` tiles with the norm prologue: as many tiles as keep
+/// [`NORM_MIN_GROUPS`] workgroups, a power of two up to [`NORM_MAX_TILES`].
+fn norm_wg(tiles: usize) -> usize {
+    let per = (tiles / NORM_MIN_GROUPS).clamp(1, NORM_MAX_TILES);
+    WG_TILED << per.ilog2()
 }
 
 impl MatmulQ {
@@ -290,10 +325,7 @@ impl MatmulQ {
     fn wg(&self) -> usize {
         let tiles = self.parts.iter().map(|p| p.1.div_ceil(TILE)).max().unwrap_or(0);
         match self.fused.norm {
-            Some(_) => {
-                let per = (tiles / NORM_MIN_GROUPS).clamp(1, NORM_MAX_TILES);
-                WG_TILED << per.ilog2()
-            }
+            Some(_) => norm_wg(tiles),
             None => WG_TILED,
         }
     }
@@ -366,6 +398,9 @@ impl Kernel for MatmulQ {
                 .rope
                 .map_or_else(RopeFields::default, |r| RopeFields::new(r.dims, &r.cfg, vars.pos)),
             qkv0: self.fused.rope.map_or(0, |r| r.qkv0 as u32),
+            wg_b: 0,
+            tiles_b: 0,
+            rows_b: 0,
         })
     }
     /// Compulsory traffic: packed W once, x once, bias once, y once (the GLU: 5 flops per output).
@@ -478,7 +513,7 @@ impl Graph {
         self.matmul_q_node(x, w, bias, QPath::Gemv, QMath::Auto, glu, fused, &extra)
     }
 
-    /// A decode step's q|k|v in one dispatch per weight: the tiled GEMVs of `x` `[1, K]` (RMSNorm'ed first by
+    /// A decode step's q|k|v in one dispatch per weight (one for two weights with the norm: [`two`]): the tiled GEMVs of `x` `[1, K]` (RMSNorm'ed first by
     /// `norm`) with the q|k|v weights `ws` (one part each, in order: each weight with its bias `[rows]` and how many
     /// of q, k and v it stacks, like [`super::rope_kv::QkvSource`]), whose epilogue is rope_kv's: q rotated and
     /// returned `[1, n_heads * head_dim]`, k rotated and v written into `k_cache` / `v_cache` (`[n_kv, max_ctx,
@@ -513,7 +548,8 @@ impl Graph {
         let sizes = [q_rows, n_kv * head_dim, n_kv * head_dim];
         let q_out = self.uninit("q_rope", &[TILED_GEMV_MAX_M, q_rows], DType::F32);
         let (mut p, mut qkv0) = (0, 0);
-        for &(w, bias, count) in ws {
+        let mut ropes = Vec::new();
+        for &(w, _, count) in ws {
             if w.n != sizes[p..p + count].iter().sum::<usize>() {
                 return Err(bad(format!("{}: {} rows for {count} of q, k and v", w.name, w.n)));
             }
@@ -530,6 +566,15 @@ impl Graph {
                 qkv0,
             };
             self.check_norm_prologue(w, norm)?;
+            ropes.push(rope);
+            (p, qkv0) = (p + count, qkv0 + w.n);
+        }
+        if let ([a, b], Some(norm)) = (ws, norm) {
+            // Two weights (v, or k and v, in another format): one dispatch.
+            self.matmul_q_two(x, (a, b), norm, ropes[0], [k_cache, v_cache], q_out)?;
+            return Ok(q_out);
+        }
+        for (&(w, bias, _), rope) in ws.iter().zip(ropes) {
             let fused = Fused {
                 norm: norm.map(|n| n.1),
                 add: None,
@@ -540,9 +585,64 @@ impl Graph {
             extra.extend(cfg.factors);
             extra.push(q_out);
             self.matmul_q_node(x, w, bias, QPath::Gemv, QMath::Auto, None, fused, &extra)?;
-            (p, qkv0) = (p + count, qkv0 + w.n);
         }
         Ok(q_out)
+    }
+
+    /// [`Graph::matmul_q_qkv_rope`]'s node for two weights (`a` from `rope.qkv0`, b after it) with the norm
+    /// prologue: [`two::MatmulQTwo`].
+    #[allow(clippy::type_complexity)]
+    fn matmul_q_two(
+        &mut self,
+        x: TensorId,
+        (a, b): (&(&PackedWeight, Option<TensorId>, usize), &(&PackedWeight, Option<TensorId>, usize)),
+        (norm, eps): (TensorId, f32),
+        rope: FusedRope,
+        caches: [TensorId; 2],
+        q_out: TensorId,
+    ) -> Result<()> {
+        let k = a.0.k;
+        let bad = |why: &str| Error::shape("matmul_q", format!("{} and {} with a rope epilogue: {why}", a.0.name, b.0.name));
+        if self.shape(x) != [TILED_GEMV_MAX_M, k] || self.dtype(x) != DType::F32 || b.0.k != k || !k.is_multiple_of(QK) {
+            return Err(bad(&format!("x must be f32 [1, {k}] (K a multiple of 32) for both")));
+        }
+        let mut inputs = vec![x];
+        for &(w, bias, _) in [a, b] {
+            if w.layout != Layout::Tiled || w.parts().len() != 1 || w.mins.is_some() != w.format.third_buffer(w.layout) {
+                return Err(bad("a fused GEMV needs tiled weights in one part"));
+            }
+            if bias.is_some_and(|t| self.shape(t) != [w.n] || self.dtype(t) != DType::F32) {
+                return Err(bad("each bias must be f32 [its rows]"));
+            }
+        }
+        if a.1.is_some() != b.1.is_some() {
+            return Err(bad("both weights with a bias or neither"));
+        }
+        let half = |w: &PackedWeight| two::Half {
+            format: w.format,
+            n: w.n,
+            wbytes: w.bytes(),
+        };
+        let buffers = |g: &mut Graph, w: &PackedWeight| -> Vec<TensorId> {
+            [Some(&w.quants), Some(&w.scales), w.mins.as_ref()].into_iter().flatten().map(|t| g.external(t)).collect()
+        };
+        inputs.extend(buffers(self, a.0));
+        inputs.extend(a.1);
+        inputs.push(norm);
+        inputs.extend(caches);
+        inputs.extend(rope.cfg.factors);
+        inputs.push(q_out);
+        inputs.extend(buffers(self, b.0));
+        inputs.extend(b.1);
+        let kernel = two::MatmulQTwo {
+            k,
+            a: half(a.0),
+            b: half(b.0),
+            bias: a.1.is_some(),
+            eps,
+            rope,
+        };
+        self.add_effect(kernel, &inputs)
     }
 
     /// The RMSNorm of a fused GEMV's prologue: a weight f32 `[K]` and a finite epsilon >= 0.
@@ -811,21 +911,7 @@ pub fn variants() -> Vec<ShaderKey> {
                     v.push(fused_flags(key.clone(), add, y_at));
                     // The rope epilogue, with and without the norm: f32 and f16 caches, with and without factors.
                     for (kv_f16, factors) in [(false, false), (true, false), (false, true), (true, true)] {
-                        let rope = FusedRope {
-                            dims: QkvDims {
-                                n_tokens: 1,
-                                n_heads: 1,
-                                n_kv: 1,
-                                head_dim: 4,
-                                max_ctx: 1,
-                            },
-                            cfg: RopeConfig {
-                                factors: factors.then_some(TensorId(0)),
-                                ..RopeConfig::new(RopeStyle::Interleaved, 1e4, 4)
-                            },
-                            kv_f16,
-                            qkv0: 0,
-                        };
+                        let rope = FusedRope::variant(kv_f16, factors);
                         v.push(fused_flags(key.clone(), Fused { rope: Some(rope), ..Default::default() }, y_at));
                         let f = Fused {
                             norm: Some(1e-6),
@@ -838,6 +924,7 @@ pub fn variants() -> Vec<ShaderKey> {
             }
         }
     }
+    v.extend(two::variants());
     v.dedup();
     v
 }

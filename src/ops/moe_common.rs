@@ -164,7 +164,11 @@ fn key(op: &str, kind: WeightKind, tm: usize, wg: usize, subgroups: bool) -> Sha
                 .def("TM", format!("{tm}u"));
             // The tiled kernels write their token blocks out (T4: 4 tokens, T8: 8).
             match layout {
-                Layout::Tiled => key.flag("T2", tm >= 2).flag("T4", tm >= 4).flag("T8", tm >= 8),
+                Layout::Tiled => key
+                    .def("W_AT", "1u")
+                    .flag("T2", tm >= 2)
+                    .flag("T4", tm >= 4)
+                    .flag("T8", tm >= 8),
                 Layout::Rows => key,
             }
         }

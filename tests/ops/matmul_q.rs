@@ -764,7 +764,8 @@ fn fused_check(gpu: &Gpu, ty: GgmlType, (m, k, n): (usize, usize, usize), glu: O
 /// bit: q and both whole caches (random before the write, so a stray or missing write shows), at SmolLM2's heads (9
 /// q, 3 kv, head_dim 64), over f32 and f16 caches, frequency divisors, a partial rotation, the first position and
 /// the cache's last; and a position past the cache writes nothing. Then q|k|v split over two or three weights (as
-/// Q4_K_M files store v, or k and v, in another format: Q8_0 here), with biases.
+/// Q4_K_M files store v, or k and v, in another format: Q8_0 here, and the pairs of the Qwen2.5-Coder files), with
+/// biases: two weights with the norm run in one dispatch (matmul_q_tiled's TWO form), three in three.
 fn rope_epilogue_cases(v: &mut Vec<Case>) {
     use GgmlType::*;
     let grid = [(false, false, 64, 0u32), (true, false, 64, 77), (false, true, 32, 130), (true, true, 64, 255), (false, false, 64, 256)];
@@ -776,39 +777,47 @@ fn rope_epilogue_cases(v: &mut Vec<Case>) {
                 ty.name()
             );
             v.push(Case::new("matmul_q", name, move |gpu| {
-                rope_check(gpu, ty, (kv_f16, factors, norm), rot_dim, pos, (&[3], false))
+                rope_check(gpu, [ty, ty], (kv_f16, factors, norm), (64, rot_dim), pos, (&[3], false))
             }));
         }
     }
     let splits: [(&[usize], bool, bool, u32); 4] =
         [(&[2, 1], true, true, 77), (&[1, 2], true, false, 0), (&[1, 1, 1], false, true, 255), (&[3], true, false, 130)];
-    for ty in [Q4_1, Q4_K] {
+    for ty in [[Q4_1, Q8_0], [Q4_K, Q8_0]] {
         for (split, bias, kv_f16, pos) in splits {
-            let name = format!("qkv_rope_split{split:?}_bias{bias}_equals_rope_kv_{}_f16{kv_f16}_pos{pos}", ty.name());
+            let name = format!("qkv_rope_split{split:?}_bias{bias}_equals_rope_kv_{}_f16{kv_f16}_pos{pos}", ty[0].name());
             v.push(Case::new("matmul_q", name, move |gpu| {
-                rope_check(gpu, ty, (kv_f16, false, true), 64, pos, (split, bias))
+                rope_check(gpu, ty, (kv_f16, false, true), (64, 64), pos, (split, bias))
             }));
         }
+    }
+    // head_dim 40: k and v of 120 rows end in partial tiles, whose padding rows must not write.
+    let pairs = [([Q5_0, Q8_0], [2, 1], true, 64), ([Q4_K, Q6_K], [2, 1], false, 40), ([Q6_K, Q4_0], [1, 2], true, 40)];
+    for (ty, split, factors, hd) in pairs {
+        let name = format!("qkv_rope_split{split:?}_{}_{}_factors{factors}_hd{hd}_equals_rope_kv", ty[0].name(), ty[1].name());
+        v.push(Case::new("matmul_q", name, move |gpu| {
+            rope_check(gpu, ty, (true, factors, true), (hd, hd), 200, (&split, true))
+        }));
     }
 }
 
 fn rope_check(
     gpu: &Gpu,
-    ty: GgmlType,
+    [ty, ty2]: [GgmlType; 2],
     (kv_f16, factors, norm): (bool, bool, bool),
-    rot_dim: usize,
+    (hd, rot_dim): (usize, usize),
     pos: u32,
     (split, bias): (&[usize], bool),
 ) -> shaderlm::Result<Check> {
-    let (n_heads, n_kv, hd, max_ctx) = (9, 3, 64, 256);
-    let k = if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) { 768 } else { 576 };
+    let (n_heads, n_kv, max_ctx) = (9, 3, 256);
+    let k = if [ty, ty2].iter().any(|t| matches!(t, GgmlType::Q4_K | GgmlType::Q6_K)) { 768 } else { 576 };
     let sizes = [n_heads * hd, n_kv * hd, n_kv * hd];
-    // One weight (and bias) per group of projections; groups after the first in Q8_0.
+    // One weight (and bias) per group of projections; groups after the first in ty2.
     let mut ws = Vec::new();
     let mut p = 0;
     for (i, &count) in split.iter().enumerate() {
         let n: usize = sizes[p..p + count].iter().sum();
-        let t = if i == 0 { ty } else { GgmlType::Q8_0 };
+        let t = if i == 0 { ty } else { ty2 };
         let w = PackedWeight::upload_with(gpu, "w", t, Layout::Tiled, n, k, &random_blocks(t, n, k, 41 + i as u64))?;
         let b = GpuTensor::upload_f32(gpu, "bias", &[n], &Rng::new(45 + i as u64).vec(n, 1.0))?;
         ws.push((w, b, count));
@@ -854,6 +863,12 @@ fn rope_check(
         };
         g.output(q);
         let mut plan = Plan::new(gpu, g)?;
+        let dispatches = plan.dispatch_count(&StepVars { pos });
+        // Fused: one dispatch per weight, but one for two weights with the norm prologue.
+        let want = if split.len() == 2 && norm { 1 } else { split.len() };
+        if fused && dispatches != want {
+            return Err(shaderlm::Error::Invalid(format!("{dispatches} dispatches for {split:?}, expected {want}")));
+        }
         plan.write_input(gpu, tx, bytemuck::cast_slice(&x))?;
         plan.run(gpu, &StepVars { pos })?;
         let out = [plan.read_f32(q)?, kc.download_f32(gpu)?, vc.download_f32(gpu)?].concat();
