@@ -11,10 +11,12 @@
 //   [n_q, n_heads, splits, HD] (written: unnormalized sum p * v) | 4 part_ml [n_q, n_heads, splits, 2] (written:
 //   running max and sum) | 5 out [n_q, n_heads, HD] (written instead of the partials when `single`).
 // (TREE) 6 tree [n_q, TREE_W] u32: each row's depth and the cache slots of its path (lib/attn_tree.wgsl).
-// Grid (splits, n_kv, n_q * group), workgroups of 8: workgroup (s, h, z) serves split s of query row
-// (token z / group, head h * group + z % group).
+// Grid (splits, n_kv, n_q * group / RG), workgroups of 8: workgroup (s, h, z) serves split s of the RG query rows
+// of token z * RG / group at heads h * group + (z * RG) % group + g, g < RG (RG divides the GQA group: its heads
+// share each key and value load).
 
 #include "lib/attn_lanes.wgsl"
+const NCR: u32 = NC * RG;
 
 #include "lib/attn_split_io.wgsl"
 #include "lib/attn_tree.wgsl"
@@ -23,9 +25,8 @@
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(subgroup_invocation_id) lane: u32) {
     let split = p.first + wg.x;
     let kvh = wg.y;
-    let tok = wg.z / p.group;
-    let head = kvh * p.group + wg.z % p.group;
-    let row = tok * p.n_heads + head;
+    let tok = (wg.z * RG) / p.group;
+    let head0 = kvh * p.group + (wg.z * RG) % p.group;  // the first of RG heads of one GQA group, one token
     set_tree_row(tok);
 #if TREE
     // Keys at positions up to pos + TREE_W - 2, the deepest path's: each row sees its own.
@@ -37,69 +38,94 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(subgroup_invocation_id) l
 #endif
     let k_begin = min(split * p.chunk, kv_len);
     let k_end = min(k_begin + p.chunk, kv_len);
-    // Keys [lo, hi) of this split are visible to the row (causal, and the sliding window when there is one).
+    // Keys [lo, hi) of this split are visible to the rows (causal, and the sliding window when there is one).
     let hi = min(at + 1u, k_end);
     let w_lo = select(0u, at + 1u - p.window, p.window > 0u && at + 1u > p.window);
     let lo = max(k_begin, w_lo);
     let cbase = kvh * p.max_ctx * HD4;
 
-    // Lane j owns the columns (vec4s of HD) j, j + 8, ...: NC of them, the last masked where HD4 % 8 != 0.
-    var qr: array<vec4<f32>, NC>;
-    var acc: array<vec4<f32>, NC>;
+    // Lane j owns the columns (vec4s of HD) j, j + 8, ...: NC of them, the last masked where HD4 % 8 != 0. Row g's
+    // query and accumulator columns are entries g * NC + j.
+    var qr: array<vec4<f32>, NCR>;
+    var acc: array<vec4<f32>, NCR>;
+    var m: array<f32, RG>;
+    var l: array<f32, RG>;
     let qscale = p.scale * LOG2E;
-    for (var j = 0u; j < NC; j++) {
-        let c = min(lane + j * LANES, HD4 - 1u);
-        let own = lane + j * LANES < HD4;
-        qr[j] = select(vec4<f32>(0.0), q[row * HD4 + c] * qscale, own);
-        acc[j] = vec4<f32>(0.0);
+    for (var g = 0u; g < RG; g++) {
+        let row = tok * p.n_heads + head0 + g;
+        for (var j = 0u; j < NC; j++) {
+            let c = min(lane + j * LANES, HD4 - 1u);
+            let own = lane + j * LANES < HD4;
+            qr[g * NC + j] = select(vec4<f32>(0.0), q[row * HD4 + c] * qscale, own);
+            acc[g * NC + j] = vec4<f32>(0.0);
+        }
+        m[g] = NEG;
+        l[g] = 0.0;
     }
-    var m = NEG;
-    var l = 0.0;
-    // Four keys per step: one subgroup sum gives the four scores; keys at or past hi re-read key hi - 1 and get
-    // the score NEG, so weight 0.
+    // Four keys per step: one subgroup sum per row gives its four scores; keys at or past hi re-read key hi - 1 and
+    // get the score NEG, so weight 0. Each key and value vector is loaded once for the RG rows, and each row's
+    // arithmetic is the one-row kernel's (RG 1), in the same order: the results do not depend on RG.
     for (var t = lo; t < hi; t += 4u) {
         var kb: vec4<u32>;
         for (var i = 0u; i < 4u; i++) {
             kb[i] = cbase + key_slot(min(t + i, hi - 1u)) * HD4;
         }
-        var dt = mat4x4<f32>();
+        var dt: array<mat4x4<f32>, RG>;
         for (var j = 0u; j < NC; j++) {
             let c = min(lane + j * LANES, HD4 - 1u);
             for (var i = 0u; i < 4u; i++) {
-                dt[i] += qr[j] * kv_load(kc[kb[i] + c]);
+                let kv = kv_load(kc[kb[i] + c]);
+                for (var g = 0u; g < RG; g++) {
+                    dt[g][i] += qr[g * NC + j] * kv;
+                }
             }
         }
-        let part = vec4<f32>(
-            (dt[0].x + dt[0].y) + (dt[0].z + dt[0].w),
-            (dt[1].x + dt[1].y) + (dt[1].z + dt[1].w),
-            (dt[2].x + dt[2].y) + (dt[2].z + dt[2].w),
-            (dt[3].x + dt[3].y) + (dt[3].z + dt[3].w),
-        );
         let live = vec4<u32>(t) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(hi);
-        let s = select(vec4<f32>(NEG), subgroupAdd(part), live);
-        let m_new = max(m, max(max(s.x, s.y), max(s.z, s.w)));
-        let a = exp2(m - m_new);
-        let pw = select(vec4<f32>(0.0), exp2(s - vec4<f32>(m_new)), live);
-        l = l * a + ((pw.x + pw.y) + (pw.z + pw.w));
-        m = m_new;
+        var a: array<f32, RG>;
+        var pw: array<vec4<f32>, RG>;
+        for (var g = 0u; g < RG; g++) {
+            let d = dt[g];
+            let part = vec4<f32>(
+                (d[0].x + d[0].y) + (d[0].z + d[0].w),
+                (d[1].x + d[1].y) + (d[1].z + d[1].w),
+                (d[2].x + d[2].y) + (d[2].z + d[2].w),
+                (d[3].x + d[3].y) + (d[3].z + d[3].w),
+            );
+            let s = select(vec4<f32>(NEG), subgroupAdd(part), live);
+            let m_new = max(m[g], max(max(s.x, s.y), max(s.z, s.w)));
+            a[g] = exp2(m[g] - m_new);
+            let w = select(vec4<f32>(0.0), exp2(s - vec4<f32>(m_new)), live);
+            pw[g] = w;
+            l[g] = l[g] * a[g] + ((w.x + w.y) + (w.z + w.w));
+            m[g] = m_new;
+        }
         for (var j = 0u; j < NC; j++) {
             let c = min(lane + j * LANES, HD4 - 1u);
-            acc[j] = acc[j] * a + ((pw.x * kv_load(vc[kb[0] + c]) + pw.y * kv_load(vc[kb[1] + c]))
-                + (pw.z * kv_load(vc[kb[2] + c]) + pw.w * kv_load(vc[kb[3] + c])));
-        }
-    }
-    for (var j = 0u; j < NC; j++) {
-        let c = lane + j * LANES;
-        if (c < HD4) {
-            if (p.single == 1u) {
-                // The combine's arithmetic for one split (weight exp2(0) = 1): bit for bit the same output.
-                out[row * HD4 + c] = select(vec4<f32>(0.0), acc[j] / l, l > 0.0);
-            } else {
-                part_o[(row * p.splits + split) * HD4 + c] = acc[j];
+            let v0 = kv_load(vc[kb[0] + c]);
+            let v1 = kv_load(vc[kb[1] + c]);
+            let v2 = kv_load(vc[kb[2] + c]);
+            let v3 = kv_load(vc[kb[3] + c]);
+            for (var g = 0u; g < RG; g++) {
+                let w = pw[g];
+                acc[g * NC + j] = acc[g * NC + j] * a[g] + ((w.x * v0 + w.y * v1) + (w.z * v2 + w.w * v3));
             }
         }
     }
-    if (lane == 0u && p.single == 0u) {
-        part_ml[row * p.splits + split] = vec2<f32>(m, l);
+    for (var g = 0u; g < RG; g++) {
+        let row = tok * p.n_heads + head0 + g;
+        for (var j = 0u; j < NC; j++) {
+            let c = lane + j * LANES;
+            if (c < HD4) {
+                if (p.single == 1u) {
+                    // The combine's arithmetic for one split (weight exp2(0) = 1): bit for bit the same output.
+                    out[row * HD4 + c] = select(vec4<f32>(0.0), acc[g * NC + j] / l[g], l[g] > 0.0);
+                } else {
+                    part_o[(row * p.splits + split) * HD4 + c] = acc[g * NC + j];
+                }
+            }
+        }
+        if (lane == 0u && p.single == 0u) {
+            part_ml[row * p.splits + split] = vec2<f32>(m[g], l[g]);
+        }
     }
 }

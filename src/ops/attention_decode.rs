@@ -116,13 +116,26 @@ fn split_key(head_dim: usize, tree: bool, kv_f16: bool) -> ShaderKey {
 
 /// The split kernel for CPU adapters with subgroups of 8 or more (attention_decode_cpu.wgsl): one 8-lane workgroup
 /// per query row and split, no workgroup memory or barriers. On lavapipe a decode step's attention at position 64
-/// took about 230 us per layer in the workgroup kernel, mostly its barriers.
-fn cpu_key(head_dim: usize, tree: bool, kv_f16: bool) -> ShaderKey {
+/// took about 230 us per layer in the workgroup kernel, mostly its barriers. A workgroup serves `rg` heads of a GQA
+/// group ([`group_rows`]), which share each key and value load.
+fn cpu_key(head_dim: usize, tree: bool, kv_f16: bool, rg: usize) -> ShaderKey {
     let key = ShaderKey::new("attention_decode_cpu")
         .def("HD", head_dim)
+        .def("RG", format!("{rg}u"))
         .flag("SUBGROUPS", true)
         .flag("KV_F16", kv_f16);
     with_tree(key, tree)
+}
+
+/// Most query heads per workgroup of the CPU kernel, times the vec4 columns each lane owns (head_dim / 32): the
+/// rows' queries and accumulators stay near the registers.
+const MAX_GROUP_COLUMNS: usize = 8;
+
+/// Heads of a GQA group of `group` per workgroup of the CPU kernel at `head_dim`: the largest divisor of the group
+/// within [`MAX_GROUP_COLUMNS`].
+fn group_rows(group: usize, head_dim: usize) -> usize {
+    let most = (MAX_GROUP_COLUMNS / head_dim.div_ceil(32)).max(1);
+    (1..=most.min(group)).rev().find(|r| group.is_multiple_of(*r)).unwrap_or(1)
 }
 
 fn combine_key(head_dim: usize) -> ShaderKey {
@@ -210,7 +223,8 @@ impl Kernel for AttentionDecode {
     fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
         let s = &self.shape;
         let (shader, z) = if cpu_kernel(caps) {
-            (cpu_key(s.head_dim, self.tree, self.kv_f16), s.n_tokens * s.group())
+            let rg = group_rows(s.group(), s.head_dim);
+            (cpu_key(s.head_dim, self.tree, self.kv_f16, rg), s.n_tokens * s.group() / rg)
         } else {
             (split_key(s.head_dim, self.tree, self.kv_f16), self.row_blocks())
         };
@@ -525,7 +539,11 @@ pub fn variants() -> Vec<ShaderKey> {
         .flat_map(|&d| {
             [(false, false), (true, false), (false, true), (true, true)]
                 .into_iter()
-                .flat_map(move |(t, f)| [split_key(d, t, f), cpu_key(d, t, f)])
+                .flat_map(move |(t, f)| {
+                    let most = (MAX_GROUP_COLUMNS / d.div_ceil(32)).max(1);
+                    let cpu = (1..=most).map(move |rg| cpu_key(d, t, f, rg));
+                    cpu.chain([split_key(d, t, f)])
+                })
                 .chain([combine_key(d)])
         })
         .collect()

@@ -117,8 +117,49 @@ type Extra = (
     Option<usize>,
 );
 
+/// The heads of a GQA group share each key and value load in the CPU kernel (a workgroup serves up to 8 of them):
+/// the output equals, bit for bit, the same attention with every kv head repeated per query head (group 1, one
+/// head per workgroup), over one split and several, f32 and f16 caches.
+fn group_shared(gpu: &Gpu, s: AttnShape, kv_len: usize, kv: DType, seed: u64) -> shaderlm::Result<Check> {
+    let mut rng = Rng::new(seed);
+    let scale = 1.0 / (s.head_dim as f32).sqrt();
+    let pos = kv_len - s.n_tokens;
+    let q = rng.vec(s.n_tokens * s.n_heads * s.head_dim, AMP);
+    let (kc, vc) = caches(&mut rng, s, kv_len, AMP);
+    let head = s.max_ctx * s.head_dim;
+    // kv head h / group's rows, once per query head h.
+    let repeat = |c: &[f32]| -> Vec<f32> {
+        (0..s.n_heads).flat_map(|h| c[h / s.group() * head..][..head].to_vec()).collect()
+    };
+    let run = |s: AttnShape, kc: &[f32], vc: &[f32]| -> shaderlm::Result<Vec<f32>> {
+        let shape = [s.n_kv, s.max_ctx, s.head_dim];
+        let (kt, vt) = (upload_cache(gpu, "k", &shape, kc, kv)?, upload_cache(gpu, "v", &shape, vc, kv)?);
+        let mut g = Graph::new();
+        let tq = g.input("q", &[s.n_tokens, s.n_heads, s.head_dim], DType::F32);
+        let (tk, tv) = (g.external(&kt), g.external(&vt));
+        let o = g.attention_decode(tq, tk, tv, scale)?;
+        g.output(o);
+        let mut plan = Plan::new(gpu, g)?;
+        plan.write_input(gpu, tq, bytemuck::cast_slice(&q))?;
+        plan.run(gpu, &StepVars { pos: pos as u32 })?;
+        plan.read_f32(o)
+    };
+    let shared = run(s, &kc, &vc)?;
+    let apart = run(AttnShape { n_kv: s.n_heads, ..s }, &repeat(&kc), &repeat(&vc))?;
+    Ok(exact(&shared, &apart))
+}
+
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
+    // (n_q, n_heads, n_kv, head_dim, kv_len, max_ctx): groups of 3 (SmolLM2), 7 (Qwen2.5 0.5B: 7 heads per
+    // workgroup), 16 (two workgroups of 8), 6 at head_dim 80 (3 per workgroup), one split and several.
+    let groups = [(1, 9, 3, 64, 70, 256), (4, 14, 2, 64, 300, 1024), (3, 16, 1, 128, 1000, 2048), (2, 12, 2, 80, 40, 64)];
+    for (i, (n_tokens, n_heads, n_kv, head_dim, kv_len, max_ctx)) in groups.into_iter().enumerate() {
+        let kv = if i % 2 == 0 { DType::F32 } else { DType::F16 };
+        let s = AttnShape { n_tokens, n_heads, n_kv, head_dim, max_ctx };
+        let name = format!("group_shared_q{n_tokens}_h{n_heads}_kv{n_kv}_d{head_dim}_len{kv_len}_{kv:?}");
+        v.push(Case::new("attention_decode", name, move |gpu| group_shared(gpu, s, kv_len, kv, 2900 + i as u64)));
+    }
     let mut seed = 3000u64;
     let heads = [(1usize, 1usize), (3, 1), (9, 3), (4, 1), (8, 1), (14, 2)];
     // (kv_len, max_ctx): max_ctx fixes the split count (splits_for): 1 key among 8 splits (7 empty); 2 keys, one
