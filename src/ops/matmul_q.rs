@@ -569,8 +569,8 @@ impl Graph {
             ropes.push(rope);
             (p, qkv0) = (p + count, qkv0 + w.n);
         }
-        if let ([a, b], Some(norm)) = (ws, norm) {
-            // Two weights (v, or k and v, in another format): one dispatch.
+        if let ([a, b], Some(norm), true) = (ws, norm, ws.iter().all(|w| w.1.is_some() == ws[0].1.is_some())) {
+            // Two weights (v, or k and v, in another format) with biases alike: one dispatch.
             self.matmul_q_two(x, (a, b), norm, ropes[0], [k_cache, v_cache], q_out)?;
             return Ok(q_out);
         }
