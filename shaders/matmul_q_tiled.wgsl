@@ -74,18 +74,8 @@ var<workgroup> norm_inv: f32;
 #endif
 #endif
 
-#if ROPE
-// The sums of rows r .. r + 4 with their bias added (clamped to the weight's last row), as store_rows adds it.
-fn biased(s: vec4<f32>, r: u32) -> vec4<f32> {
-    var o = s;
-#if BIAS
-    for (var j = 0u; j < 4u; j++) {
-        o[j] += bias[p.row0 + min(r + j, p.rows - 1u)];
-    }
-#endif
-    return o;
-}
 #if TWO
+// The second weight's sums of rows r .. r + 4 with its bias added (lib/rope_store.wgsl's `biased`).
 fn biased_b(s: vec4<f32>, r: u32) -> vec4<f32> {
     var o = s;
 #if BIAS
@@ -95,7 +85,6 @@ fn biased_b(s: vec4<f32>, r: u32) -> vec4<f32> {
 #endif
     return o;
 }
-#endif
 #endif
 
 @compute @workgroup_size(WG)

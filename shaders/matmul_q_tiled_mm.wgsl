@@ -13,7 +13,8 @@
 //   (written: columns row0..row0+rows).
 // Defs: TM (rows of x per invocation: 2 with T2, 4 with T2 and T4, or 8 with T2, T4 and T8; lib/tiled_tokens.wgsl), Q8, HB1, HB2, NL,
 //   MIN, S16, PAIR, XSUM, XSUM2, SUPER, Q2K, Q3K, QC (as in matmul_q_tiled), SUBGROUPS, BIAS, GLU, GELU, WG (workgroup size,
-//   a multiple of 8).
+//   a multiple of 8), ROPE (W is q|k|v or some of its projections, rows m of x a chain of tokens at positions pos + m:
+//   rope_kv's epilogue, lib/rope_store.wgsl, bindings from KC_AT as in matmul_q_tiled).
 // Grid: ceil(tiles * 8 / WG) workgroups of WG (folded into y past the per-dimension limit) x 1 x ceil(M / TM).
 
 #include "lib/quant_params.wgsl"
@@ -38,14 +39,23 @@
 @group(1) @binding(0) var<uniform> p: Params;
 
 #include "lib/store_rows.wgsl"
+#if ROPE
+#include "lib/rope_store.wgsl"
+#endif
 
 #include "lib/quant_tiled.wgsl"
 #include "lib/tiled_tokens.wgsl"
 
 fn write4(m: u32, r0: u32, acc: vec4<f32>) {
+#if ROPE
+    if (m < p.m && r0 < p.rows) {
+        rope_store4(m, r0, biased(acc, r0));
+    }
+#else
     if (m < p.m) {
         store4(m, r0, acc);
     }
+#endif
 }
 
 @compute @workgroup_size(WG)

@@ -6,8 +6,9 @@
 // past max_ctx), with rope_kv's arithmetic (lib/rope_angle.wgsl) and f16 rounding after the bias (BIAS) as
 // store_rows adds it, so the fused step caches and attends with the unfused one's bits.
 // Bindings: KC_AT k_cache, VC_AT v_cache [n_kv, max_ctx, head_dim] f32 or (KV_F16) f16 pairs (written) | FACTORS_AT
-//   factors [rot_dim / 2] f32 (FACTORS). The including shader declares y (array<f32>) and p (the rope fields of
-//   lib/quant_params.wgsl), adds the bias and skips rows past the weight's.
+//   factors [rot_dim / 2] f32 (FACTORS). The including shader declares y (array<f32>), bias (BIAS) and p (the rope
+//   fields of lib/quant_params.wgsl), adds the bias (`biased`) and skips rows past the weight's. Also the epilogue of
+//   matmul_q_tiled_mm for a chain of tokens (verification steps): row m of x at position pos + m.
 
 #if KV_F16
 @group(0) @binding(KC_AT) var<storage, read_write> k_cache: array<u32>;  // [n_kv, max_ctx, head_dim / 2] f16 x 2
@@ -29,6 +30,17 @@ fn rope_pair(j: u32, at: u32, x0: f32, x1: f32) -> vec2<f32> {
     }
     let cs = rope_cs(j, at);
     return vec2<f32>(x0 * cs.x - x1 * cs.y, x0 * cs.y + x1 * cs.x);
+}
+
+// The sums of rows r .. r + 4 with their bias added (clamped to the weight's last row), as store_rows adds it.
+fn biased(s: vec4<f32>, r: u32) -> vec4<f32> {
+    var o = s;
+#if BIAS
+    for (var j = 0u; j < 4u; j++) {
+        o[j] += bias[p.row0 + min(r + j, p.rows - 1u)];
+    }
+#endif
+    return o;
 }
 
 // 4 consecutive values of a cache row from element `at` (even).

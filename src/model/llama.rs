@@ -19,6 +19,7 @@ use crate::gpu::{DType, Gpu, GpuTensor};
 use crate::graph::{Graph, Plan, Tap, TensorId};
 use crate::ops::rope::{RopeConfig, RopeStyle};
 use crate::ops::rope_kv::QkvSource;
+use crate::quant::pack::Layout;
 
 /// The FFN's input projections: when both are stored alike, one matmul over (gate, up) row pairs
 /// (`[2 * ffn, hidden]`) whose epilogue applies the activation (one dispatch, no `[n, 2 * ffn]` intermediate); else
@@ -791,14 +792,15 @@ impl Llama {
         let n = s.n_tokens;
         let a = match self.rope_in_qkv(s, i, l, input, extra) {
             Some((h, ws, seq)) => {
-                // Decode on the fused path: the q|k|v GEMVs norm their input and do rope_kv's work in their epilogue.
+                // Decode on the fused path: the q|k|v GEMVs norm their input and do rope_kv's work in their epilogue;
+                // a chain of tokens (a verification step, its input normed) in the tiled GEMM's epilogue.
                 let (kc, vc) = seq.caches(g, i);
-                let norm = g.external(&l.attn_norm);
+                let norm = matches!(input, AttnIn::Residual(_)).then(|| (g.external(&l.attn_norm), c.rms_eps));
                 let ws: Vec<_> = ws
                     .into_iter()
                     .map(|(w, b, count)| (w, b.map(|b| g.external(b)), count))
                     .collect();
-                let q = g.matmul_q_qkv_rope(h, &ws, Some((norm, c.rms_eps)), self.rope_of(seq, i), (kc, vc))?;
+                let q = g.matmul_q_qkv_rope(h, &ws, norm, self.rope_of(seq, i), (kc, vc))?;
                 let q = g.reshape(q, &[n, c.n_heads, c.head_dim])?;
                 g.tap(q, Tap::Rope(i));
                 self.attend(g, s, i, q, kc, vc)?
@@ -878,10 +880,11 @@ impl Llama {
         Ok(a)
     }
 
-    /// The residual input, the q|k|v weights (with their biases and how many projections each stacks) and the
-    /// session of a step whose q|k|v GEMVs can take rope_kv as their epilogue (`Graph::matmul_q_qkv_rope`): a
-    /// one-token step of one session on the fused path (not a tree), quantized weights in one part each, no q/k
-    /// norms, interleaved RoPE pairs.
+    /// The input, the q|k|v weights (with their biases and how many projections each stacks) and the session of a
+    /// step whose q|k|v matmuls can take rope_kv as their epilogue (`Graph::matmul_q_qkv_rope`): a one-token step
+    /// of one session on the fused path (the residual input, normed in the GEMV's prologue), or a chain of 2 to
+    /// `ROPE_MAX_M` tokens (a verification step; the input normed), not a tree, quantized weights in the tiled
+    /// layout in one part each, no q/k norms, interleaved RoPE pairs.
     #[allow(clippy::type_complexity)]
     fn rope_in_qkv<'s>(
         &'s self,
@@ -895,15 +898,21 @@ impl Llama {
         Vec<(&'s PackedWeight, Option<&'s GpuTensor>, usize)>,
         &'s SeqContext<'s>,
     )> {
-        let (AttnIn::Residual(h), [seq]) = (input, s.seqs.as_slice()) else {
+        let (h, rows) = match input {
+            AttnIn::Residual(h) => (h, 1..=1),
+            AttnIn::Normed(x) => (x, 2..=crate::ops::matmul_q::ROPE_MAX_M),
+        };
+        let [seq] = s.seqs.as_slice() else {
             return None;
         };
-        let plain = extra.is_none() && l.qk_norm.is_none() && s.tree.is_none() && s.n_tokens == 1;
+        let plain = extra.is_none() && l.qk_norm.is_none() && s.tree.is_none() && rows.contains(&s.n_tokens);
         if !plain || self.rope_of(seq, i).style != RopeStyle::Interleaved {
             return None;
         }
         let ws = l.qkv.groups.iter().map(|(w, bias, count)| match w {
-            Linear::Quant { w, perm: None } if w.parts().len() == 1 => Some((&**w, bias.as_ref(), *count)),
+            Linear::Quant { w, perm: None } if w.parts().len() == 1 && w.layout == Layout::Tiled => {
+                Some((&**w, bias.as_ref(), *count))
+            }
             _ => None,
         });
         Some((h, ws.collect::<Option<Vec<_>>>()?, seq))

@@ -76,6 +76,9 @@ pub const NORM_PROLOGUE_K: usize = 4096;
 /// lavapipe (batched decode of 2 and 3 sessions): Qwen2.5-Coder-0.5B Q4_K_M steps of 2 rows 13.6 -> 21.2 tokens/s
 /// and of 3 rows 12.9 -> 21.0 against the GEMV of 2 and 3 rows; SmolLM2 Q4_1 39 -> 53 and 42 -> 54.
 pub const TILED_GEMV_MAX_M: usize = 1;
+/// Most rows of x (a chain of tokens) of a q|k|v matmul with the rope epilogue ([`Graph::matmul_q_qkv_rope`]): a
+/// verification step's.
+pub const ROPE_MAX_M: usize = 8;
 /// Rows of x per invocation of the tiled GEMM for 2 rows.
 const TM_TILED_PAIR: usize = 2;
 /// Rows of x per invocation of the tiled GEMM, and per workgroup of the rows-layout GEMM.
@@ -545,8 +548,13 @@ impl Graph {
             return Err(bad("interleaved RoPE pairs and weights in one part only".into()));
         }
         self.rope_config_check(&cfg, head_dim).map_err(|e| bad(format!("{cfg:?}: {e}")))?;
+        // The tokens of a chain (a verification step) at positions pos + m; the norm prologue takes one.
+        let m = match self.shape(x) {
+            [m, _] if *m >= 1 && *m <= ROPE_MAX_M && (norm.is_none() || *m == 1) => *m,
+            xs => return Err(bad(format!("x {xs:?}: 1 to {ROPE_MAX_M} rows (one with the norm)"))),
+        };
         let sizes = [q_rows, n_kv * head_dim, n_kv * head_dim];
-        let q_out = self.uninit("q_rope", &[TILED_GEMV_MAX_M, q_rows], DType::F32);
+        let q_out = self.uninit("q_rope", &[m, q_rows], DType::F32);
         let (mut p, mut qkv0) = (0, 0);
         let mut ropes = Vec::new();
         for &(w, _, count) in ws {
@@ -555,7 +563,7 @@ impl Graph {
             }
             let rope = FusedRope {
                 dims: QkvDims {
-                    n_tokens: TILED_GEMV_MAX_M,
+                    n_tokens: m,
                     n_heads: q_rows / head_dim,
                     n_kv,
                     head_dim,
@@ -584,7 +592,7 @@ impl Graph {
             extra.extend([k_cache, v_cache]);
             extra.extend(cfg.factors);
             extra.push(q_out);
-            self.matmul_q_node(x, w, bias, QPath::Gemv, QMath::Auto, None, fused, &extra)?;
+            self.matmul_q_node(x, w, bias, QPath::Auto, QMath::Auto, None, fused, &extra)?;
         }
         Ok(q_out)
     }
@@ -754,9 +762,9 @@ impl Graph {
                 return Err(bad(&format!("the residual must be f32 {want:?}")));
             }
         }
-        let fusing = fused.add.is_some() || fused.norm.is_some() || fused.rope.is_some();
-        if fusing && (w.layout != Layout::Tiled || m > TILED_GEMV_MAX_M) {
-            return Err(bad("a fused norm, add or rope epilogue needs the tiled GEMV (CPU adapters, one row)"));
+        let one_row = fused.add.is_some() || fused.norm.is_some();
+        if (one_row && m > TILED_GEMV_MAX_M) || ((one_row || fused.rope.is_some()) && w.layout != Layout::Tiled) {
+            return Err(bad("a fused norm or add needs the tiled GEMV (CPU adapters, one row), a rope epilogue the tiled layout"));
         }
         let mut inputs = vec![x];
         for t in tensors.into_iter().flatten() {
@@ -920,6 +928,19 @@ pub fn variants() -> Vec<ShaderKey> {
                         };
                         v.extend(keys.iter().map(|k| fused_flags(k.clone(), f, y_at)));
                     }
+                }
+            }
+        }
+    }
+    // The tiled GEMM with the rope epilogue (a verification step's chain of tokens), with and without subgroups.
+    for format in kernel_formats() {
+        for (bias, sg) in [(false, false), (false, true), (true, false), (true, true)] {
+            let y_at = 3 + usize::from(format.third_buffer(Layout::Tiled)) + usize::from(bias);
+            for tm in [TM_TILED_PAIR, TM_TILED_SMALL, TM_TILED] {
+                for (kv_f16, factors) in [(false, false), (true, false), (false, true), (true, true)] {
+                    let rope = Some(FusedRope::variant(kv_f16, factors));
+                    let key = tiled_key(format, bias, false, sg, Some(tm));
+                    v.push(fused_flags(key, Fused { rope, ..Default::default() }, y_at));
                 }
             }
         }

@@ -777,7 +777,7 @@ fn rope_epilogue_cases(v: &mut Vec<Case>) {
                 ty.name()
             );
             v.push(Case::new("matmul_q", name, move |gpu| {
-                rope_check(gpu, [ty, ty], (kv_f16, factors, norm), (64, rot_dim), pos, (&[3], false))
+                rope_check(gpu, 1, [ty, ty], (kv_f16, factors, norm), (64, rot_dim), pos, (&[3], false))
             }));
         }
     }
@@ -787,7 +787,7 @@ fn rope_epilogue_cases(v: &mut Vec<Case>) {
         for (split, bias, kv_f16, pos) in splits {
             let name = format!("qkv_rope_split{split:?}_bias{bias}_equals_rope_kv_{}_f16{kv_f16}_pos{pos}", ty[0].name());
             v.push(Case::new("matmul_q", name, move |gpu| {
-                rope_check(gpu, ty, (kv_f16, false, true), (64, 64), pos, (split, bias))
+                rope_check(gpu, 1, ty, (kv_f16, false, true), (64, 64), pos, (split, bias))
             }));
         }
     }
@@ -796,13 +796,25 @@ fn rope_epilogue_cases(v: &mut Vec<Case>) {
     for (ty, split, factors, hd) in pairs {
         let name = format!("qkv_rope_split{split:?}_{}_{}_factors{factors}_hd{hd}_equals_rope_kv", ty[0].name(), ty[1].name());
         v.push(Case::new("matmul_q", name, move |gpu| {
-            rope_check(gpu, ty, (true, factors, true), (hd, hd), 200, (&split, true))
+            rope_check(gpu, 1, ty, (true, factors, true), (hd, hd), 200, (&split, true))
+        }));
+    }
+    // A chain of 2, 4 or 7 tokens (a verification step) through the tiled GEMM with the rope epilogue, the norm
+    // done before; the last chain ends at the cache's last position, and one runs past it (those rows write nothing).
+    let chains: [(GgmlType, usize, &[usize], u32); 6] =
+        [(Q4_1, 2, &[3], 0), (Q4_K, 4, &[2, 1], 77), (Q6_K, 7, &[3], 130), (Q8_0, 4, &[1, 2], 252), (Q5_0, 7, &[2, 1], 249), (Q4_1, 4, &[3], 254)];
+    for (i, (ty, m, split, pos)) in chains.into_iter().enumerate() {
+        let (kv_f16, factors) = (i % 2 == 1, i % 3 == 0);
+        let name = format!("qkv_rope_chain{m}_split{split:?}_{}_f16{kv_f16}_factors{factors}_pos{pos}", ty.name());
+        v.push(Case::new("matmul_q", name, move |gpu| {
+            rope_check(gpu, m, [ty, Q8_0], (kv_f16, factors, false), (64, 64), pos, (split, i % 2 == 0))
         }));
     }
 }
 
 fn rope_check(
     gpu: &Gpu,
+    m: usize,
     [ty, ty2]: [GgmlType; 2],
     (kv_f16, factors, norm): (bool, bool, bool),
     (hd, rot_dim): (usize, usize),
@@ -829,7 +841,7 @@ fn rope_check(
     let weight = GpuTensor::upload_f32(gpu, "norm", &[k], &Rng::new(42).vec(k, 2.0))?;
     let divisors: Vec<f32> = (0..rot_dim / 2).map(|j| 1.0 + 0.25 * j as f32).collect();
     let divisors = GpuTensor::upload_f32(gpu, "factors", &[rot_dim / 2], &divisors)?;
-    let x = Rng::new(43).vec(k, 3.0);
+    let x = Rng::new(43).vec(m * k, 3.0);
     let init = kv_write::round_f16(&Rng::new(44).vec(n_kv * max_ctx * hd, 1.0));
     let shape = [n_kv, max_ctx, hd];
     let run = |fused: bool| -> shaderlm::Result<Vec<u32>> {
@@ -839,7 +851,7 @@ fn rope_check(
         };
         let (kc, vc) = (cache("k_cache")?, cache("v_cache")?);
         let mut g = Graph::new();
-        let tx = g.input("x", &[1, k], DType::F32);
+        let tx = g.input("x", &[m, k], DType::F32);
         let (tk, tv) = (g.external(&kc), g.external(&vc));
         let tn = norm.then(|| (g.external(&weight), 1e-5f32));
         let mut cfg = RopeConfig::new(RopeStyle::Interleaved, 10000.0, rot_dim);
@@ -859,7 +871,7 @@ fn rope_check(
                 src.push((y, count));
             }
             let q = g.rope_kv(QkvSource(src), None, cfg, tk, tv)?;
-            g.reshape(q, &[1, n_heads * hd])?
+            g.reshape(q, &[m, n_heads * hd])?
         };
         g.output(q);
         let mut plan = Plan::new(gpu, g)?;
