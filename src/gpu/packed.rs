@@ -99,13 +99,23 @@ impl PackedWeight {
         self.quants.parts.iter().map(|p| (p.row0, p.rows)).collect()
     }
 
-    /// Device bytes of all buffers (the traffic of one full read).
-    pub fn bytes(&self) -> u64 {
+    /// Its device buffers in binding order: quants, scales, and mins where the layout has them.
+    pub fn buffers(&self) -> impl Iterator<Item = &GpuTensor> {
         [Some(&self.quants), Some(&self.scales), self.mins.as_ref()]
             .into_iter()
             .flatten()
-            .flat_map(|t| t.parts.iter().map(|p| p.bytes))
-            .sum()
+    }
+
+    /// Whether the row parts cover its `n` rows, none empty, and every buffer is split into those parts.
+    pub fn parts_cover_rows(&self) -> bool {
+        let parts = &self.quants.parts;
+        let covered = parts.iter().map(|p| p.rows).sum::<usize>() == self.n && parts.iter().all(|p| p.rows > 0);
+        covered && self.buffers().all(|t| t.parts.len() == parts.len())
+    }
+
+    /// Device bytes of all buffers (the traffic of one full read).
+    pub fn bytes(&self) -> u64 {
+        self.buffers().flat_map(|t| t.parts.iter().map(|p| p.bytes)).sum()
     }
 }
 

@@ -134,8 +134,12 @@ const MAX_GROUP_COLUMNS: usize = 8;
 /// Heads of a GQA group of `group` per workgroup of the CPU kernel at `head_dim`: the largest divisor of the group
 /// within [`MAX_GROUP_COLUMNS`].
 fn group_rows(group: usize, head_dim: usize) -> usize {
-    let most = (MAX_GROUP_COLUMNS / head_dim.div_ceil(32)).max(1);
-    (1..=most.min(group)).rev().find(|r| group.is_multiple_of(*r)).unwrap_or(1)
+    (1..=most_group_rows(head_dim).min(group)).rev().find(|r| group.is_multiple_of(*r)).unwrap_or(1)
+}
+
+/// Most heads per workgroup of the CPU kernel at `head_dim` ([`MAX_GROUP_COLUMNS`]).
+fn most_group_rows(head_dim: usize) -> usize {
+    (MAX_GROUP_COLUMNS / head_dim.div_ceil(32)).max(1)
 }
 
 fn combine_key(head_dim: usize) -> ShaderKey {
@@ -540,8 +544,7 @@ pub fn variants() -> Vec<ShaderKey> {
             [(false, false), (true, false), (false, true), (true, true)]
                 .into_iter()
                 .flat_map(move |(t, f)| {
-                    let most = (MAX_GROUP_COLUMNS / d.div_ceil(32)).max(1);
-                    let cpu = (1..=most).map(move |rg| cpu_key(d, t, f, rg));
+                    let cpu = (1..=most_group_rows(d)).map(move |rg| cpu_key(d, t, f, rg));
                     cpu.chain([split_key(d, t, f)])
                 })
                 .chain([combine_key(d)])

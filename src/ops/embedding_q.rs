@@ -131,9 +131,7 @@ impl Graph {
             return Err(Error::shape("embedding_q", format!("[{m}, {}] output too large", w.k)));
         }
         let parts = w.parts();
-        let tensors = [Some(&w.quants), Some(&w.scales), w.mins.as_ref()];
-        let covered = parts.iter().map(|p| p.1).sum::<usize>() == w.n && parts.iter().all(|p| p.1 > 0);
-        if !covered || !tensors.iter().flatten().all(|t| t.parts.len() == parts.len()) {
+        if !w.parts_cover_rows() {
             return Err(Error::shape(
                 "embedding_q",
                 format!("{}: row parts do not cover its rows", w.name),
@@ -147,14 +145,14 @@ impl Graph {
             layout: w.layout,
             parts,
         };
-        if tensors.iter().flatten().count() != kernel.weight_bindings() {
+        if w.buffers().count() != kernel.weight_bindings() {
             return Err(Error::shape(
                 "embedding_q",
                 format!("{}: buffers do not match its layout", w.name),
             ));
         }
         let mut inputs = vec![ids];
-        for t in tensors.into_iter().flatten() {
+        for t in w.buffers() {
             inputs.push(self.external(t));
         }
         Ok(self.add_node(kernel, &inputs, &[("embedding_q", &[m, w.k], DType::F32)])?[0])

@@ -516,11 +516,12 @@ impl Graph {
         self.matmul_q_node(x, w, bias, QPath::Gemv, QMath::Auto, glu, fused, &extra)
     }
 
-    /// A decode step's q|k|v in one dispatch per weight (one for two weights with the norm: [`two`]): the tiled GEMVs of `x` `[1, K]` (RMSNorm'ed first by
-    /// `norm`) with the q|k|v weights `ws` (one part each, in order: each weight with its bias `[rows]` and how many
-    /// of q, k and v it stacks, like [`super::rope_kv::QkvSource`]), whose epilogue is rope_kv's: q rotated and
-    /// returned `[1, n_heads * head_dim]`, k rotated and v written into `k_cache` / `v_cache` (`[n_kv, max_ctx,
-    /// head_dim]`, both f32 or both f16) at `vars.pos`. Interleaved RoPE pairs only, no q/k norms; the results equal
+    /// A decode step's q|k|v in one dispatch per weight (one for two weights with the norm: [`two`]): the tiled GEMVs
+    /// of `x` `[m, K]` (m tokens of a chain, 1 to [`ROPE_MAX_M`]; the GEMM for more than one; RMSNorm'ed first by
+    /// `norm`, one token only) with the q|k|v weights `ws` (one part each, in order: each weight with its bias
+    /// `[rows]` and how many of q, k and v it stacks, like [`super::rope_kv::QkvSource`]), whose epilogue is
+    /// rope_kv's: q rotated and returned `[m, n_heads * head_dim]`, k rotated and v written into `k_cache` /
+    /// `v_cache` (`[n_kv, max_ctx, head_dim]`, both f32 or both f16) at `vars.pos + row`. Interleaved RoPE pairs only, no q/k norms; the results equal
     /// `matmul_q_fused` then `rope_kv` bit for bit where [`can_fuse`] says so (the plan fails elsewhere).
     pub fn matmul_q_qkv_rope(
         &mut self,
@@ -616,7 +617,8 @@ impl Graph {
         }
         let mut inputs = vec![x];
         for &(w, bias, _) in [a, b] {
-            if w.layout != Layout::Tiled || w.parts().len() != 1 || w.mins.is_some() != w.format.third_buffer(w.layout) {
+            let packed = w.parts_cover_rows() && w.mins.is_some() == w.format.third_buffer(w.layout);
+            if w.layout != Layout::Tiled || w.parts().len() != 1 || !packed {
                 return Err(bad("a fused GEMV needs tiled weights in one part"));
             }
             if bias.is_some_and(|t| self.shape(t) != [w.n] || self.dtype(t) != DType::F32) {
@@ -631,9 +633,7 @@ impl Graph {
             n: w.n,
             wbytes: w.bytes(),
         };
-        let buffers = |g: &mut Graph, w: &PackedWeight| -> Vec<TensorId> {
-            [Some(&w.quants), Some(&w.scales), w.mins.as_ref()].into_iter().flatten().map(|t| g.external(t)).collect()
-        };
+        let buffers = |g: &mut Graph, w: &PackedWeight| -> Vec<TensorId> { w.buffers().map(|t| g.external(t)).collect() };
         inputs.extend(buffers(self, a.0));
         inputs.extend(a.1);
         inputs.push(norm);
@@ -731,10 +731,7 @@ impl Graph {
             return Err(bad("too large for one dispatch grid"));
         }
         let parts = w.parts();
-        let tensors = [Some(&w.quants), Some(&w.scales), w.mins.as_ref()];
-        let covered = parts.iter().map(|p| p.1).sum::<usize>() == n && parts.iter().all(|p| p.1 > 0);
-        let same = tensors.iter().flatten().all(|t| t.parts.len() == parts.len());
-        if !covered || !same || (w.mins.is_some() != w.format.third_buffer(w.layout)) {
+        if !w.parts_cover_rows() || (w.mins.is_some() != w.format.third_buffer(w.layout)) {
             return Err(bad("the packed buffers' row parts do not cover W's rows"));
         }
         if glu.is_some() && (bias.is_some() || !n.is_multiple_of(2) || parts.iter().any(|p| p.0 % 2 == 1)) {
@@ -767,7 +764,7 @@ impl Graph {
             return Err(bad("a fused norm or add needs the tiled GEMV (CPU adapters, one row), a rope epilogue the tiled layout"));
         }
         let mut inputs = vec![x];
-        for t in tensors.into_iter().flatten() {
+        for t in w.buffers() {
             inputs.push(self.external(t));
         }
         inputs.extend(bias);
