@@ -10,7 +10,7 @@ use common::blockffn::write_blockffn;
 use common::gpu::gpu;
 use common::minicpm::write_minicpm;
 use common::rng::Rng;
-use common::spec_runs::{run, Smol};
+use common::spec_runs::{run, run_with, Smol};
 use common::steps::{bits, tokens, weights, LOGITS_AND_ARGMAX};
 use common::tiny::{
     phi3, random, stored, weights as tiny_weights, write_gguf, write_gguf_chat, write_gguf_chat_as, write_gguf_v_apart,
@@ -243,6 +243,33 @@ fn speculative_generation_equals_plain_on_smollm2() {
                 st.one_submission, 0,
                 "{label} k={k}: drafted in the verification's submission"
             );
+        }
+        // Draft lengths chosen step by step (up to 7): the same output. The self-draft, always right, drafts the
+        // longest chains once its probe is accepted (shorter ones only where the token budget ends).
+        let sources: [(&str, &mut dyn Drafter); 2] = [("lookup", &mut lookup), ("self-draft", &mut draft)];
+        for (source, drafter) in sources {
+            let opts = SpecOptions {
+                max_draft: 7,
+                min_accepted: 0.0,
+                adaptive: true,
+                ..Default::default()
+            };
+            target.truncate(0);
+            let (s1, s2, st) = run_with(
+                &mut target,
+                loaded,
+                &params,
+                (prompt, follow),
+                16,
+                Some((drafter, opts)),
+            );
+            assert_eq!(s1.generated, p1.generated, "{label}, {source} adaptive: first turn");
+            assert_eq!(s2.generated, p2.generated, "{label}, {source} adaptive: follow-up turn");
+            let chains = &st.steps_by_drafts;
+            println!("{label}, {source} adaptive: chain steps by drafts {chains:?}");
+            if source == "self-draft" && params.temperature == 0.0 {
+                assert_eq!(chains.len(), 8, "{label}: the self-draft never drafted 7: {chains:?}");
+            }
         }
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod batch;
 pub mod draft;
+pub mod draft_len;
 pub mod eagle;
 mod emit;
 pub mod spec;

@@ -8,6 +8,7 @@
 //! "Prompt Lookup Decoding" (2023).
 
 use super::draft::Drafter;
+use super::draft_len::DraftLength;
 use super::emit::Emitter;
 use super::tree::{DraftTree, TreeShape};
 use super::{choose, record_topk, row_logits, GenOptions, GenOutput, Generator};
@@ -38,6 +39,9 @@ pub struct SpecOptions {
     /// Verify a draft tree grown as this says instead of a chain of `max_draft` (EAGLE-2's dynamic tree for a
     /// draft model; several matches for prompt lookup; the chain for other sources).
     pub tree: Option<TreeShape>,
+    /// Choose each chain step's drafts, up to `max_draft`, from the acceptance so far and the measured cost of each
+    /// step size ([`DraftLength`]) instead of always `max_draft`.
+    pub adaptive: bool,
 }
 
 impl Default for SpecOptions {
@@ -47,6 +51,7 @@ impl Default for SpecOptions {
             min_accepted: 0.5,
             window: 8,
             tree: None,
+            adaptive: false,
         }
     }
 }
@@ -70,6 +75,8 @@ pub struct SpecStats {
     pub plain_time: Duration,
     /// Why speculation turned itself off, if it did.
     pub turned_off: Option<String>,
+    /// Chain verification steps by their number of drafts (index: drafts).
+    pub steps_by_drafts: Vec<usize>,
 }
 
 impl SpecStats {
@@ -106,6 +113,13 @@ impl SpecStats {
                 self.one_submission
             ));
         }
+        let chains: Vec<String> = (1..self.steps_by_drafts.len())
+            .filter(|&k| self.steps_by_drafts[k] > 0)
+            .map(|k| format!("{k} x{}", self.steps_by_drafts[k]))
+            .collect();
+        if !chains.is_empty() {
+            s.push_str(&format!("\n  chain steps by drafts: {}", chains.join(", ")));
+        }
         if let Some(why) = &self.turned_off {
             s.push_str(&format!("\n  turned off: {why}"));
         }
@@ -127,6 +141,12 @@ impl SpecStats {
             self.drafted_at[i] += d;
             self.accepted_at[i] += a;
         }
+        if self.steps_by_drafts.len() < other.steps_by_drafts.len() {
+            self.steps_by_drafts.resize(other.steps_by_drafts.len(), 0);
+        }
+        for (i, &n) in other.steps_by_drafts.iter().enumerate() {
+            self.steps_by_drafts[i] += n;
+        }
         self.draft_time += other.draft_time;
         self.verify_time += other.verify_time;
         self.plain_time += other.plain_time;
@@ -136,6 +156,10 @@ impl SpecStats {
     }
 
     fn record(&mut self, drafted: usize, accepted: usize) {
+        if self.steps_by_drafts.len() <= drafted {
+            self.steps_by_drafts.resize(drafted + 1, 0);
+        }
+        self.steps_by_drafts[drafted] += 1;
         self.record_tree(drafted, drafted, accepted);
     }
 
@@ -203,6 +227,7 @@ pub fn generate_spec(
     // Chains of one draft until a draft is kept: a draft that is never right then costs two 2-row verifications
     // before speculation turns off, instead of two of max_draft + 1 rows.
     let mut probing = true;
+    let mut lengths = DraftLength::new(spec.max_draft);
     let mut tree = DraftTree::default();
     if let Some(shape) = spec.tree {
         shape.check()?;
@@ -222,9 +247,14 @@ pub fn generate_spec(
             // Drafts after `next`: within the step, the context, and the tokens still allowed (the target's own
             // token after them takes one more).
             let room = (gen.max_ctx() - base).min(MAX_TOKENS) - 1;
+            let wanted = match (probing, spec.adaptive) {
+                (true, _) => PROBE_DRAFTS,
+                (false, true) => lengths.choose(),
+                (false, false) => MAX_DRAFT,
+            };
             let k = spec
                 .max_draft
-                .min(if probing { PROBE_DRAFTS } else { MAX_DRAFT })
+                .min(wanted)
                 .min(room)
                 .min(emit.budget().saturating_sub(1));
             tree.reset(next);
@@ -240,6 +270,8 @@ pub fn generate_spec(
             }
             drafts.clear();
             let mut verified = false;
+            // The chain step's whole time (drafting, verification, acceptance), for the draft length's cost model.
+            let t_step = Instant::now();
             if tree.len() > 1 {
                 let t = Instant::now();
                 let (path, stopped) = verify_tree(gen, sampler, &tree, (&mut history, &mut next), &mut emit)?;
@@ -315,6 +347,7 @@ pub fn generate_spec(
             }
             stats.verify_time += t.elapsed();
             stats.record(drafts.len(), accepted);
+            lengths.record(drafts.len(), accepted, t_step.elapsed());
             probing &= accepted == 0;
             // The cache keeps what plain decoding would hold: every chosen token but the last one emitted.
             gen.truncate(base + 1 + accepted - usize::from(stopped));

@@ -1,0 +1,167 @@
+//! Adaptive draft length: each chain step's number of drafts, chosen from the acceptance seen so far and the measured
+//! cost of verification steps of each size (what the output is never depends on it, only how fast it comes).
+//!
+//! Drafts are modelled as accepted one after another with a probability `a` each until the first rejection (the
+//! geometric model: a step of k drafts then yields `1 + a + ... + a^k` tokens on average), `a` estimated from
+//! recent steps with decaying counts. A verification step's cost depends on its rows as the adapter's kernels
+//! do (on lavapipe a 4-row step cost 1.8x a 2-row one's 1.25x, an 8-row step 2.7x, against a one-token step), so
+//! it is measured per size: the median of its recent steps. Each step takes the length, among the candidates up
+//! to the cap, with the most expected tokens per unit of measured time; a size not yet measured is assumed to
+//! cost what the next smaller measured one does, so it gets tried once acceptance makes it look worth it.
+
+use crate::ops::attention_decode::MAX_TOKENS;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// Draft counts a step may take (besides the cap): verification steps of 2, 4 and 8 rows, the sizes at which
+/// the tiled GEMM's token blocks (2, 4 and 8 rows per invocation) are full.
+const CANDIDATES: [usize; 3] = [1, 3, 7];
+/// Weight of the past in the acceptance counts, per verification step.
+const DECAY: f64 = 0.9;
+/// Timed steps kept per size.
+const SAMPLES: usize = 8;
+
+/// The chooser of one generation's draft lengths.
+#[derive(Clone, Debug)]
+pub struct DraftLength {
+    cap: usize,
+    /// Decayed counts of drafts kept and of rejections (a step of k drafts that kept j < k has one).
+    kept: f64,
+    rejected: f64,
+    /// Per number of drafts (index 0 unused): its recent verification steps' times in seconds, and whether its
+    /// first step (which builds the step's plan) has been left out.
+    times: Vec<(VecDeque<f64>, bool)>,
+}
+
+impl DraftLength {
+    /// At most `cap` drafts per step (1..=`MAX_TOKENS - 1`). Acceptance starts at one half.
+    pub fn new(cap: usize) -> Self {
+        DraftLength {
+            cap: cap.clamp(1, MAX_TOKENS - 1),
+            kept: 1.0,
+            rejected: 1.0,
+            times: vec![(VecDeque::with_capacity(SAMPLES), false); MAX_TOKENS],
+        }
+    }
+
+    /// The estimated probability that a draft is accepted, given the ones before it were.
+    pub fn acceptance(&self) -> f64 {
+        self.kept / (self.kept + self.rejected)
+    }
+
+    /// Record a verification step of `drafted` drafts that kept `accepted` of them and took `time` (drafting,
+    /// verification and acceptance).
+    pub fn record(&mut self, drafted: usize, accepted: usize, time: Duration) {
+        if drafted == 0 || drafted >= self.times.len() {
+            return;
+        }
+        self.kept = self.kept * DECAY + accepted as f64;
+        self.rejected = self.rejected * DECAY + f64::from(u8::from(accepted < drafted));
+        let (times, warm) = &mut self.times[drafted];
+        if !*warm {
+            *warm = true;
+            return;
+        }
+        if times.len() == SAMPLES {
+            times.pop_front();
+        }
+        times.push_back(time.as_secs_f64());
+    }
+
+    /// The median recent time of steps of `k` drafts, if any were timed.
+    fn cost(&self, k: usize) -> Option<f64> {
+        let mut t: Vec<f64> = self.times[k].0.iter().copied().collect();
+        t.sort_by(f64::total_cmp);
+        t.get(t.len() / 2).copied()
+    }
+
+    /// Drafts for the next step: the candidate with the most expected tokens per second. Before any step of the
+    /// candidates is timed, the cap.
+    pub fn choose(&self) -> usize {
+        let a = self.acceptance();
+        let mut ks: Vec<usize> = CANDIDATES.into_iter().filter(|&k| k < self.cap).collect();
+        ks.push(self.cap);
+        let mut best: Option<(f64, usize)> = None;
+        let mut known = None;
+        for k in ks {
+            // An untimed size costs what the largest smaller timed one does (optimistic: it gets tried).
+            let Some(cost) = self.cost(k).or(known) else {
+                continue;
+            };
+            known = Some(cost);
+            let tokens: f64 = (0..=k as i32).map(|i| a.powi(i)).sum();
+            let rate = tokens / cost.max(1e-9);
+            if best.is_none_or(|(r, _)| rate > r) {
+                best = Some((rate, k));
+            }
+        }
+        best.map_or(self.cap, |(_, k)| k)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(v: f64) -> Duration {
+        Duration::from_secs_f64(v * 1e-3)
+    }
+
+    /// Times steps of each candidate size (lavapipe's SmolLM2 ratios: 2 rows 41 ms, 4 rows 57, 8 rows 81), the
+    /// first of each left out.
+    fn timed(cap: usize) -> DraftLength {
+        let mut d = DraftLength::new(cap);
+        for (k, t) in [(1, 41.0), (3, 57.0), (7, 81.0)] {
+            for _ in 0..3 {
+                d.record(k, 0, ms(if d.times[k].1 { t } else { 900.0 }));
+            }
+        }
+        d
+    }
+
+    #[test]
+    fn long_drafts_when_they_are_accepted_short_ones_when_not() {
+        let mut d = timed(7);
+        for _ in 0..30 {
+            d.record(7, 7, ms(81.0));
+        }
+        assert!(d.acceptance() > 0.95, "{}", d.acceptance());
+        assert_eq!(d.choose(), 7);
+        // Two drafts in three right: 4 rows pay best (2.41 tokens per 57 ms against 1.67 per 41 and 2.88 per 81).
+        let mut d = timed(7);
+        for _ in 0..60 {
+            d.record(3, 2, ms(57.0));
+        }
+        assert!((d.acceptance() - 2.0 / 3.0).abs() < 0.02, "{}", d.acceptance());
+        assert_eq!(d.choose(), 3);
+        // Half of them: 2 rows (1.5 tokens per 41 ms against 1.88 per 57).
+        for _ in 0..60 {
+            d.record(3, 1, ms(57.0));
+        }
+        assert_eq!(d.choose(), 1);
+        // Rarely right: still the 2-row step.
+        for _ in 0..60 {
+            d.record(1, 0, ms(41.0));
+        }
+        assert_eq!(d.choose(), 1);
+    }
+
+    #[test]
+    fn the_cap_bounds_the_choice_and_untimed_sizes_get_tried() {
+        let mut d = timed(5);
+        for _ in 0..30 {
+            d.record(5, 5, ms(81.0));
+        }
+        assert_eq!(d.choose(), 5);
+        // Only 2-row steps timed so far: with every draft accepted the larger (untimed) sizes look as cheap.
+        let mut d = DraftLength::new(7);
+        assert_eq!(d.choose(), 7, "nothing timed: the cap");
+        for _ in 0..3 {
+            d.record(1, 1, ms(41.0));
+        }
+        assert_eq!(d.choose(), 7);
+        // An untimed first step is left out: one step of 7 drafts does not count yet.
+        d.record(7, 0, ms(5000.0));
+        assert!(d.cost(7).is_none());
+    }
+}
