@@ -9,7 +9,7 @@ mod common;
 use common::blockffn::write_blockffn;
 use common::gpu::gpu;
 use common::minicpm::write_minicpm;
-use common::spec_runs::{run, run_with, Smol};
+use common::spec_runs::{cache_bits, run, run_with, Smol};
 use common::steps::{bits, tokens, weights, LOGITS_AND_ARGMAX};
 use common::tiny::{phi3, write_gguf, write_hf, Tiny};
 use shaderlm::generate::draft::{Drafter, Lookup};
@@ -169,6 +169,7 @@ fn draft_trees_equal_plain_on_smollm2() {
         let label = format!("{name} at temperature {}", params.temperature);
         target.truncate(0);
         let (p1, p2, _) = run(&mut target, loaded, &params, prompt, follow, 16, None);
+        let plain_cache = cache_bits(&target);
         for &shape in shapes {
             let sources: [(&str, &mut dyn Drafter); 3] = [
                 ("lookup", &mut lookup),
@@ -193,6 +194,7 @@ fn draft_trees_equal_plain_on_smollm2() {
                 let tag = format!("{label}, {source} tree {shape:?}");
                 assert_eq!(s1.generated, p1.generated, "{tag}: first turn");
                 assert_eq!(s2.generated, p2.generated, "{tag}: follow-up turn");
+                assert!(cache_bits(&target) == plain_cache, "{tag}: the KV cache differs");
                 println!(
                     "{tag}: {} tree steps, {} tokens per step, {}/{} nodes accepted",
                     st.verify_steps,

@@ -207,6 +207,11 @@ impl<'a> Generator<'a> {
         self.cache.compressed_keys(self.gpu)
     }
 
+    /// The K/V the cache holds for the session's tokens, every layer's (see [`KvCache::prefix`]).
+    pub fn cache_prefix(&self) -> Result<Vec<f32>> {
+        self.cache.prefix(self.gpu, self.tokens.len())
+    }
+
     /// The model the session runs.
     pub fn model(&self) -> &'a Llama {
         self.model

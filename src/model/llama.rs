@@ -118,6 +118,23 @@ impl KvCache {
         }
         Ok(Some(all))
     }
+
+    /// Every layer's cached K then V at positions `0..len` read back (`[n_kv, len, head_dim]` each, f16 caches
+    /// converted exactly): for tests and debugging.
+    pub fn prefix(&self, gpu: &Gpu, len: usize) -> Result<Vec<f32>> {
+        let len = len.min(self.max_ctx);
+        let mut all = Vec::new();
+        for (k, v) in &self.layers {
+            for t in [k, v] {
+                let values = t.download_f32(gpu)?;
+                let (ctx, head_dim) = (t.shape[1], t.shape[2]);
+                for head in values.chunks_exact(ctx * head_dim) {
+                    all.extend_from_slice(&head[..len * head_dim]);
+                }
+            }
+        }
+        Ok(all)
+    }
 }
 
 impl Llama {

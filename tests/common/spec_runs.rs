@@ -71,6 +71,21 @@ pub fn run_with(
     (first, second, stats)
 }
 
+/// The session's tokens and the K/V its cache holds for them, as bits: after a speculative run they must be the plain
+/// run's (rejected drafts rolled back, an accepted tree path moved where plain decoding writes it).
+pub fn cache_bits(gen: &Generator<'_>) -> (Vec<u32>, Vec<u32>) {
+    let kv = gen.cache_prefix().unwrap();
+    let c = &gen.model().cfg;
+    let per_token = c.n_layers * 2 * c.n_kv_heads * c.head_dim;
+    assert_eq!(
+        kv.len(),
+        gen.tokens.len() * per_token,
+        "K and V of every layer for every token"
+    );
+    assert!(kv.iter().any(|&v| v != 0.0), "an empty cache");
+    (gen.tokens.clone(), kv.iter().map(|v| v.to_bits()).collect())
+}
+
 /// What the SmolLM2 speculation tests share: the model, the follow-up message, seeded sampling, and an EAGLE-1 head
 /// at SmolLM2's shape in the published layout (random fc, its layer an identity).
 pub struct Smol {
