@@ -6,8 +6,9 @@
 //! recent steps with decaying counts. A verification step's cost depends on its rows as the adapter's kernels
 //! do (on lavapipe a 4-row step cost 1.8x a 2-row one's 1.25x, an 8-row step 2.7x, against a one-token step), so
 //! it is measured per size: the median of its recent steps. Each step takes the length, among the candidates up
-//! to the cap, with the most expected tokens per unit of measured time; a size not yet measured is assumed to
-//! cost what the next smaller measured one does, so it gets tried once acceptance makes it look worth it.
+//! to the cap, with the most expected tokens per unit of measured time. A size not yet measured is assumed to cost
+//! what the next smaller measured one does, or with only larger ones measured, the smallest of those scaled by
+//! rows: both optimistic, so an untried size gets tried once acceptance makes it look worth it, longer or shorter.
 
 use crate::ops::attention_decode::MAX_TOKENS;
 use std::collections::VecDeque;
@@ -75,6 +76,21 @@ impl DraftLength {
         t.get(t.len() / 2).copied()
     }
 
+    /// The cost assumed for `k` drafts: its own measured cost; untimed, the largest smaller timed size's (it costs
+    /// at least as much, so this is optimistic and the size gets tried), or with only larger sizes timed, the
+    /// smallest of them scaled by rows (verification cost grows at most that fast), so shorter drafts get tried too.
+    fn estimate(&self, k: usize, ks: &[usize]) -> Option<f64> {
+        if let Some(c) = self.cost(k) {
+            return Some(c);
+        }
+        let below = ks.iter().rev().filter(|&&j| j < k).find_map(|&j| self.cost(j));
+        let above = || {
+            let j = ks.iter().copied().find(|&j| j > k && self.cost(j).is_some())?;
+            Some(self.cost(j)? * (k + 1) as f64 / (j + 1) as f64)
+        };
+        below.or_else(above)
+    }
+
     /// Drafts for the next step: the candidate with the most expected tokens per second. Before any step of the
     /// candidates is timed, the cap.
     pub fn choose(&self) -> usize {
@@ -82,13 +98,10 @@ impl DraftLength {
         let mut ks: Vec<usize> = CANDIDATES.into_iter().filter(|&k| k < self.cap).collect();
         ks.push(self.cap);
         let mut best: Option<(f64, usize)> = None;
-        let mut known = None;
-        for k in ks {
-            // An untimed size costs what the largest smaller timed one does (optimistic: it gets tried).
-            let Some(cost) = self.cost(k).or(known) else {
+        for &k in &ks {
+            let Some(cost) = self.estimate(k, &ks) else {
                 continue;
             };
-            known = Some(cost);
             let tokens: f64 = (0..=k as i32).map(|i| a.powi(i)).sum();
             let rate = tokens / cost.max(1e-9);
             if best.is_none_or(|(r, _)| rate > r) {
@@ -160,8 +173,28 @@ mod tests {
             d.record(1, 1, ms(41.0));
         }
         assert_eq!(d.choose(), 7);
-        // An untimed first step is left out: one step of 7 drafts does not count yet.
+        // Only the longest chains timed (1019 ms, a draft model's 7 steps included): shorter ones are assumed to
+        // cost in proportion to their rows, so 1 draft gets tried (1.8 tokens per 255 ms); timed at 350 ms, 3 drafts
+        // are assumed to cost as much and get tried; timed at 554 ms they stay the best (3.4 tokens per 554 ms
+        // against 1.9 per 350 and 5.7 per 1019).
+        let mut d = DraftLength::new(7);
+        for _ in 0..4 {
+            d.record(7, 5, ms(1019.0));
+        }
+        assert_eq!(d.choose(), 1, "acceptance {}", d.acceptance());
+        for _ in 0..2 {
+            d.record(1, 1, ms(350.0));
+        }
+        assert_eq!(d.choose(), 3, "acceptance {}", d.acceptance());
+        for _ in 0..2 {
+            d.record(3, 3, ms(554.0));
+        }
+        assert_eq!(d.choose(), 3, "acceptance {}", d.acceptance());
+        // A size's first step (which builds its plan) is left out: one step of 7 drafts does not count yet.
+        let mut d = DraftLength::new(7);
         d.record(7, 0, ms(5000.0));
         assert!(d.cost(7).is_none());
+        d.record(7, 0, ms(80.0));
+        assert_eq!(d.cost(7), Some(0.08));
     }
 }
