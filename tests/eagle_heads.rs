@@ -422,14 +422,14 @@ fn eagle3_heads_match_a_cpu_forward_draft_losslessly_and_bad_heads_are_refused()
             size: 16,
         }),
     ] {
-        let mut spec = Speculator {
-            drafter: &mut draft,
-            opts: SpecOptions {
+        let mut spec = Speculator::new(
+            &mut draft,
+            SpecOptions {
                 min_accepted: 0.0,
                 tree,
                 ..Default::default()
             },
-        };
+        );
         assert_eq!(turn(&mut gen, Some(&mut spec)), plain, "EAGLE-3, tree {tree:?}");
     }
 
@@ -699,14 +699,14 @@ fn minicpm_head(cpmcu: bool) {
         }),
     ] {
         gen.truncate(0);
-        let mut spec = Speculator {
-            drafter: &mut draft,
-            opts: SpecOptions {
+        let mut spec = Speculator::new(
+            &mut draft,
+            SpecOptions {
                 min_accepted: 0.0,
                 tree,
                 ..Default::default()
             },
-        };
+        );
         let (s, _) = generate_spec(&mut gen, tok, &mut sampler, &prompt, &opts, &mut spec, |_| true).unwrap();
         assert_eq!(
             s.generated, plain,

@@ -468,10 +468,7 @@ fn speculation_that_does_not_pay_turns_itself_off() {
         stop_at_eos: false,
     };
     let mut wrong = Wrong;
-    let mut spec = Speculator {
-        drafter: &mut wrong,
-        opts: SpecOptions::default(),
-    };
+    let mut spec = Speculator::new(&mut wrong, SpecOptions::default());
     let mut sampler = Sampler::new(params);
     let (s1, st) = generate_spec(
         &mut target,
@@ -585,14 +582,14 @@ fn sampled_drafts_pass_the_acceptance_test() {
             ..params.clone()
         };
         let mut drafter = DraftModel::sampling(dgen, Sampler::new(draft_params));
-        let mut spec = Speculator {
-            drafter: &mut drafter,
-            opts: SpecOptions {
+        let mut spec = Speculator::new(
+            &mut drafter,
+            SpecOptions {
                 max_draft: 3,
                 min_accepted: 0.0,
                 ..Default::default()
             },
-        };
+        );
         let mut sampler = Sampler::new(params.clone());
         let (out, st) = generate_spec(
             &mut gen,
@@ -889,10 +886,7 @@ fn eagle_heads_draft_losslessly_and_bad_heads_are_refused() {
     // A target session without hidden states cannot feed the head.
     let mut plain = Generator::new(gpu, &loaded.model, 128, LOGITS_AND_ARGMAX).unwrap();
     let mut draft = EagleDraft::new(gpu, &head, 128).unwrap();
-    let mut spec = Speculator {
-        drafter: &mut draft,
-        opts: SpecOptions::default(),
-    };
+    let mut spec = Speculator::new(&mut draft, SpecOptions::default());
     let opts = GenOptions {
         max_tokens: 4,
         stop_strings: Vec::new(),

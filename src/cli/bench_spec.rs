@@ -95,10 +95,7 @@ pub fn run(
         None => Box::new(shaderlm::generate::draft::Lookup::default()),
     };
     let name = drafter.name();
-    let mut speculator = Speculator {
-        drafter: &mut *drafter,
-        opts: spec_args.options()?,
-    };
+    let mut speculator = Speculator::new(&mut *drafter, spec_args.options()?);
     let tok = &loaded.tokenizer;
     let opts = GenOptions {
         max_tokens: n,

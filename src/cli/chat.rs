@@ -36,6 +36,9 @@ pub fn run(args: &ChatArgs, device: &DeviceArgs) -> anyhow::Result<()> {
     let (gpu, loaded) = args.model.load(device)?;
     let draft = args.spec.load_draft(&gpu, &args.model, &loaded)?;
     let mut drafter = args.spec.drafter(&gpu, draft.as_ref(), args.model.chunk, &params)?;
+    // One speculator for the whole chat: the adaptive draft length keeps what it learned from turn to turn.
+    let spec_opts = args.spec.options()?;
+    let mut speculator = drafter.as_deref_mut().map(|d| Speculator::new(d, spec_opts));
     let tok = &loaded.tokenizer;
     let outputs = StepOutputs {
         logits: params.needs_logits(),
@@ -111,14 +114,8 @@ pub fn run(args: &ChatArgs, device: &DeviceArgs) -> anyhow::Result<()> {
             let _ = out.flush();
             !stop.load(Ordering::SeqCst)
         };
-        let result = match &mut drafter {
-            Some(d) => {
-                let mut spec = Speculator {
-                    drafter: &mut **d,
-                    opts: args.spec.options()?,
-                };
-                generate_spec(&mut gen, tok, &mut sampler, &ids[shared..], &opts, &mut spec, print).map(|r| r.0)
-            }
+        let result = match &mut speculator {
+            Some(spec) => generate_spec(&mut gen, tok, &mut sampler, &ids[shared..], &opts, spec, print).map(|r| r.0),
             None => generate(&mut gen, tok, &mut sampler, &ids[shared..], &opts, print),
         };
         println!();

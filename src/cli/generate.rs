@@ -131,10 +131,7 @@ pub fn run(args: &GenerateArgs, device: &DeviceArgs) -> anyhow::Result<()> {
     let out = match args.spec.drafter(&gpu, draft.as_ref(), args.model.chunk, &params)? {
         Some(mut drafter) => {
             let name = drafter.name();
-            let mut spec = Speculator {
-                drafter: &mut *drafter,
-                opts: args.spec.options()?,
-            };
+            let mut spec = Speculator::new(&mut *drafter, args.spec.options()?);
             let (out, stats) = generate_spec(&mut gen, tok, &mut sampler, &prompt_ids, &opts, &mut spec, print)?;
             spec_report = Some(stats.report(name));
             out

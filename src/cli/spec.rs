@@ -60,8 +60,8 @@ pub struct SpecArgs {
     pub draft_max: Option<usize>,
     /// Each chain step drafts 1, 3 or --draft-max tokens, whichever has given the most tokens per second so far
     /// (from the acceptance seen and each step size's measured time): for adapters where a verification step's
-    /// cost grows slowly with its rows (GPUs). On lavapipe, prompt lookup measured 1.39x to 1.63x against 1.33x to
-    /// 1.48x with 3 drafts per step (five alternating pairs, within the host's noise).
+    /// cost grows slowly with its rows (GPUs). On lavapipe it measured no faster than 3 drafts per step (prompt
+    /// lookup 1.33x to 1.44x against 1.42x to 1.50x, three alternating pairs).
     #[arg(long)]
     pub draft_adaptive: bool,
     /// Run a greedy draft model's chain and the target's verification as two submissions per step instead of one,

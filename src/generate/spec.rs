@@ -183,6 +183,15 @@ impl SpecStats {
 pub struct Speculator<'d> {
     pub drafter: &'d mut dyn Drafter,
     pub opts: SpecOptions,
+    /// The adaptive draft length's acceptance and step costs, kept from one generation to the next.
+    lengths: DraftLength,
+}
+
+impl<'d> Speculator<'d> {
+    pub fn new(drafter: &'d mut dyn Drafter, opts: SpecOptions) -> Self {
+        let lengths = DraftLength::new(opts.max_draft);
+        Speculator { drafter, opts, lengths }
+    }
 }
 
 /// [`super::generate`] with speculation: the same output, token for token, and what speculation did.
@@ -195,7 +204,7 @@ pub fn generate_spec(
     speculator: &mut Speculator<'_>,
     on_text: impl FnMut(&str) -> bool,
 ) -> Result<(GenOutput, SpecStats)> {
-    let (drafter, spec) = (&mut *speculator.drafter, &speculator.opts);
+    let (drafter, spec, lengths) = (&mut *speculator.drafter, &speculator.opts, &mut speculator.lengths);
     let mut emit = Emitter::new(tok, opts, prompt, on_text);
     let mut stats = SpecStats::default();
     if drafter.needs_aux_hidden() && !gen.outputs.aux_hidden {
@@ -227,7 +236,6 @@ pub fn generate_spec(
     // Chains of one draft until a draft is kept: a draft that is never right then costs two 2-row verifications
     // before speculation turns off, instead of two of max_draft + 1 rows.
     let mut probing = true;
-    let mut lengths = DraftLength::new(spec.max_draft);
     let mut tree = DraftTree::default();
     if let Some(shape) = spec.tree {
         shape.check()?;

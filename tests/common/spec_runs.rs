@@ -53,10 +53,7 @@ pub fn run_with(
     let mut sampler = Sampler::new(params.clone());
     let (first, stats) = match drafter {
         Some((d, spec_opts)) => {
-            let mut spec = Speculator {
-                drafter: d,
-                opts: spec_opts,
-            };
+            let mut spec = Speculator::new(d, spec_opts);
             generate_spec(gen, tok, &mut sampler, prompt, &opts, &mut spec, |_| true).unwrap()
         }
         None => (
