@@ -22,10 +22,9 @@ const DECAY: f64 = 0.9;
 /// Timed steps kept per size.
 const SAMPLES: usize = 8;
 
-/// The chooser of one generation's draft lengths.
+/// The chooser of draft lengths: what it has learned of acceptance and of each step size's cost.
 #[derive(Clone, Debug)]
 pub struct DraftLength {
-    cap: usize,
     /// Decayed counts of drafts kept and of rejections (a step of k drafts that kept j < k has one).
     kept: f64,
     rejected: f64,
@@ -34,17 +33,23 @@ pub struct DraftLength {
     times: Vec<(VecDeque<f64>, bool)>,
 }
 
-impl DraftLength {
-    /// At most `cap` drafts per step (1..=`MAX_TOKENS - 1`). Acceptance starts at one half.
-    pub fn new(cap: usize) -> Self {
+impl Default for DraftLength {
+    /// Nothing timed yet; acceptance starts at one half.
+    fn default() -> Self {
         DraftLength {
-            cap: cap.clamp(1, MAX_TOKENS - 1),
             kept: 1.0,
             rejected: 1.0,
             times: vec![(VecDeque::with_capacity(SAMPLES), false); MAX_TOKENS],
         }
     }
+}
 
+/// The draft counts a step of at most `cap` drafts may take: the candidates below it, then `cap`.
+fn sizes(cap: usize) -> impl Iterator<Item = usize> {
+    CANDIDATES.into_iter().filter(move |&k| k < cap).chain([cap])
+}
+
+impl DraftLength {
     /// The estimated probability that a draft is accepted, given the ones before it were.
     pub fn acceptance(&self) -> f64 {
         self.kept / (self.kept + self.rejected)
@@ -71,35 +76,41 @@ impl DraftLength {
 
     /// The median recent time of steps of `k` drafts, if any were timed.
     fn cost(&self, k: usize) -> Option<f64> {
-        let mut t: Vec<f64> = self.times[k].0.iter().copied().collect();
+        let times = &self.times.get(k)?.0;
+        let mut t = [0.0; SAMPLES];
+        for (to, &from) in t.iter_mut().zip(times) {
+            *to = from;
+        }
+        let t = &mut t[..times.len()];
         t.sort_by(f64::total_cmp);
         t.get(t.len() / 2).copied()
     }
 
-    /// The cost assumed for `k` drafts: its own measured cost; untimed, the largest smaller timed size's (it costs
-    /// at least as much, so this is optimistic and the size gets tried), or with only larger sizes timed, the
-    /// smallest of them scaled by rows (verification cost grows at most that fast), so shorter drafts get tried too.
-    fn estimate(&self, k: usize, ks: &[usize]) -> Option<f64> {
+    /// The cost assumed for `k` drafts (of at most `cap`): its own measured cost; untimed, the largest smaller timed
+    /// size's (it costs at least as much, so this is optimistic and the size gets tried), or with only larger sizes
+    /// timed, the smallest of them scaled by rows (verification cost grows at most that fast), so shorter drafts get
+    /// tried too.
+    fn estimate(&self, k: usize, cap: usize) -> Option<f64> {
         if let Some(c) = self.cost(k) {
             return Some(c);
         }
-        let below = ks.iter().rev().filter(|&&j| j < k).find_map(|&j| self.cost(j));
+        let below = sizes(cap).filter(|&j| j < k).filter_map(|j| self.cost(j)).last();
         let above = || {
-            let j = ks.iter().copied().find(|&j| j > k && self.cost(j).is_some())?;
-            Some(self.cost(j)? * (k + 1) as f64 / (j + 1) as f64)
+            sizes(cap)
+                .filter(|&j| j > k)
+                .find_map(|j| Some(self.cost(j)? * (k + 1) as f64 / (j + 1) as f64))
         };
         below.or_else(above)
     }
 
-    /// Drafts for the next step: the candidate with the most expected tokens per second. Before any step of the
-    /// candidates is timed, the cap.
-    pub fn choose(&self) -> usize {
+    /// Drafts for the next step of at most `cap` (1..`MAX_TOKENS`): the candidate with the most expected tokens
+    /// per second. Before any step of the candidates is timed, the cap.
+    pub fn choose(&self, cap: usize) -> usize {
+        let cap = cap.clamp(1, MAX_TOKENS - 1);
         let a = self.acceptance();
-        let mut ks: Vec<usize> = CANDIDATES.into_iter().filter(|&k| k < self.cap).collect();
-        ks.push(self.cap);
         let mut best: Option<(f64, usize)> = None;
-        for &k in &ks {
-            let Some(cost) = self.estimate(k, &ks) else {
+        for k in sizes(cap) {
+            let Some(cost) = self.estimate(k, cap) else {
                 continue;
             };
             let tokens: f64 = (0..=k as i32).map(|i| a.powi(i)).sum();
@@ -108,7 +119,7 @@ impl DraftLength {
                 best = Some((rate, k));
             }
         }
-        best.map_or(self.cap, |(_, k)| k)
+        best.map_or(cap, |(_, k)| k)
     }
 }
 
@@ -122,8 +133,8 @@ mod tests {
 
     /// Times steps of each candidate size (lavapipe's SmolLM2 ratios: 2 rows 41 ms, 4 rows 57, 8 rows 81), the
     /// first of each left out.
-    fn timed(cap: usize) -> DraftLength {
-        let mut d = DraftLength::new(cap);
+    fn timed() -> DraftLength {
+        let mut d = DraftLength::default();
         for (k, t) in [(1, 41.0), (3, 57.0), (7, 81.0)] {
             for _ in 0..3 {
                 d.record(k, 0, ms(if d.times[k].1 { t } else { 900.0 }));
@@ -134,64 +145,64 @@ mod tests {
 
     #[test]
     fn long_drafts_when_they_are_accepted_short_ones_when_not() {
-        let mut d = timed(7);
+        let mut d = timed();
         for _ in 0..30 {
             d.record(7, 7, ms(81.0));
         }
         assert!(d.acceptance() > 0.95, "{}", d.acceptance());
-        assert_eq!(d.choose(), 7);
+        assert_eq!(d.choose(7), 7);
         // Two drafts in three right: 4 rows pay best (2.41 tokens per 57 ms against 1.67 per 41 and 2.88 per 81).
-        let mut d = timed(7);
+        let mut d = timed();
         for _ in 0..60 {
             d.record(3, 2, ms(57.0));
         }
         assert!((d.acceptance() - 2.0 / 3.0).abs() < 0.02, "{}", d.acceptance());
-        assert_eq!(d.choose(), 3);
+        assert_eq!(d.choose(7), 3);
         // Half of them: 2 rows (1.5 tokens per 41 ms against 1.88 per 57).
         for _ in 0..60 {
             d.record(3, 1, ms(57.0));
         }
-        assert_eq!(d.choose(), 1);
+        assert_eq!(d.choose(7), 1);
         // Rarely right: still the 2-row step.
         for _ in 0..60 {
             d.record(1, 0, ms(41.0));
         }
-        assert_eq!(d.choose(), 1);
+        assert_eq!(d.choose(7), 1);
     }
 
     #[test]
     fn the_cap_bounds_the_choice_and_untimed_sizes_get_tried() {
-        let mut d = timed(5);
+        let mut d = timed();
         for _ in 0..30 {
             d.record(5, 5, ms(81.0));
         }
-        assert_eq!(d.choose(), 5);
+        assert_eq!(d.choose(5), 5);
         // Only 2-row steps timed so far: with every draft accepted the larger (untimed) sizes look as cheap.
-        let mut d = DraftLength::new(7);
-        assert_eq!(d.choose(), 7, "nothing timed: the cap");
+        let mut d = DraftLength::default();
+        assert_eq!(d.choose(7), 7, "nothing timed: the cap");
         for _ in 0..3 {
             d.record(1, 1, ms(41.0));
         }
-        assert_eq!(d.choose(), 7);
+        assert_eq!(d.choose(7), 7);
         // Only the longest chains timed (1019 ms, a draft model's 7 steps included): shorter ones are assumed to
         // cost in proportion to their rows, so 1 draft gets tried (1.8 tokens per 255 ms); timed at 350 ms, 3 drafts
         // are assumed to cost as much and get tried; timed at 554 ms they stay the best (3.4 tokens per 554 ms
         // against 1.9 per 350 and 5.7 per 1019).
-        let mut d = DraftLength::new(7);
+        let mut d = DraftLength::default();
         for _ in 0..4 {
             d.record(7, 5, ms(1019.0));
         }
-        assert_eq!(d.choose(), 1, "acceptance {}", d.acceptance());
+        assert_eq!(d.choose(7), 1, "acceptance {}", d.acceptance());
         for _ in 0..2 {
             d.record(1, 1, ms(350.0));
         }
-        assert_eq!(d.choose(), 3, "acceptance {}", d.acceptance());
+        assert_eq!(d.choose(7), 3, "acceptance {}", d.acceptance());
         for _ in 0..2 {
             d.record(3, 3, ms(554.0));
         }
-        assert_eq!(d.choose(), 3, "acceptance {}", d.acceptance());
+        assert_eq!(d.choose(7), 3, "acceptance {}", d.acceptance());
         // A size's first step (which builds its plan) is left out: one step of 7 drafts does not count yet.
-        let mut d = DraftLength::new(7);
+        let mut d = DraftLength::default();
         d.record(7, 0, ms(5000.0));
         assert!(d.cost(7).is_none());
         d.record(7, 0, ms(80.0));

@@ -133,20 +133,9 @@ impl SpecStats {
         self.drafted += other.drafted;
         self.accepted += other.accepted;
         self.one_submission += other.one_submission;
-        if self.drafted_at.len() < other.drafted_at.len() {
-            self.drafted_at.resize(other.drafted_at.len(), 0);
-            self.accepted_at.resize(other.drafted_at.len(), 0);
-        }
-        for (i, (&d, &a)) in other.drafted_at.iter().zip(&other.accepted_at).enumerate() {
-            self.drafted_at[i] += d;
-            self.accepted_at[i] += a;
-        }
-        if self.steps_by_drafts.len() < other.steps_by_drafts.len() {
-            self.steps_by_drafts.resize(other.steps_by_drafts.len(), 0);
-        }
-        for (i, &n) in other.steps_by_drafts.iter().enumerate() {
-            self.steps_by_drafts[i] += n;
-        }
+        add_counts(&mut self.drafted_at, &other.drafted_at);
+        add_counts(&mut self.accepted_at, &other.accepted_at);
+        add_counts(&mut self.steps_by_drafts, &other.steps_by_drafts);
         self.draft_time += other.draft_time;
         self.verify_time += other.verify_time;
         self.plain_time += other.plain_time;
@@ -179,6 +168,16 @@ impl SpecStats {
     }
 }
 
+/// Adds the counts `from` to `to` element by element, `to` grown with zeros to fit.
+fn add_counts(to: &mut Vec<usize>, from: &[usize]) {
+    if to.len() < from.len() {
+        to.resize(from.len(), 0);
+    }
+    for (t, &f) in to.iter_mut().zip(from) {
+        *t += f;
+    }
+}
+
 /// A draft source and how to use it.
 pub struct Speculator<'d> {
     pub drafter: &'d mut dyn Drafter,
@@ -189,8 +188,11 @@ pub struct Speculator<'d> {
 
 impl<'d> Speculator<'d> {
     pub fn new(drafter: &'d mut dyn Drafter, opts: SpecOptions) -> Self {
-        let lengths = DraftLength::new(opts.max_draft);
-        Speculator { drafter, opts, lengths }
+        Speculator {
+            drafter,
+            opts,
+            lengths: DraftLength::default(),
+        }
     }
 }
 
@@ -257,7 +259,7 @@ pub fn generate_spec(
             let room = (gen.max_ctx() - base).min(MAX_TOKENS) - 1;
             let wanted = match (probing, spec.adaptive) {
                 (true, _) => PROBE_DRAFTS,
-                (false, true) => lengths.choose(),
+                (false, true) => lengths.choose(spec.max_draft),
                 (false, false) => MAX_DRAFT,
             };
             let k = spec
