@@ -10,7 +10,7 @@ use common::blockffn::write_blockffn;
 use common::gpu::gpu;
 use common::minicpm::write_minicpm;
 use common::rng::Rng;
-use common::spec_runs::{cache_bits, run, run_with, Smol};
+use common::spec_runs::{run, run_with, Plain, Smol};
 use common::steps::{bits, tokens, weights, LOGITS_AND_ARGMAX};
 use common::tiny::{
     phi3, random, stored, weights as tiny_weights, write_gguf, write_gguf_chat, write_gguf_chat_as, write_gguf_v_apart,
@@ -195,8 +195,8 @@ fn speculative_generation_equals_plain_on_smollm2() {
         let prompt = &fx.prompt_tokens;
         let label = format!("{name} at temperature {}", params.temperature);
         target.truncate(0);
-        let (p1, p2, _) = run(&mut target, loaded, &params, prompt, follow, 16, None);
-        let plain_cache = cache_bits(&target);
+        let plain = Plain::run(&mut target, loaded, &params, (prompt, follow), 16);
+        let (p1, p2) = (&plain.first, &plain.second);
         for k in ks {
             let sources: [(&str, &mut dyn Drafter); 3] = [
                 ("lookup", &mut lookup),
@@ -206,12 +206,7 @@ fn speculative_generation_equals_plain_on_smollm2() {
             for (source, drafter) in sources {
                 target.truncate(0);
                 let (s1, s2, st) = run(&mut target, loaded, &params, prompt, follow, 16, Some((drafter, k)));
-                assert_eq!(s1.generated, p1.generated, "{label}, {source} k={k}: first turn");
-                assert_eq!(s2.generated, p2.generated, "{label}, {source} k={k}: follow-up turn");
-                assert!(
-                    cache_bits(&target) == plain_cache,
-                    "{label}, {source} k={k}: the KV cache differs"
-                );
+                plain.assert_reproduced(&target, (&s1, &s2), &format!("{label}, {source} k={k}"));
                 println!(
                     "{label}, {source} k={k}: {} verification steps, {}/{} drafts accepted",
                     st.verify_steps, st.accepted, st.drafted
@@ -268,12 +263,7 @@ fn speculative_generation_equals_plain_on_smollm2() {
                 16,
                 Some((drafter, opts)),
             );
-            assert_eq!(s1.generated, p1.generated, "{label}, {source} adaptive: first turn");
-            assert_eq!(s2.generated, p2.generated, "{label}, {source} adaptive: follow-up turn");
-            assert!(
-                cache_bits(&target) == plain_cache,
-                "{label}, {source} adaptive: the KV cache differs"
-            );
+            plain.assert_reproduced(&target, (&s1, &s2), &format!("{label}, {source} adaptive"));
             let chains = &st.steps_by_drafts;
             println!("{label}, {source} adaptive: chain steps by drafts {chains:?}");
             if source == "self-draft" && params.temperature == 0.0 {

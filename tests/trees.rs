@@ -9,7 +9,7 @@ mod common;
 use common::blockffn::write_blockffn;
 use common::gpu::gpu;
 use common::minicpm::write_minicpm;
-use common::spec_runs::{cache_bits, run, run_with, Smol};
+use common::spec_runs::{run, run_with, Plain, Smol};
 use common::steps::{bits, tokens, weights, LOGITS_AND_ARGMAX};
 use common::tiny::{phi3, write_gguf, write_hf, Tiny};
 use shaderlm::generate::draft::{Drafter, Lookup};
@@ -168,8 +168,7 @@ fn draft_trees_equal_plain_on_smollm2() {
         let prompt = &fx.prompt_tokens;
         let label = format!("{name} at temperature {}", params.temperature);
         target.truncate(0);
-        let (p1, p2, _) = run(&mut target, loaded, &params, prompt, follow, 16, None);
-        let plain_cache = cache_bits(&target);
+        let plain = Plain::run(&mut target, loaded, &params, (prompt, follow), 16);
         for &shape in shapes {
             let sources: [(&str, &mut dyn Drafter); 3] = [
                 ("lookup", &mut lookup),
@@ -192,9 +191,7 @@ fn draft_trees_equal_plain_on_smollm2() {
                     Some((drafter, opts)),
                 );
                 let tag = format!("{label}, {source} tree {shape:?}");
-                assert_eq!(s1.generated, p1.generated, "{tag}: first turn");
-                assert_eq!(s2.generated, p2.generated, "{tag}: follow-up turn");
-                assert!(cache_bits(&target) == plain_cache, "{tag}: the KV cache differs");
+                plain.assert_reproduced(&target, (&s1, &s2), &tag);
                 println!(
                     "{tag}: {} tree steps, {} tokens per step, {}/{} nodes accepted",
                     st.verify_steps,

@@ -83,6 +83,36 @@ pub fn cache_bits(gen: &Generator<'_>) -> (Vec<u32>, Vec<u32>) {
     (gen.tokens.clone(), kv.iter().map(|v| v.to_bits()).collect())
 }
 
+/// A plain run's two turns and the cache it left ([`cache_bits`]): what a speculative run of the same turns must
+/// reproduce.
+pub struct Plain {
+    pub first: GenOutput,
+    pub second: GenOutput,
+    pub cache: (Vec<u32>, Vec<u32>),
+}
+
+impl Plain {
+    /// [`run`] without a drafter on `gen`, and the cache it leaves.
+    pub fn run(
+        gen: &mut Generator<'_>,
+        loaded: &LoadedModel,
+        params: &SamplingParams,
+        (prompt, follow): (&[u32], &[u32]),
+        n: usize,
+    ) -> Plain {
+        let (first, second, _) = run(gen, loaded, params, prompt, follow, n, None);
+        let cache = cache_bits(gen);
+        Plain { first, second, cache }
+    }
+
+    /// Asserts that a speculative run's turns `spec`, on `gen`, and the cache it left equal the plain run's.
+    pub fn assert_reproduced(&self, gen: &Generator<'_>, spec: (&GenOutput, &GenOutput), tag: &str) {
+        assert_eq!(spec.0.generated, self.first.generated, "{tag}: first turn");
+        assert_eq!(spec.1.generated, self.second.generated, "{tag}: follow-up turn");
+        assert!(cache_bits(gen) == self.cache, "{tag}: the KV cache differs");
+    }
+}
+
 /// What the SmolLM2 speculation tests share: the model, the follow-up message, seeded sampling, and an EAGLE-1 head
 /// at SmolLM2's shape in the published layout (random fc, its layer an identity).
 pub struct Smol {
