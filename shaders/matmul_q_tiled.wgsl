@@ -16,7 +16,9 @@
 //   Q3K) (1..3: lib/quant_tiled_w.wgsl) | then bias [N] f32 (BIAS only) | then y [M, N] f32 (written: columns
 //   row0..row0+rows).
 // NORM (with SUBGROUPS): x is RMSNorm'ed in the prologue into workgroup memory (weight nw [K/4] at binding NORM_AT,
-//   eps in the params, K at most 4096); ADD: y = res + alpha * sums (lib/store_rows.wgsl; res at binding RES_AT);
+//   eps in the params, K at most 4096); POST (with NORM, one row): the row normed is h = x + alpha *
+//   rms_norm(r, pw) (Gemma's post-norm and residual add, as rms_norm's POST form computes it; r [K/4] at POST_R_AT,
+//   pw [K/4] at POST_W_AT), and the first workgroup writes h to h_out [K/4] at H_AT; ADD: y = res + alpha * sums (lib/store_rows.wgsl; res at binding RES_AT);
 //   ROPE: W is q|k|v or some of its projections and the epilogue is rope_kv's (lib/rope_store.wgsl: y is q_out, k
 //   and v go to the caches). TWO (with ROPE): a second weight in another format holds the p.rows_b rows after W's
 //   (v where a Q4_K_M file stores it in Q6_K or Q8_0), in one dispatch: workgroups from p.wg_b on run namespace B's
@@ -59,6 +61,12 @@
 @group(0) @binding(NORM_AT) var<storage, read> nw: array<vec4<f32>>;  // [K/4] the RMSNorm weight
 var<workgroup> xn: array<vec4<f32>, 1024>;  // [K/4] x's row RMSNorm'ed (K at most 4096)
 var<workgroup> norm_inv: f32;
+#if POST
+@group(0) @binding(POST_R_AT) var<storage, read> pr: array<vec4<f32>>;       // [K/4] the branch output r
+@group(0) @binding(POST_W_AT) var<storage, read> pw: array<vec4<f32>>;       // [K/4] r's RMSNorm weight
+@group(0) @binding(H_AT) var<storage, read_write> h_out: array<vec4<f32>>;   // [K/4] x + alpha * rms_norm(r)
+var<workgroup> post_inv: f32;
+#endif
 #endif
 
 #include "lib/store_rows.wgsl"
@@ -84,6 +92,39 @@ fn biased_b(s: vec4<f32>, r: u32) -> vec4<f32> {
     }
 #endif
     return o;
+}
+#endif
+
+#if NORM
+// Unit u of the row the norm prologue normalizes (x's row from vec4 xi; POST: x + alpha * rms_norm(r, pw), with r's
+// factor r_inv, in rms_norm's order of operations).
+fn prologue_x(xi: u32, u: u32, r_inv: f32) -> vec4<f32> {
+#if POST
+    return x[xi + u] + p.alpha * (pr[u] * r_inv * pw[u]);
+#else
+    return x[xi + u];
+#endif
+}
+#endif
+
+#if POST
+// r's sum of squares over the first subgroup (`xv` units for its lanes, 0 for the others), in rms_norm's lane order.
+fn sum_squares_r(xv: u32, sl: u32) -> f32 {
+    var b0 = vec4<f32>(0.0);
+    var b1 = vec4<f32>(0.0);
+    var ui = sl;
+    for (; ui + 8u < xv; ui += 16u) {
+        let u = pr[ui];
+        let v = pr[ui + 8u];
+        b0 += u * u;
+        b1 += v * v;
+    }
+    if (ui < xv) {
+        let u = pr[ui];
+        b0 += u * u;
+    }
+    let b = b0 + b1;
+    return subgroupAdd((b.x + b.y) + (b.z + b.w));
 }
 #endif
 
@@ -121,29 +162,51 @@ fn main(
     // l, l + 16, ... and l + 8, l + 24, ...), the others add nothing; then every invocation normalizes a share of x
     // into workgroup memory as rms_norm does, so the normalized x equals rms_norm's output bit for bit and fused and
     // unfused steps agree exactly. The tiles of a workgroup (WG 8 to 64) share the prologue.
+    let xv = select(0u, p.xv, li < 8u);
+#if POST
+    // POST: the row normed is h = x + alpha * rms_norm(r, pw) (one row; rms_norm's POST form, the same sums in
+    // the same order): r's factor first, then h's sum of squares below.
+    let r_inv = inverseSqrt(sum_squares_r(xv, sl) / f32(p.k) + p.eps);
+#else
+    let r_inv = 0.0;
+#endif
     var a0 = vec4<f32>(0.0);
     var a1 = vec4<f32>(0.0);
-    let xv = select(0u, p.xv, li < 8u);
     var ui = sl;
     for (; ui + 8u < xv; ui += 16u) {
-        let u = x[xi + ui];
-        let v = x[xi + ui + 8u];
+        let u = prologue_x(xi, ui, r_inv);
+        let v = prologue_x(xi, ui + 8u, r_inv);
         a0 += u * u;
         a1 += v * v;
     }
     if (ui < xv) {
-        let u = x[xi + ui];
+        let u = prologue_x(xi, ui, r_inv);
         a0 += u * u;
     }
     let a = a0 + a1;
     let ss = subgroupAdd((a.x + a.y) + (a.z + a.w));
     if (li == 0u) {
         norm_inv = inverseSqrt(ss / f32(p.k) + p.eps);
+#if POST
+        post_inv = r_inv;
+#endif
     }
     workgroupBarrier();
     let inv = norm_inv;
+#if POST
+    let rinv = post_inv;
+#else
+    let rinv = 0.0;
+#endif
     for (var u = li; u < p.xv; u += WG) {
-        xn[u] = x[xi + u] * inv * nw[u];
+        let hv = prologue_x(xi, u, rinv);
+        xn[u] = hv * inv * nw[u];
+#if POST
+        // The first workgroup writes h, the residual stream the layer goes on with.
+        if (gi == 0u) {
+            h_out[u] = hv;
+        }
+#endif
     }
     workgroupBarrier();
 #endif

@@ -7,7 +7,7 @@ mod common;
 
 use common::gpu::gpu;
 use common::steps::{bits, tokens, weights, LOGITS_AND_ARGMAX};
-use common::tiny::{phi3, write_gguf, write_hf, Tiny};
+use common::tiny::{phi3, write_gguf, write_gguf_v_apart, write_hf, Tiny};
 use shaderlm::generate::batch::Batch;
 use shaderlm::generate::Generator;
 use shaderlm::model::load::LoadedModel;
@@ -130,6 +130,36 @@ fn batch_rows_equal_decode_steps_llama_gguf_formats_and_sizes() {
         let model = weights(&path);
         let label = format!("llama {ty} x{sessions}");
         batch_rows_equal_decode_steps(&label, &model, &prompts(sessions, 101), &[96, 64], 10);
+    }
+}
+
+/// Gemma 3 from GGUF in quantized formats, whose one-token steps run fused on CPU adapters with subgroups (the
+/// post-norms and residual adds in the GEMVs' prologues, `matmul_q_post_norm`) while batched steps run the unfused
+/// kernels: q|k|v as one weight, and as q|k and v in two formats (two GEMVs, the second norming the sum the first
+/// wrote). There the decode step keeps within the fused budget of 6 dispatches per layer + 10 (7 with q|k|v in two
+/// weights: the second is a dispatch of its own).
+#[test]
+fn batch_rows_equal_decode_steps_gemma3_gguf_fused() {
+    let t = Tiny::gemma3();
+    for (ty, v_ty) in [(GgmlType::Q4_0, GgmlType::Q4_0), (GgmlType::Q4_1, GgmlType::Q8_0)] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.gguf");
+        write_gguf_v_apart(&path, &t, 44, ty, v_ty);
+        let model = weights(&path);
+        let label = format!("gemma3 {ty} v {v_ty}");
+        batch_rows_equal_decode_steps(&label, &model, &prompts(3, 101), &[64, 96], 8);
+        let caps = &gpu().caps;
+        if caps.cpu_adapter && caps.subgroups && caps.subgroup_size >= 8 {
+            let mut gen = Generator::new(gpu(), &model, 64, LOGITS_AND_ARGMAX).unwrap();
+            gen.feed(&[1, 2, 3]).unwrap();
+            let dispatches = gen.decode_dispatches().unwrap();
+            let per_layer = if v_ty == ty { 6 } else { 7 };
+            assert!(
+                dispatches <= per_layer * t.layers + 10,
+                "{label}: {dispatches} dispatches per decode step for {} layers",
+                t.layers
+            );
+        }
     }
 }
 

@@ -692,10 +692,11 @@ impl Llama {
             g.set_prefix(&format!("blk.{i}."));
             if fused {
                 if aux_at.contains(&i) {
+                    h = self.add_branch(g, h, pending.take())?;
                     g.output(h);
                     aux.push(h);
                 }
-                h = self.fused_layer(g, ctx, i, l, h)?;
+                (h, pending) = self.fused_layer(g, ctx, i, l, h, pending.take())?;
                 continue;
             }
             let own = match (&self.eagle, i) {
@@ -941,9 +942,9 @@ impl Llama {
     }
 
     /// Whether a step of `n_tokens` runs every layer as fused tiled GEMVs ([`Llama::fused_layer`]): on adapters
-    /// where the fused kernels equal the unfused ones bit for bit (`matmul_q::can_fuse`), for plain SwiGLU layers
-    /// whose projections are all quantized (no act-order permutation), have no post-norms, and whose hidden size
-    /// the norm prologue takes.
+    /// where the fused kernels equal the unfused ones bit for bit (`matmul_q::can_fuse`), for plain GLU layers
+    /// whose projections are all quantized (no act-order permutation) and whose hidden size the norm prologue
+    /// takes.
     fn fusable(&self, gpu: &Gpu, n_tokens: usize) -> bool {
         let quant = |w: &Linear| match w {
             Linear::Quant { w, perm: None } => crate::ops::matmul_q::can_fuse(&gpu.caps, w, n_tokens),
@@ -952,8 +953,7 @@ impl Llama {
         let normed = |w: &Linear| quant(w) && matches!(w, Linear::Quant { w, .. } if norm_in_prologue(w));
         self.cfg.sparse.is_none()
             && self.layers.iter().all(|l| {
-                l.post_norms.is_none()
-                    && l.qkv.groups.iter().all(|(w, _, _)| normed(w))
+                l.qkv.groups.iter().all(|(w, _, _)| normed(w))
                     && quant(&l.o)
                     && matches!(&l.ffn, Ffn::SwiGlu { input: FfnIn::Paired(w), down } if normed(w) && quant(down))
             })
@@ -963,9 +963,21 @@ impl Llama {
     /// attention norm in its prologue and rope_kv's work in its epilogue (or rope_kv after it), attention, o writing
     /// `h + alpha * o`, gate|up with the FFN norm in its prologue (or after `rms_norm` where that pays,
     /// [`crate::ops::matmul_q::norm_prologue_pays`]) and the GLU epilogue, down writing `h + alpha * down`. Returns
-    /// the new `h`.
-    fn fused_layer(&self, g: &mut Graph, s: &StepContext<'_>, i: usize, l: &Layer, h: TensorId) -> Result<TensorId> {
+    /// the new `h`, and for a layer with post-norms ([`Llama::fused_post_layer`]) its FFN output still to be added.
+    fn fused_layer<'l>(
+        &self,
+        g: &mut Graph,
+        s: &StepContext<'_>,
+        i: usize,
+        l: &'l Layer,
+        h: TensorId,
+        pending: Option<Branch<'_>>,
+    ) -> Result<(TensorId, Option<Branch<'l>>)> {
         let c = &self.cfg;
+        if l.post_norms.is_some() {
+            return self.fused_post_layer(g, s, i, l, h, pending);
+        }
+        let h = self.add_branch(g, h, pending)?;
         let h = self.attention_block(g, s, i, l, AttnIn::Residual(h), None)?;
         g.tap(h, Tap::AttnProj(i));
         let Ffn::SwiGlu {
@@ -986,7 +998,81 @@ impl Llama {
         g.tap(m, Tap::FfnAct(i));
         let h = g.matmul_q_fused(m, dw, None, None, None, Some((h, c.mup.residual)))?;
         g.tap(h, Tap::FfnOut(i));
-        Ok(h)
+        Ok((h, None))
+    }
+
+    /// [`Llama::fused_layer`] for a layer with post-norms (Gemma 3), in 5 dispatches per q|k|v weight and the
+    /// attention's: the first q|k|v GEMV's prologue adds the previous layer's pending FFN output (post-normed) to
+    /// `h` and norms the sum (`matmul_q_post_norm`, which writes the sum; the other q|k|v weights norm it again),
+    /// rope_kv with the q/k norms, attention, o, gate|up whose prologue adds o (post-normed) and norms, down. Returns
+    /// the residual stream after the attention and the FFN output with its post-norm weight, pending.
+    fn fused_post_layer<'l>(
+        &self,
+        g: &mut Graph,
+        s: &StepContext<'_>,
+        i: usize,
+        l: &'l Layer,
+        mut h: TensorId,
+        mut pending: Option<Branch<'_>>,
+    ) -> Result<(TensorId, Option<Branch<'l>>)> {
+        let c = &self.cfg;
+        let cannot = || Error::Graph("a fused step with a layer it cannot fuse".into());
+        let (Some((post_attn, post_ffn)), [seq]) = (&l.post_norms, s.seqs.as_slice()) else {
+            return Err(cannot());
+        };
+        let Ffn::SwiGlu {
+            input: FfnIn::Paired(Linear::Quant { w: gu, .. }),
+            down: Linear::Quant { w: dw, .. },
+        } = &l.ffn
+        else {
+            return Err(cannot());
+        };
+        let norm = g.external(&l.attn_norm);
+        let mut src = QkvSource(Vec::new());
+        for (w, bias, count) in &l.qkv.groups {
+            let Linear::Quant { w, .. } = w else {
+                return Err(cannot());
+            };
+            let bias = bias.as_ref().map(|b| g.external(b));
+            let y = match pending.take() {
+                Some((d, Some(post))) => {
+                    let post = g.external(post);
+                    let (y, sum) =
+                        g.matmul_q_post_norm(h, w, bias, None, (d, post, c.mup.residual), (norm, c.rms_eps))?;
+                    h = sum;
+                    y
+                }
+                other => {
+                    h = self.add_branch(g, h, other)?;
+                    g.matmul_q_fused(h, w, bias, None, Some((norm, c.rms_eps)), None)?
+                }
+            };
+            if src.0.is_empty() {
+                g.tap(y, Tap::Qkv(i));
+            }
+            src.0.push((y, *count));
+        }
+        let (kc, vc) = seq.caches(g, i);
+        let qk_norm = l.qk_norm.as_ref().map(|w| (g.external(w), c.rms_eps));
+        let q = g.rope_kv_tree(src, qk_norm, self.rope_of(seq, i), (kc, vc), s.tree)?;
+        g.tap(q, Tap::Rope(i));
+        let a = self.attend(g, s, i, q, kc, vc)?;
+        g.tap(a, Tap::AttnOut(i));
+        let a = g.reshape(a, &[s.n_tokens, c.n_heads * c.head_dim])?;
+        let o = l.o.forward(g, a, None)?;
+        g.tap(o, Tap::AttnProj(i));
+        let (ffn_norm, post_attn) = (g.external(&l.ffn_norm), g.external(post_attn));
+        let (m, h) = if crate::ops::matmul_q::norm_prologue_pays(gu) {
+            let branch = (o, post_attn, c.mup.residual);
+            g.matmul_q_post_norm(h, gu, None, Some(c.ffn_act), branch, (ffn_norm, c.rms_eps))?
+        } else {
+            let (h, x) = g.add_post_rms_norm(h, (o, post_attn), c.mup.residual, ffn_norm, c.rms_eps)?;
+            (g.matmul_q_fused(x, gu, None, Some(c.ffn_act), None, None)?, h)
+        };
+        g.tap(m, Tap::FfnAct(i));
+        let d = g.matmul_q_fused(m, dw, None, None, None, None)?;
+        g.tap(d, Tap::FfnOut(i));
+        Ok((h, Some((d, Some(post_ffn)))))
     }
 
     /// Attention of `q` `[n, n_heads, head_dim]` over layer `i`'s caches (this step's keys written): InfLLM-v2 in a

@@ -137,12 +137,15 @@ pub struct MatmulQ {
 
 /// What a fused tiled GEMV ([`Graph::matmul_q_fused`]) does around the product: x RMSNorm'ed first (a weight input
 /// `[K]` and this epsilon), and/or y = res + alpha * (x · W^T) (a residual input `[M, N]` and this alpha), or
-/// rope_kv's work on a stacked q|k|v ([`Graph::matmul_q_qkv_rope`]).
+/// rope_kv's work on a stacked q|k|v ([`Graph::matmul_q_qkv_rope`]). With `post` (and the norm; neither the add nor
+/// rope) the row normed is `x + alpha * rms_norm(r, rw)` (inputs r `[1, K]` and rw `[K]` after the norm weight, this
+/// alpha), written as a second output ([`Graph::matmul_q_post_norm`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Fused {
     pub norm: Option<f32>,
     pub add: Option<f32>,
     pub rope: Option<FusedRope>,
+    pub post: Option<f32>,
 }
 
 /// The rope_kv epilogue of a q|k|v GEMV: the heads, the rotation (interleaved pairs), the caches' element type and
@@ -240,14 +243,25 @@ fn rows_key(format: Format, bias: bool, subgroups: bool, tm: usize, f16: bool) -
         .flag("F16", f16)
 }
 
-/// The flags and binding numbers of a fused GEMV (y at `y_at`, then res, then the norm weight).
+/// The flags and binding numbers of a fused GEMV (y at `y_at`, then res, then the norm weight, then r and its norm
+/// weight, then the caches and factors; the post-norm's h last).
 fn fused_flags(key: ShaderKey, f: Fused, y_at: usize) -> ShaderKey {
-    let mut key = key.flag("NORM", f.norm.is_some()).flag("ADD", f.add.is_some());
+    let mut key = key
+        .flag("NORM", f.norm.is_some())
+        .flag("ADD", f.add.is_some())
+        .flag("POST", f.post.is_some());
     if f.add.is_some() {
         key = key.def("RES_AT", format!("{}u", y_at + 1));
     }
+    let norm_at = y_at + 1 + usize::from(f.add.is_some());
     if f.norm.is_some() {
-        key = key.def("NORM_AT", format!("{}u", y_at + 1 + usize::from(f.add.is_some())));
+        key = key.def("NORM_AT", format!("{norm_at}u"));
+    }
+    if f.post.is_some() {
+        key = key
+            .def("POST_R_AT", format!("{}u", norm_at + 1))
+            .def("POST_W_AT", format!("{}u", norm_at + 2))
+            .def("H_AT", format!("{}u", norm_at + 3));
     }
     if let Some(r) = f.rope {
         let kc = y_at + 1 + usize::from(f.add.is_some()) + usize::from(f.norm.is_some());
@@ -364,13 +378,18 @@ impl Kernel for MatmulQ {
                 if self.bias {
                     bindings.push(Bind::Tensor(nw));
                 }
-                // Inputs: x, the packed buffers, (bias), (res), (norm weight), (caches, factors); then y.
+                // Inputs: x, the packed buffers, (bias), (res), (norm weight), (r, rw), (caches, factors); then y
+                // (and the post-norm's h).
                 let extra = usize::from(self.fused.add.is_some())
                     + usize::from(self.fused.norm.is_some())
+                    + 2 * usize::from(self.fused.post.is_some())
                     + self.fused.rope.map_or(0, |r| r.inputs());
                 let y = nw + usize::from(self.bias) + extra;
                 bindings.push(Bind::Tensor(y));
                 bindings.extend((y - extra..y).map(Bind::Tensor));
+                if self.fused.post.is_some() {
+                    bindings.push(Bind::Tensor(y + 1));
+                }
                 let [x, y, _] = match self.layout {
                     Layout::Tiled => grid(rows.div_ceil(TILE) * 8, self.wg(), caps.max_workgroups_per_dim),
                     Layout::Rows => grid(rows, ROWS_PER_GROUP, caps.max_workgroups_per_dim),
@@ -394,7 +413,7 @@ impl Kernel for MatmulQ {
             groups: (self.k / QK) as u32,
             xv: (self.k / 4) as u32,
             tiles: rows.div_ceil(TILE) as u32,
-            alpha: self.fused.add.unwrap_or(1.0),
+            alpha: self.fused.add.or(self.fused.post).unwrap_or(1.0),
             eps: self.fused.norm.unwrap_or(0.0),
             rope: self
                 .fused
@@ -406,12 +425,14 @@ impl Kernel for MatmulQ {
             rows_b: 0,
         })
     }
-    /// Compulsory traffic: packed W once, x once, bias once, y once (the GLU: 5 flops per output).
+    /// Compulsory traffic: packed W once, x once, bias once, y once (the GLU: 5 flops per output; the post-norm's r
+    /// and rw read and h written once).
     fn cost(&self) -> Cost {
         let (m, k, n, cols) = (self.m as u64, self.k as u64, self.n as u64, self.y_cols() as u64);
+        let post = if self.fused.post.is_some() { 4 * k } else { 0 };
         Cost {
-            bytes_read: self.wbytes + 4 * m * k + if self.bias { 4 * n } else { 0 },
-            bytes_written: 4 * m * cols,
+            bytes_read: self.wbytes + 4 * m * k + if self.bias { 4 * n } else { 0 } + 2 * post,
+            bytes_written: 4 * m * cols + post,
             flops: 2 * m * n * k + if self.bias { m * n } else { 0 } + if self.glu.is_some() { 5 * m * cols } else { 0 },
         }
     }
@@ -430,9 +451,17 @@ impl Kernel for MatmulQ {
                 None => None,
             };
             let mut x = io[0].f32()?;
+            let mut h = None;
             if let Some(eps) = self.fused.norm {
-                x = super::rms_norm::reference(&x, &io[at].f32()?, eps);
+                let nw = io[at].f32()?;
                 at += 1;
+                if let Some(alpha) = self.fused.post {
+                    let r = super::rms_norm::reference(&io[at].f32()?, &io[at + 1].f32()?, eps);
+                    x = super::add::reference(&x, &r, alpha);
+                    h = Some(x.clone());
+                    at += 2;
+                }
+                x = super::rms_norm::reference(&x, &nw, eps);
             }
             let mut y = reference(&x, &w, bias.as_deref(), self.m, self.k, self.n);
             if let Some(act) = self.glu {
@@ -441,9 +470,10 @@ impl Kernel for MatmulQ {
             if let (Some(alpha), Some(res)) = (self.fused.add, res) {
                 y = y.iter().zip(&res).map(|(&y, &r)| r + alpha * y).collect();
             }
-            match self.fused.rope {
-                Some(r) => rope_reference(&r, &y, &io[at..], vars.pos, at),
-                None => Ok(vec![Expected::at(at, y)]),
+            match (self.fused.rope, h) {
+                (Some(r), _) => rope_reference(&r, &y, &io[at..], vars.pos, at),
+                (None, Some(h)) => Ok(vec![Expected::at(at, y), Expected::at(at + 1, h)]),
+                (None, None) => Ok(vec![Expected::at(at, y)]),
             }
         })
     }
@@ -485,7 +515,7 @@ impl Graph {
         path: QPath,
         math: QMath,
     ) -> Result<TensorId> {
-        self.matmul_q_node(x, w, bias, path, math, None, Fused::default(), &[])
+        self.matmul_q_node(x, w, bias, path, math, None, Fused::default(), &[]).map(|o| o[0])
     }
 
     /// The tiled GEMV of `x` `[m, K]` (m <= TILED_GEMV_MAX_M) with `x` first RMSNorm'ed by `norm` (weight `[K]`, epsilon) and/or
@@ -504,7 +534,7 @@ impl Graph {
         let fused = Fused {
             norm: norm.map(|n| n.1),
             add: add.map(|a| a.1),
-            rope: None,
+            ..Default::default()
         };
         self.check_norm_prologue(w, norm)?;
         if let Some((_, alpha)) = add {
@@ -513,7 +543,47 @@ impl Graph {
             }
         }
         let extra: Vec<TensorId> = add.map(|a| a.0).into_iter().chain(norm.map(|n| n.0)).collect();
-        self.matmul_q_node(x, w, bias, QPath::Gemv, QMath::Auto, glu, fused, &extra)
+        self.matmul_q_node(x, w, bias, QPath::Gemv, QMath::Auto, glu, fused, &extra).map(|o| o[0])
+    }
+
+    /// [`Graph::matmul_q_fused`] with the norm prologue over `h = x + alpha * rms_norm(r, r_weight)` (Gemma's
+    /// post-norm of a branch `r` `[1, K]` and the residual add): returns `(y, h)`, y the GEMV of `rms_norm(h, norm)`
+    /// (with the GLU epilogue when `glu`), h `[1, K]` the residual stream. Equals `add_post_rms_norm` then
+    /// `matmul_q` bit for bit where [`can_fuse`] says so (the plan fails elsewhere).
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_q_post_norm(
+        &mut self,
+        x: TensorId,
+        w: &PackedWeight,
+        bias: Option<TensorId>,
+        glu: Option<Glu>,
+        (r, r_weight, alpha): (TensorId, TensorId, f32),
+        (norm, eps): (TensorId, f32),
+    ) -> Result<(TensorId, TensorId)> {
+        self.check_norm_prologue(w, Some((norm, eps)))?;
+        let k = w.k;
+        if self.shape(x) != [1, k]
+            || self.shape(r) != [1, k]
+            || self.shape(r_weight) != [k]
+            || [x, r, r_weight].iter().any(|&t| self.dtype(t) != DType::F32)
+            || !alpha.is_finite()
+        {
+            let why = format!(
+                "{}: x {:?} + alpha {alpha} * rms_norm(r {:?}, weight {:?}): want f32 [1, {k}], [1, {k}], [{k}]",
+                w.name,
+                self.shape(x),
+                self.shape(r),
+                self.shape(r_weight)
+            );
+            return Err(Error::shape("matmul_q", why));
+        }
+        let fused = Fused {
+            norm: Some(eps),
+            post: Some(alpha),
+            ..Default::default()
+        };
+        let o = self.matmul_q_node(x, w, bias, QPath::Gemv, QMath::Auto, glu, fused, &[norm, r, r_weight])?;
+        Ok((o[0], o[1]))
     }
 
     /// A decode step's q|k|v in one dispatch per weight (one for two weights with the norm: [`two`]): the tiled GEMVs
@@ -586,8 +656,8 @@ impl Graph {
         for (&(w, bias, _), rope) in ws.iter().zip(ropes) {
             let fused = Fused {
                 norm: norm.map(|n| n.1),
-                add: None,
                 rope: Some(rope),
+                ..Default::default()
             };
             let mut extra: Vec<TensorId> = norm.map(|n| n.0).into_iter().collect();
             extra.extend([k_cache, v_cache]);
@@ -670,7 +740,7 @@ impl Graph {
     /// `act(x · W_gate^T) * (x · W_up^T)` → `[.., N / 2]` in one dispatch per part: W's rows are (gate, up) pairs
     /// (row 2i the gate of output i, row 2i + 1 its up: [`crate::model::weights::Linear::load_paired`]).
     pub fn matmul_q_glu(&mut self, x: TensorId, w: &PackedWeight, act: Glu) -> Result<TensorId> {
-        self.matmul_q_node(x, w, None, QPath::Auto, QMath::Auto, Some(act), Fused::default(), &[])
+        self.matmul_q_node(x, w, None, QPath::Auto, QMath::Auto, Some(act), Fused::default(), &[]).map(|o| o[0])
     }
 
     /// [`Graph::matmul_q_glu`] with the kernel and arithmetic chosen by the caller.
@@ -682,9 +752,10 @@ impl Graph {
         math: QMath,
         act: Glu,
     ) -> Result<TensorId> {
-        self.matmul_q_node(x, w, None, path, math, Some(act), Fused::default(), &[])
+        self.matmul_q_node(x, w, None, path, math, Some(act), Fused::default(), &[]).map(|o| o[0])
     }
 
+    /// The matmul_q node: y (a rope epilogue's q_out, the last of `extra`), then the post-norm's h.
     #[allow(clippy::too_many_arguments)]
     fn matmul_q_node(
         &mut self,
@@ -696,7 +767,7 @@ impl Graph {
         glu: Option<Glu>,
         fused: Fused,
         extra: &[TensorId],
-    ) -> Result<TensorId> {
+    ) -> Result<Vec<TensorId>> {
         let xs = self.shape(x).to_vec();
         let bs = bias.map(|b| self.shape(b).to_vec());
         let (n, k) = (w.n, w.k);
@@ -763,6 +834,9 @@ impl Graph {
         if (one_row && m > TILED_GEMV_MAX_M) || ((one_row || fused.rope.is_some()) && w.layout != Layout::Tiled) {
             return Err(bad("a fused norm or add needs the tiled GEMV (CPU adapters, one row), a rope epilogue the tiled layout"));
         }
+        if fused.post.is_some() && (fused.norm.is_none() || fused.add.is_some() || fused.rope.is_some()) {
+            return Err(bad("a post-norm prologue needs the norm, and neither a residual add nor a rope epilogue"));
+        }
         let mut inputs = vec![x];
         for t in w.buffers() {
             inputs.push(self.external(t));
@@ -773,11 +847,14 @@ impl Graph {
             // The rope epilogue writes q into a given tensor (the last input), shared by the weights of a split q|k|v.
             let q_out = *extra.last().expect("the rope epilogue's q");
             self.add_effect(kernel, &inputs)?;
-            return Ok(q_out);
+            return Ok(vec![q_out]);
         }
         let mut out = xs.clone();
         *out.last_mut().expect("x has a last dim") = cols;
-        Ok(self.add_node(kernel, &inputs, &[("matmul_q", &out, DType::F32)])?[0])
+        if fused.post.is_some() {
+            return self.add_node(kernel, &inputs, &[("matmul_q", &out, DType::F32), ("residual", &[1, k], DType::F32)]);
+        }
+        self.add_node(kernel, &inputs, &[("matmul_q", &out, DType::F32)])
     }
 }
 
@@ -908,6 +985,11 @@ pub fn variants() -> Vec<ShaderKey> {
                     ..Default::default()
                 };
                 v.extend(keys.iter().map(|k| fused_flags(k.clone(), norm, y_at)));
+                let post = Fused {
+                    post: Some(1.0),
+                    ..norm
+                };
+                v.extend(keys.iter().map(|k| fused_flags(k.clone(), post, y_at)));
                 if glu.is_none() {
                     let add = Fused {
                         add: Some(1.0),
@@ -920,8 +1002,8 @@ pub fn variants() -> Vec<ShaderKey> {
                         v.push(fused_flags(key.clone(), Fused { rope: Some(rope), ..Default::default() }, y_at));
                         let f = Fused {
                             norm: Some(1e-6),
-                            add: None,
                             rope: Some(rope),
+                            ..Default::default()
                         };
                         v.extend(keys.iter().map(|k| fused_flags(k.clone(), f, y_at)));
                     }

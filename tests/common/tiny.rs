@@ -446,6 +446,14 @@ pub fn write_gguf(path: &Path, t: &Tiny, seed: u64, ty: GgmlType) {
 
 /// As [`write_gguf`], but `ffn_up` stored in `up` (k-quant mixes store neighbouring matrices differently).
 pub fn write_gguf_types(path: &Path, t: &Tiny, seed: u64, ty: GgmlType, up: Option<GgmlType>) {
+    write_gguf_by(path, t, seed, &|name: &str| match up {
+        Some(up) if name.ends_with("ffn_up.weight") => up,
+        _ => ty,
+    })
+}
+
+/// The GGUF writer of [`write_gguf`] with each matrix in the type `ty_of` gives for its GGUF name.
+fn write_gguf_by(path: &Path, t: &Tiny, seed: u64, ty_of: &dyn Fn(&str) -> GgmlType) {
     let mut w = GgufWriter::new();
     let a = t.arch;
     let k = |s: &str| format!("{a}.{s}");
@@ -491,11 +499,7 @@ pub fn write_gguf_types(path: &Path, t: &Tiny, seed: u64, ty: GgmlType, up: Opti
             .unwrap();
     }
     for (_, gg, shape, v) in stored(t, seed) {
-        let ty = match (shape.len(), up) {
-            (2, Some(up)) if gg.ends_with("ffn_up.weight") => up,
-            (2, _) => ty,
-            _ => GgmlType::F32,
-        };
+        let ty = if shape.len() == 2 { ty_of(&gg) } else { GgmlType::F32 };
         w.add_tensor(gg, &shape, ty, &v).unwrap();
     }
     w.write(path).unwrap();
@@ -504,31 +508,7 @@ pub fn write_gguf_types(path: &Path, t: &Tiny, seed: u64, ty: GgmlType, up: Opti
 /// As [`write_gguf`], each matrix stored in the type `ty_of` gives for its GGUF name (a k-quant mix such as
 /// Q4_K_M); vectors stay F32.
 pub fn write_gguf_typed(path: &Path, t: &Tiny, seed: u64, ty_of: &dyn Fn(&str) -> GgmlType) {
-    let mut w = GgufWriter::new();
-    let a = t.arch;
-    let k = |s: &str| format!("{a}.{s}");
-    let meta = [
-        ("general.architecture".to_string(), Value::String(a.into())),
-        ("general.name".to_string(), Value::String("tiny random".into())),
-        (k("block_count"), Value::U32(t.layers as u32)),
-        (k("context_length"), Value::U32(256)),
-        (k("embedding_length"), Value::U32(t.hidden as u32)),
-        (k("feed_forward_length"), Value::U32(t.ffn as u32)),
-        (k("attention.head_count"), Value::U32(t.heads as u32)),
-        (k("attention.head_count_kv"), Value::U32(t.kv_heads as u32)),
-        (k("attention.key_length"), Value::U32(t.head_dim as u32)),
-        (k("attention.layer_norm_rms_epsilon"), Value::F32(1e-5)),
-        (k("rope.freq_base"), Value::F32(10000.0)),
-        (k("rope.dimension_count"), Value::U32(t.head_dim as u32)),
-    ];
-    for (key, v) in meta {
-        w.add_metadata(key, v).unwrap();
-    }
-    for (_, gg, shape, v) in weights(t, seed) {
-        let ty = if shape.len() == 2 { ty_of(&gg) } else { GgmlType::F32 };
-        w.add_tensor(gg, &shape, ty, &v).unwrap();
-    }
-    w.write(path).unwrap();
+    write_gguf_by(path, t, seed, ty_of)
 }
 
 /// GPT-2's byte-to-character table: printable bytes map to themselves, the rest to U+0100 upwards.

@@ -703,6 +703,15 @@ fn fused_cases(v: &mut Vec<Case>) {
             v.push(Case::new("matmul_q", name, move |gpu| fused_check(gpu, ty, (m, k, 96), glu)));
         }
     }
+    // The post-norm prologue (Gemma's): every format, with a bias, the GLU epilogue (GELU, Gemma's), and enough
+    // tiles that workgroups share the prologue.
+    for (i, ty) in FORMATS.into_iter().enumerate() {
+        let k = if k_quant(ty) || ty == GgmlType::IQ4_XS { 768 } else { [576, 608][i % 2] };
+        for (n, glu) in [(96, None), (259 * 32, Some(Glu::GeluTanh))] {
+            let name = format!("fused_post_norm_equals_add_post_rms_norm_{}_n{n}_k{k}_glu{}", ty.name(), glu.is_some());
+            v.push(Case::new("matmul_q", name, move |gpu| post_norm_check(gpu, ty, (k, n), glu)));
+        }
+    }
     // Enough tiles (259 of 32 rows) that the tiles of a workgroup share the norm prologue, the last workgroup only
     // partly filled.
     for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K] {
@@ -758,6 +767,47 @@ fn fused_check(gpu: &Gpu, ty: GgmlType, (m, k, n): (usize, usize, usize), glu: O
         return Ok(norm_check);
     }
     Ok(exact(&run(true, true)?, &run(false, true)?))
+}
+
+/// `matmul_q_post_norm` (the norm prologue over `x + alpha * rms_norm(r)`) equals `add_post_rms_norm` then the GEMV
+/// bit for bit: the product and the residual stream it writes.
+fn post_norm_check(gpu: &Gpu, ty: GgmlType, (k, n): (usize, usize), glu: Option<Glu>) -> shaderlm::Result<Check> {
+    let probe = PackedWeight::upload_with(gpu, "probe", ty, Layout::Tiled, n, k, &random_blocks(ty, n, k, 1))?;
+    if !matmul_q::can_fuse(&gpu.caps, &probe, 1) {
+        return Err(shaderlm::Error::Invalid("this adapter has no fused GEMV (needs a CPU adapter with subgroups)".into()));
+    }
+    let w = PackedWeight::upload_with(gpu, "w", ty, Layout::Tiled, n, k, &random_blocks(ty, n, k, 31))?;
+    let bias = GpuTensor::upload_f32(gpu, "bias", &[n], &Rng::new(32).vec(n, 1.0))?;
+    let norm = GpuTensor::upload_f32(gpu, "norm", &[k], &Rng::new(33).vec(k, 2.0))?;
+    let post = GpuTensor::upload_f32(gpu, "post", &[k], &Rng::new(34).vec(k, 2.0))?;
+    let (x, r) = (Rng::new(35).vec(k, 3.0), Rng::new(36).vec(k, 5.0));
+    let (eps, alpha) = (1e-6f32, 0.7f32);
+    let run = |fused: bool| -> shaderlm::Result<Vec<u32>> {
+        let mut g = Graph::new();
+        let tx = g.input("x", &[1, k], DType::F32);
+        let tr = g.input("r", &[1, k], DType::F32);
+        let (tb, tn, tp) = (g.external(&bias), g.external(&norm), g.external(&post));
+        let tb = glu.is_none().then_some(tb);
+        let (y, h) = if fused {
+            g.matmul_q_post_norm(tx, &w, tb, glu, (tr, tp, alpha), (tn, eps))?
+        } else {
+            let (h, xn) = g.add_post_rms_norm(tx, (tr, tp), alpha, tn, eps)?;
+            let y = match glu {
+                Some(act) => g.matmul_q_glu(xn, &w, act)?,
+                None => g.matmul_q(xn, &w, tb)?,
+            };
+            (y, h)
+        };
+        g.output(y);
+        g.output(h);
+        let mut plan = Plan::new(gpu, g)?;
+        plan.write_input(gpu, tx, bytemuck::cast_slice(&x))?;
+        plan.write_input(gpu, tr, bytemuck::cast_slice(&r))?;
+        plan.run(gpu, &StepVars::default())?;
+        let (y, h) = (plan.read_f32(y)?, plan.read_f32(h)?);
+        Ok(y.iter().chain(&h).map(|v| v.to_bits()).collect())
+    };
+    Ok(exact(&run(true)?, &run(false)?))
 }
 
 /// The q|k|v GEMV with rope_kv as its epilogue (`matmul_q_qkv_rope`) equals `matmul_q_fused` then `rope_kv` bit for

@@ -51,8 +51,8 @@ fn key(a: Format, b: Format, bias: bool, subgroups: bool, wg: usize, rope: Fused
     let y_at = 3 + usize::from(a.third_buffer(Layout::Tiled)) + usize::from(bias);
     let fused = Fused {
         norm: Some(0.0),
-        add: None,
         rope: Some(rope),
+        ..Default::default()
     };
     let key = fused_flags(tiled_key_wg(a, bias, false, subgroups, None, wg), fused, y_at).flag("TWO", true);
     // After y: the norm weight, the caches and the factors.
