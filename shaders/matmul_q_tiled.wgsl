@@ -20,8 +20,9 @@
 //   rms_norm(r, pw) (Gemma's post-norm and residual add, as rms_norm's POST form computes it; r [K/4] at POST_R_AT,
 //   pw [K/4] at POST_W_AT), and the first workgroup writes h to h_out [K/4] at H_AT; ADD: y = res + alpha * sums (lib/store_rows.wgsl; res at binding RES_AT);
 //   ROPE: W is q|k|v or some of its projections and the epilogue is rope_kv's (lib/rope_store.wgsl: y is q_out, k
-//   and v go to the caches). TWO (with ROPE): a second weight in another format holds the p.rows_b rows after W's
-//   (v where a Q4_K_M file stores it in Q6_K or Q8_0), in one dispatch: workgroups from p.wg_b on run namespace B's
+//   and v go to the caches). TWO (with NORM, one row): a second weight in another format holds the p.rows_b rows
+//   after W's (v where a Q4_K_M file stores it in Q6_K or Q8_0; with ROPE rows of q|k|v, else y's columns p.rows..),
+//   in one dispatch: workgroups from p.wg_b on run namespace B's
 //   loop (lib/tiled_gemv.wgsl) over p.tiles_b tiles; its buffers at W_AT_B.. (after every other binding), then
 //   its bias bias_b [rows_b] at BIAS_B_AT (BIAS).
 // Defs: Q8 (8-bit quants, else 4-bit nibbles), HB1 / HB2 (one / two high-bit words per block: 5- / 6-bit quants),
@@ -235,6 +236,19 @@ fn main(
         rope_store4(wg.z, r, biased(acc, r));
     }
 #else
+#if TWO
+    // Without the rope epilogue the second weight's rows follow the first's in y (one row: p.n = rows + rows_b).
+    if (second) {
+        let s = biased_b(acc, c * 4u);
+        for (var j = 0u; j < 4u; j++) {
+            let r = c * 4u + j;
+            if (r < p.rows_b) {
+                y[p.rows + r] = s[j];
+            }
+        }
+        return;
+    }
+#endif
     store4(wg.z, c * 4u, acc);
 #endif
 }

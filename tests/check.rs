@@ -328,19 +328,18 @@ fn sparse_attention_and_expert_steps_pass_the_check() {
 }
 
 /// A Gemma 3 decode step, fused on CPU adapters with subgroups (the post-norms and residual adds in the GEMVs'
-/// prologues, whose reference also checks the residual stream they write), passes the check node by node.
+/// prologues, whose reference also checks the residual stream they write; q|k|v in one weight, and in two formats
+/// in one dispatch), passes the check node by node.
 #[test]
 fn a_fused_gemma3_step_passes_the_check() {
     use common::steps::weights;
-    use common::tiny::{write_gguf, Tiny};
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gemma3.gguf");
-    write_gguf(&path, &Tiny::gemma3(), 45, GgmlType::Q4_1);
-    let model = weights(&path);
-    clean_steps(
-        &model,
-        &[&[3, 1, 4, 1, 5], &[9], &[2]],
-        64,
-        &["matmul_q", "rope_kv", "attention_decode"],
-    );
+    use common::tiny::{write_gguf_v_apart, Tiny};
+    for (ty, v_ty) in [(GgmlType::Q4_1, GgmlType::Q4_1), (GgmlType::Q5_0, GgmlType::Q8_0)] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gemma3.gguf");
+        write_gguf_v_apart(&path, &Tiny::gemma3(), 45, ty, v_ty);
+        let model = weights(&path);
+        let ops = ["matmul_q", "rope_kv", "attention_decode"];
+        clean_steps(&model, &[&[3, 1, 4, 1, 5], &[9], &[2]], 64, &ops);
+    }
 }

@@ -845,34 +845,80 @@ impl Llama {
         input: AttnIn,
         extra: Option<TensorId>,
     ) -> Result<TensorId> {
-        let c = &self.cfg;
-        let n = s.n_tokens;
-        let mut src = QkvSource(Vec::new());
         if extra.is_some() && l.qkv.groups.len() != 1 {
             return Err(Error::Graph("an EAGLE-3 head's q|k|v must be one projection".into()));
         }
-        for (w, bias, count) in &l.qkv.groups {
-            // [n, columns of its projections]
-            let y = match (input, w) {
-                (AttnIn::Normed(x), _) => w.forward(g, x, bias.as_ref())?,
-                (AttnIn::Residual(h), Linear::Quant { w, .. }) => {
-                    let bias = bias.as_ref().map(|b| g.external(b));
-                    let norm = g.external(&l.attn_norm);
-                    g.matmul_q_fused(h, w, bias, None, Some((norm, c.rms_eps)), None)?
+        let src = match input {
+            AttnIn::Residual(h) => self.fused_qkv(g, l, h, None)?.0,
+            AttnIn::Normed(x) => {
+                let mut src = QkvSource(Vec::new());
+                for (w, bias, count) in &l.qkv.groups {
+                    let y = w.forward(g, x, bias.as_ref())?; // [n, columns of its projections]
+                    let y = match extra {
+                        Some(e) => g.add_scaled(y, e, 1.0)?,
+                        None => y,
+                    };
+                    src.0.push((y, *count));
                 }
-                (AttnIn::Residual(_), Linear::Dense(_)) => {
-                    return Err(Error::Graph("a fused step with a dense projection".into()))
-                }
-            };
-            let y = match extra {
-                Some(e) => g.add_scaled(y, e, 1.0)?,
-                None => y,
-            };
-            if src.0.is_empty() {
-                g.tap(y, Tap::Qkv(i));
+                src
             }
-            src.0.push((y, *count));
+        };
+        g.tap(src.0[0].0, Tap::Qkv(i));
+        self.rope_attend(g, s, i, l, src)
+    }
+
+    /// A fused step's q|k|v GEMVs from the residual stream `h` `[1, hidden]`, the attention norm in their prologues
+    /// (with a post-norm layer's `pending` branch, its post-norm and add too): the projections (and how many of q,
+    /// k and v each holds) and the residual stream after the add. Two weights run in one dispatch.
+    fn fused_qkv(
+        &self,
+        g: &mut Graph,
+        l: &Layer,
+        mut h: TensorId,
+        pending: Option<Branch<'_>>,
+    ) -> Result<(QkvSource, TensorId)> {
+        let c = &self.cfg;
+        let norm = (g.external(&l.attn_norm), c.rms_eps);
+        let mut post = match pending {
+            Some((d, Some(w))) => Some((d, g.external(w), c.mup.residual)),
+            other => {
+                h = self.add_branch(g, h, other)?;
+                None
+            }
+        };
+        let mut ws = Vec::new();
+        for (w, bias, count) in &l.qkv.groups {
+            let Linear::Quant { w, perm: None } = w else {
+                return Err(Error::Graph("a fused step with a dense or permuted projection".into()));
+            };
+            ws.push((&**w, bias.as_ref().map(|b| g.external(b)), *count));
         }
+        if let [(a, ba, ca), (b, bb, cb)] = ws[..] {
+            if ba.is_some() == bb.is_some() && a.parts().len() == 1 && b.parts().len() == 1 {
+                let (y, sum) = g.matmul_q_two_normed(h, ((a, ba), (b, bb)), norm, post)?; // [1, a.n + b.n]
+                return Ok((QkvSource(vec![(y, ca + cb)]), sum.unwrap_or(h)));
+            }
+        }
+        let mut src = QkvSource(Vec::new());
+        for (w, bias, count) in ws {
+            let y = match post.take() {
+                Some(branch) => {
+                    let (y, sum) = g.matmul_q_post_norm(h, w, bias, None, branch, norm)?;
+                    h = sum;
+                    y
+                }
+                None => g.matmul_q_fused(h, w, bias, None, Some(norm), None)?,
+            };
+            src.0.push((y, count));
+        }
+        Ok((src, h))
+    }
+
+    /// Rope (with the q/k norms) and the K/V write of the projections `src` (`[n, columns]` each), then the
+    /// attention: `[n, n_heads, head_dim]`.
+    fn rope_attend(&self, g: &mut Graph, s: &StepContext<'_>, i: usize, l: &Layer, src: QkvSource) -> Result<TensorId> {
+        let c = &self.cfg;
+        let n = s.n_tokens;
         let qk_norm = l.qk_norm.as_ref().map(|w| (g.external(w), c.rms_eps));
         let a = if let [seq] = s.seqs.as_slice() {
             let (kc, vc) = seq.caches(g, i);
@@ -1012,12 +1058,12 @@ impl Llama {
         s: &StepContext<'_>,
         i: usize,
         l: &'l Layer,
-        mut h: TensorId,
-        mut pending: Option<Branch<'_>>,
+        h: TensorId,
+        pending: Option<Branch<'_>>,
     ) -> Result<(TensorId, Option<Branch<'l>>)> {
         let c = &self.cfg;
         let cannot = || Error::Graph("a fused step with a layer it cannot fuse".into());
-        let (Some((post_attn, post_ffn)), [seq]) = (&l.post_norms, s.seqs.as_slice()) else {
+        let Some((post_attn, post_ffn)) = &l.post_norms else {
             return Err(cannot());
         };
         let Ffn::SwiGlu {
@@ -1027,36 +1073,9 @@ impl Llama {
         else {
             return Err(cannot());
         };
-        let norm = g.external(&l.attn_norm);
-        let mut src = QkvSource(Vec::new());
-        for (w, bias, count) in &l.qkv.groups {
-            let Linear::Quant { w, .. } = w else {
-                return Err(cannot());
-            };
-            let bias = bias.as_ref().map(|b| g.external(b));
-            let y = match pending.take() {
-                Some((d, Some(post))) => {
-                    let post = g.external(post);
-                    let (y, sum) =
-                        g.matmul_q_post_norm(h, w, bias, None, (d, post, c.mup.residual), (norm, c.rms_eps))?;
-                    h = sum;
-                    y
-                }
-                other => {
-                    h = self.add_branch(g, h, other)?;
-                    g.matmul_q_fused(h, w, bias, None, Some((norm, c.rms_eps)), None)?
-                }
-            };
-            if src.0.is_empty() {
-                g.tap(y, Tap::Qkv(i));
-            }
-            src.0.push((y, *count));
-        }
-        let (kc, vc) = seq.caches(g, i);
-        let qk_norm = l.qk_norm.as_ref().map(|w| (g.external(w), c.rms_eps));
-        let q = g.rope_kv_tree(src, qk_norm, self.rope_of(seq, i), (kc, vc), s.tree)?;
-        g.tap(q, Tap::Rope(i));
-        let a = self.attend(g, s, i, q, kc, vc)?;
+        let (src, h) = self.fused_qkv(g, l, h, pending)?;
+        g.tap(src.0[0].0, Tap::Qkv(i));
+        let a = self.rope_attend(g, s, i, l, src)?;
         g.tap(a, Tap::AttnOut(i));
         let a = g.reshape(a, &[s.n_tokens, c.n_heads * c.head_dim])?;
         let o = l.o.forward(g, a, None)?;

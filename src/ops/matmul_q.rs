@@ -489,6 +489,9 @@ impl Kernel for MatmulQ {
     }
 }
 
+/// A weight and its bias `[N]`, if any.
+pub type BiasedWeight<'w> = (&'w PackedWeight, Option<TensorId>);
+
 impl Graph {
     /// `x[.., K] · W[N, K]^T (+ bias[N])` → `[.., N]` f32, W quantized and packed ([`PackedWeight`]).
     pub fn matmul_q(&mut self, x: TensorId, w: &PackedWeight, bias: Option<TensorId>) -> Result<TensorId> {
@@ -561,22 +564,7 @@ impl Graph {
         (norm, eps): (TensorId, f32),
     ) -> Result<(TensorId, TensorId)> {
         self.check_norm_prologue(w, Some((norm, eps)))?;
-        let k = w.k;
-        if self.shape(x) != [1, k]
-            || self.shape(r) != [1, k]
-            || self.shape(r_weight) != [k]
-            || [x, r, r_weight].iter().any(|&t| self.dtype(t) != DType::F32)
-            || !alpha.is_finite()
-        {
-            let why = format!(
-                "{}: x {:?} + alpha {alpha} * rms_norm(r {:?}, weight {:?}): want f32 [1, {k}], [1, {k}], [{k}]",
-                w.name,
-                self.shape(x),
-                self.shape(r),
-                self.shape(r_weight)
-            );
-            return Err(Error::shape("matmul_q", why));
-        }
+        self.check_post(x, w, (r, r_weight, alpha))?;
         let fused = Fused {
             norm: Some(eps),
             post: Some(alpha),
@@ -650,7 +638,10 @@ impl Graph {
         }
         if let ([a, b], Some(norm), true) = (ws, norm, ws.iter().all(|w| w.1.is_some() == ws[0].1.is_some())) {
             // Two weights (v, or k and v, in another format) with biases alike: one dispatch.
-            self.matmul_q_two(x, (a, b), norm, ropes[0], [k_cache, v_cache], q_out)?;
+            let mut mid = vec![k_cache, v_cache];
+            mid.extend(cfg.factors);
+            mid.push(q_out);
+            self.matmul_q_two(x, ((a.0, a.1), (b.0, b.1)), norm, two::Tail::Rope(ropes[0]), &mid)?;
             return Ok(q_out);
         }
         for (&(w, bias, _), rope) in ws.iter().zip(ropes) {
@@ -668,25 +659,44 @@ impl Graph {
         Ok(q_out)
     }
 
-    /// [`Graph::matmul_q_qkv_rope`]'s node for two weights (`a` from `rope.qkv0`, b after it) with the norm
-    /// prologue: [`two::MatmulQTwo`].
+    /// The GEMVs of two weights (q|k and v stored in different formats; each with its bias or neither) over x
+    /// `[1, K]` with the norm prologue in one dispatch: y `[1, a.n + b.n]`, a's columns then b's. With `post` (r
+    /// `[1, K]`, its norm weight `[K]`, alpha) the prologue is [`Graph::matmul_q_post_norm`]'s and its h is returned
+    /// too. Equals a fused GEMV per weight bit for bit where [`can_fuse`] says so (the plan fails elsewhere).
+    pub fn matmul_q_two_normed(
+        &mut self,
+        x: TensorId,
+        (a, b): (BiasedWeight<'_>, BiasedWeight<'_>),
+        norm: (TensorId, f32),
+        post: Option<(TensorId, TensorId, f32)>,
+    ) -> Result<(TensorId, Option<TensorId>)> {
+        let mid: Vec<TensorId> = post.map(|(r, rw, _)| [r, rw]).into_iter().flatten().collect();
+        if let Some((r, rw, alpha)) = post {
+            self.check_post(x, a.0, (r, rw, alpha))?;
+        }
+        let tail = two::Tail::Y { post: post.map(|p| p.2) };
+        let o = self.matmul_q_two(x, (a, b), norm, tail, &mid)?;
+        Ok((o[0], o.get(1).copied()))
+    }
+
+    /// [`two::MatmulQTwo`]'s node: weights `a` and `b` (b's rows after a's) with the norm prologue and `tail`,
+    /// whose inputs `mid` follow the norm weight (the caches, factors and q_out; or r and its norm weight). Returns
+    /// the node's outputs: none with the rope epilogue, else y and (post) h.
     #[allow(clippy::type_complexity)]
     fn matmul_q_two(
         &mut self,
         x: TensorId,
-        (a, b): (&(&PackedWeight, Option<TensorId>, usize), &(&PackedWeight, Option<TensorId>, usize)),
+        (a, b): (BiasedWeight<'_>, BiasedWeight<'_>),
         (norm, eps): (TensorId, f32),
-        rope: FusedRope,
-        caches: [TensorId; 2],
-        q_out: TensorId,
-    ) -> Result<()> {
+        tail: two::Tail,
+        mid: &[TensorId],
+    ) -> Result<Vec<TensorId>> {
         let k = a.0.k;
-        let bad = |why: &str| Error::shape("matmul_q", format!("{} and {} with a rope epilogue: {why}", a.0.name, b.0.name));
+        let bad = |why: &str| Error::shape("matmul_q", format!("{} and {} in one GEMV: {why}", a.0.name, b.0.name));
         if self.shape(x) != [TILED_GEMV_MAX_M, k] || self.dtype(x) != DType::F32 || b.0.k != k || !k.is_multiple_of(QK) {
             return Err(bad(&format!("x must be f32 [1, {k}] (K a multiple of 32) for both")));
         }
-        let mut inputs = vec![x];
-        for &(w, bias, _) in [a, b] {
+        for (w, bias) in [a, b] {
             let packed = w.parts_cover_rows() && w.mins.is_some() == w.format.third_buffer(w.layout);
             if w.layout != Layout::Tiled || w.parts().len() != 1 || !packed {
                 return Err(bad("a fused GEMV needs tiled weights in one part"));
@@ -694,6 +704,7 @@ impl Graph {
             if bias.is_some_and(|t| self.shape(t) != [w.n] || self.dtype(t) != DType::F32) {
                 return Err(bad("each bias must be f32 [its rows]"));
             }
+            self.check_norm_prologue(w, Some((norm, eps)))?;
         }
         if a.1.is_some() != b.1.is_some() {
             return Err(bad("both weights with a bias or neither"));
@@ -704,12 +715,11 @@ impl Graph {
             wbytes: w.bytes(),
         };
         let buffers = |g: &mut Graph, w: &PackedWeight| -> Vec<TensorId> { w.buffers().map(|t| g.external(t)).collect() };
+        let mut inputs = vec![x];
         inputs.extend(buffers(self, a.0));
         inputs.extend(a.1);
         inputs.push(norm);
-        inputs.extend(caches);
-        inputs.extend(rope.cfg.factors);
-        inputs.push(q_out);
+        inputs.extend_from_slice(mid);
         inputs.extend(buffers(self, b.0));
         inputs.extend(b.1);
         let kernel = two::MatmulQTwo {
@@ -718,9 +728,38 @@ impl Graph {
             b: half(b.0),
             bias: a.1.is_some(),
             eps,
-            rope,
+            tail,
         };
-        self.add_effect(kernel, &inputs)
+        match tail {
+            two::Tail::Rope(_) => self.add_effect(kernel, &inputs).map(|_| Vec::new()),
+            two::Tail::Y { post } => {
+                let mut outs = vec![("matmul_q", vec![1, a.0.n + b.0.n], DType::F32)];
+                outs.extend(post.map(|_| ("residual", vec![1, k], DType::F32)));
+                let outs: Vec<(&str, &[usize], DType)> = outs.iter().map(|(n, s, t)| (*n, s.as_slice(), *t)).collect();
+                self.add_node(kernel, &inputs, &outs)
+            }
+        }
+    }
+
+    /// The post-norm prologue's inputs: x and r f32 `[1, K]`, r's norm weight f32 `[K]`, a finite alpha.
+    fn check_post(&self, x: TensorId, w: &PackedWeight, (r, r_weight, alpha): (TensorId, TensorId, f32)) -> Result<()> {
+        let k = w.k;
+        if self.shape(x) != [1, k]
+            || self.shape(r) != [1, k]
+            || self.shape(r_weight) != [k]
+            || [x, r, r_weight].iter().any(|&t| self.dtype(t) != DType::F32)
+            || !alpha.is_finite()
+        {
+            let why = format!(
+                "{}: x {:?} + alpha {alpha} * rms_norm(r {:?}, weight {:?}): want f32 [1, {k}], [1, {k}], [{k}]",
+                w.name,
+                self.shape(x),
+                self.shape(r),
+                self.shape(r_weight)
+            );
+            return Err(Error::shape("matmul_q", why));
+        }
+        Ok(())
     }
 
     /// The RMSNorm of a fused GEMV's prologue: a weight f32 `[K]` and a finite epsilon >= 0.

@@ -712,6 +712,21 @@ fn fused_cases(v: &mut Vec<Case>) {
             v.push(Case::new("matmul_q", name, move |gpu| post_norm_check(gpu, ty, (k, n), glu)));
         }
     }
+    // Two weights in one dispatch (q|k and v in different formats) with the norm or the post-norm prologue, y their
+    // columns side by side: with and without biases, rows that fill workgroups of shared prologues partly.
+    let pairs = [
+        (GgmlType::Q4_K, GgmlType::Q6_K),
+        (GgmlType::Q5_0, GgmlType::Q8_0),
+        (GgmlType::Q8_0, GgmlType::Q4_1),
+        (GgmlType::Q6_K, GgmlType::Q4_K),
+    ];
+    for (i, (a, b)) in pairs.into_iter().enumerate() {
+        for (bias, post) in [(false, false), (true, false), (false, true), (true, true)] {
+            let (na, nb) = ([1280, 96, 4128, 320][i], [256, 64, 1056, 160][i]);
+            let name = format!("two_normed_equals_unfused_{}_{}_{na}_{nb}_bias{bias}_post{post}", a.name(), b.name());
+            v.push(Case::new("matmul_q", name, move |gpu| two_normed_check(gpu, (a, b), (na, nb), bias, post)));
+        }
+    }
     // Enough tiles (259 of 32 rows) that the tiles of a workgroup share the norm prologue, the last workgroup only
     // partly filled.
     for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K] {
@@ -806,6 +821,69 @@ fn post_norm_check(gpu: &Gpu, ty: GgmlType, (k, n): (usize, usize), glu: Option<
         plan.run(gpu, &StepVars::default())?;
         let (y, h) = (plan.read_f32(y)?, plan.read_f32(h)?);
         Ok(y.iter().chain(&h).map(|v| v.to_bits()).collect())
+    };
+    Ok(exact(&run(true)?, &run(false)?))
+}
+
+/// `matmul_q_two_normed` (two weights' GEMVs in one dispatch, norm or post-norm prologue) equals `rms_norm` or
+/// `add_post_rms_norm` then one GEMV per weight bit for bit: y (a's columns, then b's) and the residual stream.
+fn two_normed_check(
+    gpu: &Gpu,
+    (ta, tb): (GgmlType, GgmlType),
+    (na, nb): (usize, usize),
+    bias: bool,
+    post: bool,
+) -> shaderlm::Result<Check> {
+    let k = 768;
+    let probe = PackedWeight::upload_with(gpu, "probe", ta, Layout::Tiled, na, k, &random_blocks(ta, na, k, 1))?;
+    if !matmul_q::can_fuse(&gpu.caps, &probe, 1) {
+        return Err(shaderlm::Error::Invalid("this adapter has no fused GEMV (needs a CPU adapter with subgroups)".into()));
+    }
+    let wa = PackedWeight::upload_with(gpu, "wa", ta, Layout::Tiled, na, k, &random_blocks(ta, na, k, 41))?;
+    let wb = PackedWeight::upload_with(gpu, "wb", tb, Layout::Tiled, nb, k, &random_blocks(tb, nb, k, 42))?;
+    let ba = GpuTensor::upload_f32(gpu, "ba", &[na], &Rng::new(43).vec(na, 1.0))?;
+    let bb = GpuTensor::upload_f32(gpu, "bb", &[nb], &Rng::new(44).vec(nb, 1.0))?;
+    let norm = GpuTensor::upload_f32(gpu, "norm", &[k], &Rng::new(45).vec(k, 2.0))?;
+    let pw = GpuTensor::upload_f32(gpu, "post", &[k], &Rng::new(46).vec(k, 2.0))?;
+    let (x, r) = (Rng::new(47).vec(k, 3.0), Rng::new(48).vec(k, 5.0));
+    let (eps, alpha) = (1e-6f32, 1.3f32);
+    let run = |fused: bool| -> shaderlm::Result<Vec<u32>> {
+        let mut g = Graph::new();
+        let tx = g.input("x", &[1, k], DType::F32);
+        let tr = g.input("r", &[1, k], DType::F32);
+        let (tn, tp) = (g.external(&norm), g.external(&pw));
+        let (tba, tbb) = (g.external(&ba), g.external(&bb));
+        let (tba, tbb) = (bias.then_some(tba), bias.then_some(tbb));
+        let mut outs = Vec::new();
+        if fused {
+            let branch = post.then_some((tr, tp, alpha));
+            let (y, h) = g.matmul_q_two_normed(tx, ((&wa, tba), (&wb, tbb)), (tn, eps), branch)?;
+            outs.push(y);
+            outs.extend(h);
+        } else {
+            let (h, xn) = match post {
+                true => {
+                    let (h, xn) = g.add_post_rms_norm(tx, (tr, tp), alpha, tn, eps)?;
+                    (Some(h), xn)
+                }
+                false => (None, g.rms_norm(tx, tn, eps)?),
+            };
+            outs.push(g.matmul_q(xn, &wa, tba)?);
+            outs.push(g.matmul_q(xn, &wb, tbb)?);
+            outs.extend(h);
+        }
+        for &o in &outs {
+            g.output(o);
+        }
+        let mut plan = Plan::new(gpu, g)?;
+        plan.write_input(gpu, tx, bytemuck::cast_slice(&x))?;
+        plan.write_input(gpu, tr, bytemuck::cast_slice(&r))?;
+        plan.run(gpu, &StepVars::default())?;
+        let mut bits = Vec::new();
+        for o in outs {
+            bits.extend(plan.read_f32(o)?.iter().map(|v| v.to_bits()));
+        }
+        Ok(bits)
     };
     Ok(exact(&run(true)?, &run(false)?))
 }
