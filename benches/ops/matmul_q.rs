@@ -211,6 +211,54 @@ pub fn benches() -> Vec<Bench> {
             }));
         }
     }
+    // Gemma 3 270M's post-norm layers (hidden 640; its Q4_K_M file stores these in Q5_0 and Q8_0): gate|up (GELU
+    // epilogue) with the post-norm and residual add in its prologue (`matmul_q_post_norm`) against the GEMV alone
+    // and after `add_post_rms_norm`; q|k (Q5_0) and v (Q8_0) in one dispatch with that prologue
+    // (`matmul_q_two_normed`) against `add_post_rms_norm` and two GEMVs.
+    let h = 640;
+    for how in ["alone", "after add_post_rms_norm", "post-norm prologue"] {
+        let n = 2 * 2048;
+        let name = format!("matmul_q gemma3-270m gate|up Q5_0 tiled 1x{n}x{h} {how}");
+        v.push(Bench::new(name, move |gpu| {
+            let ty = GgmlType::Q5_0;
+            let w = PackedWeight::upload_with(gpu, "w", ty, Layout::Tiled, n, h, &super_blocks(ty, n, h))?;
+            let glu = Some(Glu::GeluTanh);
+            plan_of(gpu, |g| {
+                let (x, r) = (g.input("x", &[1, h], DType::F32), g.input("r", &[1, h], DType::F32));
+                let (nw, pw) = (g.input("norm", &[h], DType::F32), g.input("post", &[h], DType::F32));
+                match how {
+                    "alone" => g.matmul_q_fused(x, &w, None, glu, None, None)?,
+                    "after add_post_rms_norm" => {
+                        let (_, xn) = g.add_post_rms_norm(x, (r, pw), 1.0, nw, 1e-6)?;
+                        g.matmul_q_fused(xn, &w, None, glu, None, None)?
+                    }
+                    _ => g.matmul_q_post_norm(x, &w, None, glu, (r, pw, 1.0), (nw, 1e-6))?.0,
+                };
+                Ok([x, r, nw, pw].map(|t| (t, h, DType::F32)).to_vec())
+            })
+        }));
+    }
+    for how in ["after add_post_rms_norm", "two_normed post-norm"] {
+        let (na, nb) = (1280, 256);
+        let name = format!("matmul_q gemma3-270m q|k Q5_0 + v Q8_0 tiled 1x({na}+{nb})x{h} {how}");
+        v.push(Bench::new(name, move |gpu| {
+            let (ta, tb) = (GgmlType::Q5_0, GgmlType::Q8_0);
+            let wa = PackedWeight::upload_with(gpu, "wa", ta, Layout::Tiled, na, h, &super_blocks(ta, na, h))?;
+            let wb = PackedWeight::upload_with(gpu, "wb", tb, Layout::Tiled, nb, h, &super_blocks(tb, nb, h))?;
+            plan_of(gpu, |g| {
+                let (x, r) = (g.input("x", &[1, h], DType::F32), g.input("r", &[1, h], DType::F32));
+                let (nw, pw) = (g.input("norm", &[h], DType::F32), g.input("post", &[h], DType::F32));
+                if how == "after add_post_rms_norm" {
+                    let (_, xn) = g.add_post_rms_norm(x, (r, pw), 1.0, nw, 1e-6)?;
+                    g.matmul_q(xn, &wa, None)?;
+                    g.matmul_q(xn, &wb, None)?;
+                } else {
+                    g.matmul_q_two_normed(x, ((&wa, None), (&wb, None)), (nw, 1e-6), Some((r, pw, 1.0)))?;
+                }
+                Ok([x, r, nw, pw].map(|t| (t, h, DType::F32)).to_vec())
+            })
+        }));
+    }
     // The fused decode step's q|k|v with rope_kv's work in its epilogue (`matmul_q_qkv_rope`) against the same GEMVs
     // then `rope_kv`, both with the norm prologue, f32 caches of 2048 positions at position 1000: SmolLM2's stacked
     // q|k|v (Q4_1) and Qwen2.5-Coder-1.5B's q|k (Q4_K) and v (Q6_K) apart, with biases (the epilogue's two weights in
