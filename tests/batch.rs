@@ -133,30 +133,34 @@ fn batch_rows_equal_decode_steps_llama_gguf_formats_and_sizes() {
     }
 }
 
-/// Gemma 3 from GGUF in quantized formats, whose one-token steps run fused on CPU adapters with subgroups (the
-/// post-norms and residual adds in the GEMVs' prologues, `matmul_q_post_norm`) while batched steps run the unfused
-/// kernels: q|k|v as one weight, and as q|k and v in two formats (one dispatch, `matmul_q_two_normed`). There the
-/// decode step keeps within the fused budget of 6 dispatches per layer + 10.
+/// Models with q/k norms (so rope_kv stays a dispatch) from GGUF in quantized formats, whose one-token steps run
+/// fused on CPU adapters with subgroups while batched steps run the unfused kernels: Gemma 3 (its post-norms and
+/// residual adds in the GEMVs' prologues, `matmul_q_post_norm`) and Qwen3; q|k|v as one weight, and as q|k and v
+/// in two formats (one dispatch, `matmul_q_two_normed`). There the decode step keeps within the fused budget of 6
+/// dispatches per layer + 10.
 #[test]
-fn batch_rows_equal_decode_steps_gemma3_gguf_fused() {
-    let t = Tiny::gemma3();
-    for (ty, v_ty) in [(GgmlType::Q4_0, GgmlType::Q4_0), (GgmlType::Q4_1, GgmlType::Q8_0)] {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("tiny.gguf");
-        write_gguf_v_apart(&path, &t, 44, ty, v_ty);
-        let model = weights(&path);
-        let label = format!("gemma3 {ty} v {v_ty}");
-        batch_rows_equal_decode_steps(&label, &model, &prompts(3, 101), &[64, 96], 8);
-        let caps = &gpu().caps;
-        if caps.cpu_adapter && caps.subgroups && caps.subgroup_size >= 8 {
-            let mut gen = Generator::new(gpu(), &model, 64, LOGITS_AND_ARGMAX).unwrap();
-            gen.feed(&[1, 2, 3]).unwrap();
-            let dispatches = gen.decode_dispatches().unwrap();
-            assert!(
-                dispatches <= 6 * t.layers + 10,
-                "{label}: {dispatches} dispatches per decode step for {} layers",
-                t.layers
-            );
+fn batch_rows_equal_decode_steps_qk_norm_ggufs_fused() {
+    let mut qwen3 = Tiny::qwen2();
+    qwen3.arch = "qwen3";
+    for t in [Tiny::gemma3(), qwen3] {
+        for (ty, v_ty) in [(GgmlType::Q4_0, GgmlType::Q4_0), (GgmlType::Q4_1, GgmlType::Q8_0)] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("tiny.gguf");
+            write_gguf_v_apart(&path, &t, 44, ty, v_ty);
+            let model = weights(&path);
+            let label = format!("{} {ty} v {v_ty}", t.arch);
+            batch_rows_equal_decode_steps(&label, &model, &prompts(3, 101), &[64, 96], 8);
+            let caps = &gpu().caps;
+            if caps.cpu_adapter && caps.subgroups && caps.subgroup_size >= 8 {
+                let mut gen = Generator::new(gpu(), &model, 64, LOGITS_AND_ARGMAX).unwrap();
+                gen.feed(&[1, 2, 3]).unwrap();
+                let dispatches = gen.decode_dispatches().unwrap();
+                assert!(
+                    dispatches <= 6 * t.layers + 10,
+                    "{label}: {dispatches} dispatches per decode step for {} layers",
+                    t.layers
+                );
+            }
         }
     }
 }
