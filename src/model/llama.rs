@@ -51,6 +51,19 @@ struct Layer {
     ffn: Ffn,
 }
 
+impl Layer {
+    /// The quantized gate|up (row pairs) and down weights of a fused step's FFN.
+    fn fused_ffn(&self) -> Result<(&PackedWeight, &PackedWeight)> {
+        match &self.ffn {
+            Ffn::SwiGlu {
+                input: FfnIn::Paired(Linear::Quant { w: gu, .. }),
+                down: Linear::Quant { w: dw, .. },
+            } => Ok((gu, dw)),
+            _ => Err(Error::Graph("a fused step with an FFN it cannot fuse".into())),
+        }
+    }
+}
+
 /// A layer's feed-forward block.
 enum Ffn {
     /// SwiGLU: `down(silu(gate x) * up x)`.
@@ -1026,13 +1039,7 @@ impl Llama {
         let h = self.add_branch(g, h, pending)?;
         let h = self.attention_block(g, s, i, l, AttnIn::Residual(h), None)?;
         g.tap(h, Tap::AttnProj(i));
-        let Ffn::SwiGlu {
-            input: FfnIn::Paired(Linear::Quant { w: gu, .. }),
-            down: Linear::Quant { w: dw, .. },
-        } = &l.ffn
-        else {
-            return Err(Error::Graph("a fused step with an FFN it cannot fuse".into()));
-        };
+        let (gu, dw) = l.fused_ffn()?;
         let norm = g.external(&l.ffn_norm);
         // [n, ffn]
         let m = if crate::ops::matmul_q::norm_prologue_pays(gu) {
@@ -1047,11 +1054,11 @@ impl Llama {
         Ok((h, None))
     }
 
-    /// [`Llama::fused_layer`] for a layer with post-norms (Gemma 3), in 5 dispatches per q|k|v weight and the
-    /// attention's: the first q|k|v GEMV's prologue adds the previous layer's pending FFN output (post-normed) to
-    /// `h` and norms the sum (`matmul_q_post_norm`, which writes the sum; the other q|k|v weights norm it again),
-    /// rope_kv with the q/k norms, attention, o, gate|up whose prologue adds o (post-normed) and norms, down. Returns
-    /// the residual stream after the attention and the FFN output with its post-norm weight, pending.
+    /// [`Llama::fused_layer`] for a layer with post-norms (Gemma 3), in 6 dispatches (and the attention's combine
+    /// when it splits): q|k|v, whose prologue adds the previous layer's pending FFN output (post-normed) to `h` and
+    /// norms the sum ([`Llama::fused_qkv`]), rope_kv with the q/k norms, attention, o, gate|up whose prologue adds o
+    /// (post-normed) and norms, down. Returns the residual stream after the attention and the FFN output with its
+    /// post-norm weight, pending.
     fn fused_post_layer<'l>(
         &self,
         g: &mut Graph,
@@ -1062,17 +1069,10 @@ impl Llama {
         pending: Option<Branch<'_>>,
     ) -> Result<(TensorId, Option<Branch<'l>>)> {
         let c = &self.cfg;
-        let cannot = || Error::Graph("a fused step with a layer it cannot fuse".into());
         let Some((post_attn, post_ffn)) = &l.post_norms else {
-            return Err(cannot());
+            return Err(Error::Graph("a fused post-norm layer without post-norms".into()));
         };
-        let Ffn::SwiGlu {
-            input: FfnIn::Paired(Linear::Quant { w: gu, .. }),
-            down: Linear::Quant { w: dw, .. },
-        } = &l.ffn
-        else {
-            return Err(cannot());
-        };
+        let (gu, dw) = l.fused_ffn()?;
         let (src, h) = self.fused_qkv(g, l, h, pending)?;
         g.tap(src.0[0].0, Tap::Qkv(i));
         let a = self.rope_attend(g, s, i, l, src)?;
