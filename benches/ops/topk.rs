@@ -1,4 +1,5 @@
-//! argmax (greedy decoding) and top-10 (top-k sampling) over one row of logits at each model's vocabulary size.
+//! argmax (greedy decoding) and top-10 (top-k sampling) over one row of logits at each model's vocabulary size (and
+//! Gemma 3's 262144).
 
 use crate::common::{plan_of, Bench, MODELS};
 use shaderlm::gpu::DType;
@@ -18,7 +19,9 @@ fn logits(n: usize) -> Vec<f32> {
 
 pub fn benches() -> Vec<Bench> {
     let mut v = Vec::new();
-    for (model, .., vocab) in MODELS {
+    let vocabs = MODELS.map(|(model, .., vocab)| (model, vocab));
+    // Gemma 3's vocabulary (262144), the largest of the supported families.
+    for (model, vocab) in vocabs.into_iter().chain([("gemma3-270m", 262144)]) {
         for k in [1usize, 10] {
             let name = if k == 1 {
                 "argmax".to_string()
