@@ -98,34 +98,37 @@ fn biased_b(s: vec4<f32>, r: u32) -> vec4<f32> {
 
 #if NORM
 // Unit u of the row the norm prologue normalizes (x's row from vec4 xi; POST: x + alpha * rms_norm(r, pw), with r's
-// factor r_inv, in rms_norm's order of operations).
-fn prologue_x(xi: u32, u: u32, r_inv: f32) -> vec4<f32> {
+// factor r_inv, in rms_norm's order of operations), or with `of_r` (POST only) r's own unit.
+fn prologue_x(xi: u32, u: u32, r_inv: f32, of_r: bool) -> vec4<f32> {
 #if POST
+    if (of_r) {
+        return pr[u];
+    }
     return x[xi + u] + p.alpha * (pr[u] * r_inv * pw[u]);
 #else
     return x[xi + u];
 #endif
 }
-#endif
 
-#if POST
-// r's sum of squares over the first subgroup (`xv` units for its lanes, 0 for the others), in rms_norm's lane order.
-fn sum_squares_r(xv: u32, sl: u32) -> f32 {
-    var b0 = vec4<f32>(0.0);
-    var b1 = vec4<f32>(0.0);
+// The sum of squares of prologue_x's row over the first subgroup (`xv` units for its lanes, 0 for the others), with
+// the lanes, order and arithmetic of rms_norm on CPU adapters (lane l sums units l, l + 16, ... and l + 8, l + 24,
+// ..., then one subgroupAdd).
+fn prologue_sum_squares(xi: u32, xv: u32, sl: u32, r_inv: f32, of_r: bool) -> f32 {
+    var a0 = vec4<f32>(0.0);
+    var a1 = vec4<f32>(0.0);
     var ui = sl;
     for (; ui + 8u < xv; ui += 16u) {
-        let u = pr[ui];
-        let v = pr[ui + 8u];
-        b0 += u * u;
-        b1 += v * v;
+        let u = prologue_x(xi, ui, r_inv, of_r);
+        let v = prologue_x(xi, ui + 8u, r_inv, of_r);
+        a0 += u * u;
+        a1 += v * v;
     }
     if (ui < xv) {
-        let u = pr[ui];
-        b0 += u * u;
+        let u = prologue_x(xi, ui, r_inv, of_r);
+        a0 += u * u;
     }
-    let b = b0 + b1;
-    return subgroupAdd((b.x + b.y) + (b.z + b.w));
+    let a = a0 + a1;
+    return subgroupAdd((a.x + a.y) + (a.z + a.w));
 }
 #endif
 
@@ -167,25 +170,11 @@ fn main(
 #if POST
     // POST: the row normed is h = x + alpha * rms_norm(r, pw) (one row; rms_norm's POST form, the same sums in
     // the same order): r's factor first, then h's sum of squares below.
-    let r_inv = inverseSqrt(sum_squares_r(xv, sl) / f32(p.k) + p.eps);
+    let r_inv = inverseSqrt(prologue_sum_squares(xi, xv, sl, 0.0, true) / f32(p.k) + p.eps);
 #else
     let r_inv = 0.0;
 #endif
-    var a0 = vec4<f32>(0.0);
-    var a1 = vec4<f32>(0.0);
-    var ui = sl;
-    for (; ui + 8u < xv; ui += 16u) {
-        let u = prologue_x(xi, ui, r_inv);
-        let v = prologue_x(xi, ui + 8u, r_inv);
-        a0 += u * u;
-        a1 += v * v;
-    }
-    if (ui < xv) {
-        let u = prologue_x(xi, ui, r_inv);
-        a0 += u * u;
-    }
-    let a = a0 + a1;
-    let ss = subgroupAdd((a.x + a.y) + (a.z + a.w));
+    let ss = prologue_sum_squares(xi, xv, sl, r_inv, false);
     if (li == 0u) {
         norm_inv = inverseSqrt(ss / f32(p.k) + p.eps);
 #if POST
@@ -200,7 +189,7 @@ fn main(
     let rinv = 0.0;
 #endif
     for (var u = li; u < p.xv; u += WG) {
-        let hv = prologue_x(xi, u, rinv);
+        let hv = prologue_x(xi, u, rinv, false);
         xn[u] = hv * inv * nw[u];
 #if POST
         // The first workgroup writes h, the residual stream the layer goes on with.

@@ -682,7 +682,6 @@ impl Graph {
     /// [`two::MatmulQTwo`]'s node: weights `a` and `b` (b's rows after a's) with the norm prologue and `tail`,
     /// whose inputs `mid` follow the norm weight (the caches, factors and q_out; or r and its norm weight). Returns
     /// the node's outputs: none with the rope epilogue, else y and (post) h.
-    #[allow(clippy::type_complexity)]
     fn matmul_q_two(
         &mut self,
         x: TensorId,
