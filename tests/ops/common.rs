@@ -113,7 +113,7 @@ pub fn exact<T: PartialEq>(got: &[T], want: &[T]) -> Check {
     Check::Exact { mismatches, first }
 }
 
-pub type CaseFn = Box<dyn Fn(&Gpu) -> shaderlm::Result<Check>>;
+pub type CaseFn = Box<dyn Fn(&Gpu) -> shaderlm::Result<Check> + Send + Sync>;
 
 pub struct Case {
     pub op: &'static str,
@@ -125,7 +125,7 @@ impl Case {
     pub fn new(
         op: &'static str,
         name: impl Into<String>,
-        run: impl Fn(&Gpu) -> shaderlm::Result<Check> + 'static,
+        run: impl Fn(&Gpu) -> shaderlm::Result<Check> + Send + Sync + 'static,
     ) -> Case {
         Case {
             op,

@@ -10,7 +10,9 @@ mod kv_f16;
 mod moe_common;
 mod moe_ffn;
 
-use common::{gpu, Case};
+use common::{gpu, Case, Check};
+use shaderlm::gpu::Gpu;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// One `mod` per registered op (`shaderlm::for_each_op!`), each with its `cases()`, and the composite BlockFFN FFN.
 macro_rules! op_cases {
@@ -29,6 +31,35 @@ macro_rules! op_cases {
 
 shaderlm::for_each_op!(op_cases);
 
+/// Runs the cases on as many threads as the host has cores (pipeline compiles and CPU references are single-threaded
+/// work; the device is shared), returning their results in the cases' order.
+fn run_all(cases: &[Case], gpu: &Gpu) -> Vec<shaderlm::Result<Check>> {
+    let next = AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(cases.len());
+    let mut results: Vec<(usize, shaderlm::Result<Check>)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(case) = cases.get(i) else { break done };
+                        done.push((i, (case.run)(gpu)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("an op case panicked"))
+            .collect()
+    });
+    results.sort_by_key(|r| r.0);
+    results.into_iter().map(|r| r.1).collect()
+}
+
 #[test]
 fn ops_match_cpu_reference() {
     let filter: Option<Vec<String>> = std::env::var("OPS")
@@ -45,8 +76,8 @@ fn ops_match_cpu_reference() {
     assert!(!cases.is_empty(), "OPS={filter:?} selects no case");
     let gpu = gpu();
     let mut failures = Vec::new();
-    for case in &cases {
-        match (case.run)(gpu) {
+    for (case, result) in cases.iter().zip(run_all(&cases, gpu)) {
+        match result {
             Ok(check) => {
                 let ok = check.passed();
                 println!("{:<8} {:<44} {}", if ok { "ok" } else { "FAIL" }, case.name, check);

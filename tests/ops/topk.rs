@@ -40,7 +40,7 @@ fn check(gpu: &Gpu, x: &[f32], rows: usize, n: usize, k: usize, argmax: bool) ->
 }
 
 /// A case on both devices: `name` on the default one, `fallback/name` on the one without subgroups.
-fn both(v: &mut Vec<Case>, name: String, make: impl Fn(&Gpu) -> (Vec<f32>, usize, usize, usize) + Clone + 'static) {
+fn both(v: &mut Vec<Case>, name: String, make: impl Fn(&Gpu) -> (Vec<f32>, usize, usize, usize) + Clone + Send + Sync + 'static) {
     for fallback in [false, true] {
         let make = make.clone();
         let name = if fallback {
