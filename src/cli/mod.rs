@@ -82,6 +82,13 @@ pub enum Command {
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
+    // RUST_LOG picks what is logged (e.g. `shaderlm=debug`: each pipeline's compile time); the server also logs its
+    // requests by default.
+    let default = match cli.command {
+        Command::Serve(_) => "warn,shaderlm=info",
+        _ => "warn",
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default)).init();
     match &cli.command {
         Command::Chat(a) => chat::run(a, &cli.device),
         Command::Generate(a) => generate::run(a, &cli.device),

@@ -41,7 +41,6 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: &ServeArgs, device: &DeviceArgs) -> anyhow::Result<()> {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn,shaderlm=info")).init();
     let path = args.model.path()?;
     let model_id = match &args.model_id {
         Some(id) => id.clone(),

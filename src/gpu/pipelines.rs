@@ -206,6 +206,7 @@ impl Gpu {
             })
             .collect();
         let label = key.to_string();
+        let started = std::time::Instant::now();
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let layout0 = self.device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
             label: Some(&label),
@@ -236,6 +237,10 @@ impl Gpu {
                 message: e.to_string(),
             });
         }
+        log::debug!(
+            "pipeline {label}: compiled in {:.1} ms",
+            started.elapsed().as_secs_f64() * 1e3
+        );
         let p = Arc::new(Pipeline {
             key: key.clone(),
             pipeline,
