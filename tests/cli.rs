@@ -599,6 +599,31 @@ fn bench_profile_splits_the_step_by_op_and_by_matrix_size() {
     assert_eq!(count(sizes[0]), 1, "{text}");
     let mb = |r: &Vec<&str>| r[2].parse::<f64>().unwrap();
     assert!(sizes.windows(2).all(|w| mb(w[0]) > mb(w[1])), "{text}");
+
+    // A speculative verification step of 4 rows: the same matmuls (now GEMMs), named as such; 9 rows are refused.
+    let verify = [
+        &args[..],
+        &["-p", "0", "-n", "0", "-r", "1", "--profile", "--profile-rows", "4"],
+    ]
+    .concat();
+    let out = shaderlm(&verify, dir.path());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("verification step of 4 rows at position 64"), "{text}");
+    let ops: Vec<_> = table_rows(&text, "matmul_q")
+        .into_iter()
+        .filter(|r| r.len() == 8)
+        .collect();
+    assert_eq!(ops.len(), 1, "{text}");
+    assert_eq!(ops[0][1].parse::<usize>().unwrap(), 30 * 4 + 1, "{text}");
+    // The head's node moves 4 rows of logits (+0.59 MB against one row's).
+    let head = table_rows(&text, "matmul_q")
+        .into_iter()
+        .find(|r| r.len() == 7)
+        .unwrap();
+    assert!(mb(&head) > mb(sizes[0]) + 0.5, "{text}");
+    let too_many = [&args[..], &["-n", "0", "--profile", "--profile-rows", "9"]].concat();
+    fails_with(&shaderlm(&too_many, dir.path()), &["--profile-rows", "9"]);
 }
 
 #[test]

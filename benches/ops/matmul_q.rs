@@ -366,21 +366,21 @@ pub fn benches() -> Vec<Bench> {
         }
     }
     // Batched sessions and short verifications: 1 to 4 rows through SmolLM2's FFN up, tiled (the GEMV for one row,
-    // the 2-token GEMM for 2, the 4-token one for 3 and 4); the weights are read once per call.
+    // the 2-token GEMM for 2, the 4-token one for 3 and 4), and 1 and 4 rows through its Q8_0 LM head (a
+    // verification step's biggest matmul); the weights are read once per call.
     let (n, k) = (MODELS[0].2, MODELS[0].1);
-    for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
-        for m in 1..=4usize {
-            v.push(Bench::new(format!("matmul_q rows {ty} tiled {m}x{n}x{k}"), move |gpu| {
-                let w = PackedWeight::upload_with(gpu, "w", ty, Layout::Tiled, n, k, &blocks(ty, n, k))?;
-                plan_of(gpu, |g| {
-                    let x = g.input("x", &[m, k], DType::F32);
-                    g.matmul_q(x, &w, None)?;
-                    Ok(vec![(x, m * k, DType::F32)])
-                })
-            }));
-        }
+    let shapes = [GgmlType::Q4_1, GgmlType::Q8_0].into_iter().flat_map(|ty| (1..=4usize).map(move |m| (ty, m, n)));
+    for (ty, m, n) in shapes.chain([1, 4].map(|m| (GgmlType::Q8_0, m, 49152))) {
+        v.push(Bench::new(format!("matmul_q rows {ty} tiled {m}x{n}x{k}"), move |gpu| {
+            let w = PackedWeight::upload_with(gpu, "w", ty, Layout::Tiled, n, k, &blocks(ty, n, k))?;
+            plan_of(gpu, |g| {
+                let x = g.input("x", &[m, k], DType::F32);
+                g.matmul_q(x, &w, None)?;
+                Ok(vec![(x, m * k, DType::F32)])
+            })
+        }));
     }
-        // Prefill: a 128-token chunk through SmolLM2's FFN up and Qwen's FFN down (and, for the k-quants, whose K must
+    // Prefill: a 128-token chunk through SmolLM2's FFN up and Qwen's FFN down (and, for the k-quants, whose K must
     // be whole super-blocks, SmolLM2's FFN down instead of its up).
     for (n, k) in [(MODELS[0].1, MODELS[0].2), (MODELS[1].1, MODELS[1].2)] {
         for layout in [Layout::Tiled, Layout::Rows] {

@@ -47,6 +47,10 @@ pub struct BenchArgs {
     /// Also print a per-op profile of one decode step.
     #[arg(long)]
     pub profile: bool,
+    /// Profile a speculative verification step of this many rows instead (the plan `--spec` runs after N - 1
+    /// drafts).
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "profile", value_parser = clap::value_parser!(u16).range(1..=8))]
+    pub profile_rows: u16,
     /// Benchmark random weights at a published model's shape instead of a model file (smollm2-135m,
     /// qwen2.5-0.5b, llama-1b, llama-8b): speed only, no download.
     #[arg(long, value_name = "SHAPE")]
@@ -182,7 +186,7 @@ pub fn run(args: &BenchArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         let at = args.depth.last().copied().filter(|&d| d > 0).unwrap_or(64);
         gen.truncate(0);
         gen.feed(&ids(at))?;
-        super::bench_profile::print(&gpu, &mut gen)?;
+        super::bench_profile::print(&gpu, &mut gen, usize::from(args.profile_rows))?;
     }
     Ok(())
 }

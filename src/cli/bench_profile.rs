@@ -12,13 +12,18 @@ use std::time::Instant;
 /// any last-level cache.
 const CEILING_BYTES: u64 = 1 << 30;
 
-/// Profile one decode step at the generator's position and print the tables.
-pub fn print(gpu: &Gpu, gen: &mut Generator<'_>) -> anyhow::Result<()> {
+/// Profile one step of `rows` tokens at the generator's position (a decode step, or a speculative verification
+/// step of `rows` > 1) and print the tables.
+pub fn print(gpu: &Gpu, gen: &mut Generator<'_>, rows: usize) -> anyhow::Result<()> {
     let pos = gen.tokens.len();
-    let prof = gen.profile_decode()?;
-    let wall = step_wall_ms(gen)?;
+    let prof = if rows == 1 {
+        gen.profile_decode()?
+    } else {
+        gen.profile_verify(rows)?
+    };
+    let wall = step_wall_ms(gen, rows)?;
     let ceiling = read_ceiling(gpu)?;
-    print_table(&prof, pos, ceiling);
+    print_table(&prof, pos, rows, ceiling);
     print_sizes(&prof, ceiling);
     let kernels: f64 = prof.iter().map(|p| p.micros).sum::<f64>() / 1e3;
     println!();
@@ -38,13 +43,19 @@ pub fn print(gpu: &Gpu, gen: &mut Generator<'_>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Median wall time of a decode step at the current position (each step rolled back).
-fn step_wall_ms(gen: &mut Generator<'_>) -> anyhow::Result<f64> {
+/// Median wall time of a step of `rows` tokens at the current position, as [`print`] profiles it (each step
+/// rolled back).
+fn step_wall_ms(gen: &mut Generator<'_>, rows: usize) -> anyhow::Result<f64> {
     let pos = gen.tokens.len();
+    let ids = vec![1; rows];
     let mut times = Vec::new();
     for i in 0..10 {
         let t = Instant::now();
-        gen.feed(&[1])?;
+        if rows == 1 {
+            gen.feed(&ids)?;
+        } else {
+            gen.verify(&ids)?;
+        }
         if i > 0 {
             times.push(t.elapsed().as_secs_f64() * 1e3);
         }
@@ -75,7 +86,7 @@ fn read_ceiling(gpu: &Gpu) -> anyhow::Result<f64> {
 }
 
 /// The per-op table: nodes, dispatches, time, share, bandwidth and its share of the read ceiling.
-fn print_table(prof: &[NodeProfile], pos: usize, ceiling: f64) {
+fn print_table(prof: &[NodeProfile], pos: usize, rows: usize, ceiling: f64) {
     let mut by_op: BTreeMap<String, (usize, usize, f64, u64)> = BTreeMap::new();
     for p in prof {
         let e = by_op.entry(op_of(p).to_string()).or_default();
@@ -92,8 +103,12 @@ fn print_table(prof: &[NodeProfile], pos: usize, ceiling: f64) {
     };
     let dispatches: usize = prof.iter().map(|p| p.dispatches).sum();
     println!();
+    let step = match rows {
+        1 => "decode step".to_string(),
+        n => format!("verification step of {n} rows"),
+    };
     println!(
-        "decode step at position {pos}, {clock}: {:.2} ms in {} nodes, {dispatches} dispatches",
+        "{step} at position {pos}, {clock}: {:.2} ms in {} nodes, {dispatches} dispatches",
         total / 1e3,
         prof.len()
     );

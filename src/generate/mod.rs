@@ -496,6 +496,20 @@ impl Generator<'_> {
         self.plan(1, pos)?.profile(gpu, inputs)
     }
 
+    /// One verification step of `n` rows at the current position (the plan speculative decoding runs, logits or
+    /// argmax for every row) timed per node; the cache is left as it was.
+    pub fn profile_verify(&mut self, n: usize) -> Result<Vec<crate::graph::NodeProfile>> {
+        let ids = vec![0; n];
+        self.check_fits(&ids)?;
+        let pos = self.tokens.len();
+        let sparse = self.sparse_at(pos + n);
+        let gpu = self.gpu;
+        let step = self
+            .plans
+            .verify(gpu, self.model, &self.cache, self.outputs, n, sparse)?;
+        step.profile(gpu, StepInputs { tokens: &ids, pos })
+    }
+
     /// Feed `ids` as one step checked node by node against the ops' CPU references (see
     /// [`crate::graph::Plan::check`]); the cache then holds them as after [`Generator::feed`].
     pub fn check_step(
