@@ -98,6 +98,7 @@ const BENCH: Flags = &[
     ("-o", &["md", "json", "csv", "x"]),
     ("--synthetic", &["x", "", "smollm2-135m"]),
     ("--synthetic-type", &["q4_0", "Q8_0", "f16", "q2_k", "x"]),
+    ("--profile-rows", &["0", "1", "4", "8", "9", "x"]),
 ];
 
 const QUANTIZE: Flags = &[
