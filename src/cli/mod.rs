@@ -82,7 +82,7 @@ pub enum Command {
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
-    // RUST_LOG picks what is logged (e.g. `shaderlm=debug`: each pipeline's compile time); the server also logs its
+    // RUST_LOG picks what is logged (e.g. `shaderlm=debug`: each pipeline's creation time); the server also logs its
     // requests by default.
     let default = match cli.command {
         Command::Serve(_) => "warn,shaderlm=info",

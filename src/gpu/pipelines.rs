@@ -206,6 +206,7 @@ impl Gpu {
             })
             .collect();
         let label = key.to_string();
+        // The creation time, logged at debug level (lavapipe and llvmpipe's GL compile at the first dispatch instead).
         let started = std::time::Instant::now();
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let layout0 = self.device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
@@ -238,7 +239,7 @@ impl Gpu {
             });
         }
         log::debug!(
-            "pipeline {label}: compiled in {:.1} ms",
+            "pipeline {label}: created in {:.1} ms (drivers may compile it at its first dispatch)",
             started.elapsed().as_secs_f64() * 1e3
         );
         let p = Arc::new(Pipeline {

@@ -41,6 +41,7 @@ fn tile_keys(head_dim: usize) -> usize {
 /// took 75 s for the head_dim 64 kernel at 32 keys per tile, 18 s at 16 and 5 s at 8 (an empty shader cache; each
 /// test run on GL paid it once).
 const CPU_TILE_KEYS: usize = 8;
+
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct PrefillParams {
