@@ -7,7 +7,7 @@
 //! The command line gets its own corpus (`fuzz/command_lines.rs`): every subcommand and flag, run through the
 //! binary.
 //!
-//! `SHADERLM_FUZZ_SECS` sets the run time (default 45 s for files, 20 s for command lines, which run alongside),
+//! `SHADERLM_FUZZ_SECS` sets the run time (default 20 s for files and 20 s for command lines, which run alongside),
 //! `SHADERLM_FUZZ_SEED` the seed (default fixed, so CI runs are reproducible). A failing case prints its seed and
 //! case number (or its command line); regressions found this way are named cases in `fuzz_regressions` below and in
 //! `tests/cli.rs`.
@@ -385,7 +385,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 
 #[test]
 fn mutated_files_never_panic_over_allocate_or_hang() {
-    let secs = env_u64("SHADERLM_FUZZ_SECS", 45);
+    let secs = env_u64("SHADERLM_FUZZ_SECS", 20);
     let seed = env_u64("SHADERLM_FUZZ_SEED", 0x5eed);
     let dir = tempfile::tempdir().unwrap();
     let s = seeds(dir.path());

@@ -75,9 +75,15 @@ pub fn fixture(dir: &str, name: &str) -> Fixture {
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
-/// Checks fixture `dir/name` on `loaded`; returns the largest top-5 logit difference seen.
+/// Checks fixture `dir/name` on `loaded`, all its steps; returns the largest top-5 logit difference seen.
 pub fn check(gpu: &Gpu, loaded: &LoadedModel, dir: &str, name: &str, logit_tol: f32) -> f32 {
-    let fx = fixture(dir, name);
+    check_steps(gpu, loaded, dir, name, logit_tol, usize::MAX)
+}
+
+/// [`check`] over the fixture's first `steps` steps (the prompt, then `steps - 1` decoded tokens).
+pub fn check_steps(gpu: &Gpu, loaded: &LoadedModel, dir: &str, name: &str, logit_tol: f32, steps: usize) -> f32 {
+    let mut fx = fixture(dir, name);
+    fx.steps.truncate(steps);
     let tok = &loaded.tokenizer;
     // Tokenization: the template renders the same text, and our tokenizer gives the same ids.
     if let Some(messages) = &fx.messages {
@@ -101,6 +107,7 @@ pub fn check(gpu: &Gpu, loaded: &LoadedModel, dir: &str, name: &str, logit_tol: 
         hidden: false,
         aux_hidden: false,
     };
+    let start = std::time::Instant::now();
     let mut gen = Generator::new(gpu, &loaded.model, loaded.ctx, outputs).unwrap();
     // Teacher-forced: feed the reference's tokens; every step's argmax and top-5 logits must agree. Up to the
     // first mismatch this is exactly free-running greedy decoding.
@@ -132,12 +139,17 @@ pub fn check(gpu: &Gpu, loaded: &LoadedModel, dir: &str, name: &str, logit_tol: 
             );
             ties.push(j);
         }
-        gen.feed(&fx.greedy_tokens[j..j + 1]).unwrap();
+        if j + 1 < fx.steps.len() {
+            gen.feed(&fx.greedy_tokens[j..j + 1]).unwrap();
+        }
     }
     println!(
-        "{}: {} prompt tokens, max |logit diff| {worst:.4}, argmax differs only at near-ties {ties:?}",
+        "{}: {} prompt tokens, {} steps in {:.1} s, max |logit diff| {worst:.4}, argmax differs only at near-ties \
+         {ties:?}",
         fx.name,
-        ids.len()
+        ids.len(),
+        fx.steps.len(),
+        start.elapsed().as_secs_f64()
     );
     super::gpu::assert_known_variants(gpu);
     worst
