@@ -11,8 +11,8 @@ mod moe_common;
 mod moe_ffn;
 
 use common::{gpu, Case, Check};
-use shaderlm::gpu::Gpu;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use shaderlm::gpu::{Gpu, GpuOptions};
+use std::sync::Mutex;
 
 /// One `mod` per registered op (`shaderlm::for_each_op!`), each with its `cases()`, and the composite BlockFFN FFN.
 macro_rules! op_cases {
@@ -31,22 +31,37 @@ macro_rules! op_cases {
 
 shaderlm::for_each_op!(op_cases);
 
-/// Runs the cases on as many threads as the host has cores (pipeline compiles and CPU references are single-threaded
-/// work; the device is shared), returning their results in the cases' order.
-fn run_all(cases: &[Case], gpu: &Gpu) -> Vec<shaderlm::Result<Check>> {
-    let next = AtomicUsize::new(0);
+/// Runs the cases on as many threads as the host has cores, each thread on its own device after the first (lavapipe
+/// compiles a pipeline at its first dispatch, on the device's queue thread, so one device serializes the compiles),
+/// half of the threads taking cases from the front of the list and half from the back (neighbouring cases share
+/// pipelines, which two devices would each compile). Returns the results in the cases' order and the extra devices.
+fn run_all(cases: &[Case], gpu: &'static Gpu) -> (Vec<shaderlm::Result<Check>>, Vec<Gpu>) {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(cases.len());
+    let extra: Vec<Gpu> = (1..threads)
+        .map(|_| Gpu::new(&GpuOptions::default()).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}")))
+        .collect();
+    let left = Mutex::new(0..cases.len());
     let mut results: Vec<(usize, shaderlm::Result<Check>)> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
+        let workers: Vec<_> = std::iter::once(gpu)
+            .chain(extra.iter())
+            .enumerate()
+            .map(|(t, g)| {
+                let left = &left;
+                s.spawn(move || {
                     let mut done = Vec::new();
                     loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(case) = cases.get(i) else { break done };
-                        done.push((i, (case.run)(gpu)));
+                        let next = {
+                            let mut left = left.lock().expect("case list");
+                            if t % 2 == 0 {
+                                left.next()
+                            } else {
+                                left.next_back()
+                            }
+                        };
+                        let Some(i) = next else { break done };
+                        done.push((i, (cases[i].run)(g)));
                     }
                 })
             })
@@ -57,7 +72,7 @@ fn run_all(cases: &[Case], gpu: &Gpu) -> Vec<shaderlm::Result<Check>> {
             .collect()
     });
     results.sort_by_key(|r| r.0);
-    results.into_iter().map(|r| r.1).collect()
+    (results.into_iter().map(|r| r.1).collect(), extra)
 }
 
 #[test]
@@ -76,7 +91,8 @@ fn ops_match_cpu_reference() {
     assert!(!cases.is_empty(), "OPS={filter:?} selects no case");
     let gpu = gpu();
     let mut failures = Vec::new();
-    for (case, result) in cases.iter().zip(run_all(&cases, gpu)) {
+    let (results, extra) = run_all(&cases, gpu);
+    for (case, result) in cases.iter().zip(results) {
         match result {
             Ok(check) => {
                 let ok = check.passed();
@@ -92,7 +108,7 @@ fn ops_match_cpu_reference() {
         }
     }
     println!("{} cases, {} failed", cases.len(), failures.len());
-    for g in [gpu, common::gpu_fallback()] {
+    for g in [gpu, common::gpu_fallback()].into_iter().chain(extra.iter()) {
         let unknown: Vec<String> = shaderlm::ops::unlisted_pipelines(g)
             .iter()
             .map(|k| k.to_string())
