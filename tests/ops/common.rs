@@ -5,13 +5,15 @@
 use shaderlm::gpu::{Gpu, GpuOptions};
 use std::sync::OnceLock;
 
-/// The adapter for the tests. Without one the tests fail (never skip) and say how to get one.
+/// A new device with `opts`. Without an adapter the tests fail (never skip) and say how to get one.
+pub fn new_gpu(opts: &GpuOptions) -> Gpu {
+    Gpu::new(opts).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"))
+}
+
+/// The adapter for the tests.
 pub fn gpu() -> &'static Gpu {
     static GPU: OnceLock<Gpu> = OnceLock::new();
-    GPU.get_or_init(|| match Gpu::new(&GpuOptions::default()) {
-        Ok(g) => g,
-        Err(e) => panic!("the GPU tests need an adapter: {e}"),
-    })
+    GPU.get_or_init(|| new_gpu(&GpuOptions::default()))
 }
 
 /// A second device with subgroups and f16 turned off, to test the fallback variants on adapters that have them.
@@ -23,7 +25,7 @@ pub fn gpu_fallback() -> &'static Gpu {
             no_subgroups: true,
             ..Default::default()
         };
-        Gpu::new(&opts).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"))
+        new_gpu(&opts)
     })
 }
 

@@ -18,7 +18,7 @@ fn gpu_small_bindings() -> &'static Gpu {
             max_binding_override: Some(16 << 10),
             ..Default::default()
         };
-        Gpu::new(&opts).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"))
+        crate::common::new_gpu(&opts)
     })
 }
 

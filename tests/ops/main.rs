@@ -39,9 +39,7 @@ fn run_all(cases: &[Case], gpu: &'static Gpu) -> (Vec<shaderlm::Result<Check>>, 
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(cases.len());
-    let extra: Vec<Gpu> = (1..threads)
-        .map(|_| Gpu::new(&GpuOptions::default()).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}")))
-        .collect();
+    let extra: Vec<Gpu> = (1..threads).map(|_| common::new_gpu(&GpuOptions::default())).collect();
     let left = Mutex::new(0..cases.len());
     let mut results: Vec<(usize, shaderlm::Result<Check>)> = std::thread::scope(|s| {
         let workers: Vec<_> = std::iter::once(gpu)

@@ -66,7 +66,7 @@ pub fn gpu_split() -> &'static Gpu {
             max_binding_override: Some(32 << 10),
             ..Default::default()
         };
-        Gpu::new(&opts).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"))
+        crate::common::new_gpu(&opts)
     })
 }
 
