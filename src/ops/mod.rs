@@ -34,7 +34,8 @@ macro_rules! for_each_op {
             rows,
             silu_mul,
             softmax,
-            topk
+            topk,
+            tree_accept
         );
     };
 }
