@@ -91,6 +91,9 @@ fn tree_rows_then(label: &str, model: &Llama, prompt: &[u32], seed: u32, after: 
         got.as_deref().map(bits) == want.as_deref().map(bits),
         "{label}: compressed keys after the accepted path"
     );
+    if spec.can_accept_on_device() {
+        device_acceptance_equals_plain(label, model, prompt, toks[0]);
+    }
     if !after.is_empty() {
         spec.feed(after).unwrap();
         plain.feed(after).unwrap();
@@ -100,6 +103,52 @@ fn tree_rows_then(label: &str, model: &Llama, prompt: &[u32], seed: u32, after: 
             after.len()
         );
     }
+}
+
+/// A greedy tree step that accepts on the device (`Generator::feed_tree_accepting`): a tree after `prompt` and
+/// `root` whose greedy path runs 4 deep through later siblings (decoy nodes before each of its rows, so every row
+/// of the path moves) must report that path, and after keeping it the next step's logits and every cached K/V
+/// equal plain decoding's along it, bit for bit.
+fn device_acceptance_equals_plain(label: &str, model: &Llama, prompt: &[u32], root: u32) {
+    let gpu = gpu();
+    let (ctx, vocab) = (128, model.cfg.vocab as u32);
+    let mut plain = Generator::new(gpu, model, ctx, LOGITS_AND_ARGMAX).unwrap();
+    plain.feed(prompt).unwrap();
+    plain.feed(&[root]).unwrap();
+    let mut greedy = Vec::new();
+    for _ in 0..4 {
+        let a = plain.result.argmax.unwrap();
+        greedy.push(a);
+        plain.feed(&[a]).unwrap();
+    }
+    let mut tree = shaderlm::generate::tree::DraftTree::default();
+    tree.reset(root);
+    let (mut node, mut want) = (0, vec![0u32]);
+    for &a in &greedy {
+        let decoy = tree.push(node, (a + 1) % vocab);
+        tree.push(decoy, a);
+        node = tree.push(node, a);
+        want.push(node as u32);
+    }
+    let mut spec = Generator::new(gpu, model, ctx, LOGITS_AND_ARGMAX).unwrap();
+    spec.feed(prompt).unwrap();
+    let base = prompt.len();
+    spec.feed_tree_accepting(base, &tree.tokens, &tree.table().unwrap())
+        .unwrap();
+    assert_eq!(spec.result.tree_path, want, "{label}: the path accepted on the device");
+    let kept: Vec<u32> = want.iter().map(|&r| tree.tokens[r as usize]).collect();
+    spec.keep_moved_path(base, &kept).unwrap();
+    let next = plain.result.argmax.unwrap();
+    spec.feed(&[next]).unwrap();
+    plain.feed(&[next]).unwrap();
+    assert!(
+        bits(&spec.result.logits) == bits(&plain.result.logits),
+        "{label}: the step after the path accepted on the device"
+    );
+    assert!(
+        bits(&spec.cache_prefix().unwrap()) == bits(&plain.cache_prefix().unwrap()),
+        "{label}: the K/V cache after the path accepted on the device"
+    );
 }
 
 #[test]
@@ -199,6 +248,11 @@ fn draft_trees_equal_plain_on_smollm2() {
                     st.accepted,
                     st.drafted
                 );
+                // Greedy tree steps accept on the device (the path's K/V moved in the same submission); seeded
+                // ones on the host.
+                let tree_steps = st.verify_steps - st.steps_by_drafts.iter().sum::<usize>();
+                let want = if params.temperature == 0.0 { tree_steps } else { 0 };
+                assert_eq!(st.tree_on_device, want, "{tag}: tree steps accepted on the device");
                 if source == "self-draft" {
                     assert!(
                         st.verify_steps > 0 && st.accepted > 0,
@@ -208,6 +262,7 @@ fn draft_trees_equal_plain_on_smollm2() {
                         // The draft's own greedy path is its best-scored one at depth 1, so each step keeps at
                         // least one draft.
                         assert!(st.accepted >= st.verify_steps, "{tag}: {st:?}");
+                        assert!(st.tree_on_device > 0, "{tag}: no tree step accepted on the device");
                     }
                 }
             }

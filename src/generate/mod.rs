@@ -34,8 +34,9 @@ struct Plans {
     verify: HashMap<(usize, bool), Step>,
     /// Chained greedy draft steps by (tokens of the first link, links).
     chain: HashMap<(usize, usize), Step>,
-    /// Draft-tree steps by nodes, and the plan that moves an accepted path's K/V into place.
-    tree: HashMap<usize, Step>,
+    /// Draft-tree steps by (nodes, whether they accept greedily on the device), and the plan that moves an
+    /// accepted path's K/V into place.
+    tree: HashMap<(usize, bool), Step>,
     mover: Option<crate::model::tree_step::KvMover>,
     /// InfLLM-v2 compressed-key updates over an accepted path, by its length (`Llama::key_compressor`).
     compress: HashMap<usize, Option<crate::graph::Plan>>,

@@ -70,6 +70,8 @@ pub struct SpecStats {
     /// Verification steps whose drafts were made in the same submission ([`Drafter::propose_verified`]); their
     /// drafting time counts as verification time.
     pub one_submission: usize,
+    /// Tree steps that accepted greedily on the device and moved the path's K/V in their own submission.
+    pub tree_on_device: usize,
     pub draft_time: Duration,
     pub verify_time: Duration,
     pub plain_time: Duration,
@@ -113,6 +115,12 @@ impl SpecStats {
                 self.one_submission
             ));
         }
+        if self.tree_on_device > 0 {
+            s.push_str(&format!(
+                "\n  {} tree steps accepted on the device (the path's K/V moved in the same submission)",
+                self.tree_on_device
+            ));
+        }
         let chains: Vec<String> = (1..self.steps_by_drafts.len())
             .filter(|&k| self.steps_by_drafts[k] > 0)
             .map(|k| format!("{k} x{}", self.steps_by_drafts[k]))
@@ -133,6 +141,7 @@ impl SpecStats {
         self.drafted += other.drafted;
         self.accepted += other.accepted;
         self.one_submission += other.one_submission;
+        self.tree_on_device += other.tree_on_device;
         add_counts(&mut self.drafted_at, &other.drafted_at);
         add_counts(&mut self.accepted_at, &other.accepted_at);
         add_counts(&mut self.steps_by_drafts, &other.steps_by_drafts);
@@ -284,7 +293,9 @@ pub fn generate_spec(
             let t_step = Instant::now();
             if tree.len() > 1 {
                 let t = Instant::now();
-                let (path, stopped) = verify_tree(gen, sampler, &tree, (&mut history, &mut next), &mut emit)?;
+                let (path, stopped, on_device) =
+                    verify_tree(gen, sampler, &tree, (&mut history, &mut next), &mut emit)?;
+                stats.tree_on_device += usize::from(on_device);
                 drafter.observe_path(base, &gen.result, &path);
                 let accepted = path.len() - 1;
                 stats.verify_time += t.elapsed();
@@ -397,16 +408,24 @@ fn keep_on(spec: &SpecOptions, recent: &mut VecDeque<usize>, accepted: usize, st
 /// from the root, the child whose token is the target's choice at the current node (sample-and-match), until no
 /// child is. The accepted tokens go to `history` and `emit`; `next` becomes the target's choice after them. The
 /// cache then holds the root and the accepted path (the last emitted token excepted when the emitter stopped).
-/// Returns the accepted path (its nodes from the root) and whether the emitter stopped.
+/// Greedy choices over the full vocabulary are accepted on the device, the path's K/V moved in the same submission.
+/// Returns the accepted path (its nodes from the root), whether the emitter stopped, and whether the device
+/// accepted.
 fn verify_tree(
     gen: &mut Generator<'_>,
     sampler: &mut Sampler,
     tree: &DraftTree,
     (history, next): (&mut Vec<u32>, &mut u32),
     emit: &mut Emitter<'_, impl FnMut(&str) -> bool>,
-) -> Result<(Vec<u32>, bool)> {
+) -> Result<(Vec<u32>, bool, bool)> {
     let base = gen.tokens.len();
-    gen.feed_tree(base, &tree.tokens, &tree.table()?, None)?;
+    // Greedy choices are the rows' argmaxes: the step accepts and moves the path's K/V itself, one submission.
+    let on_device = sampler.params.is_greedy() && !sampler.params.needs_logits() && gen.can_accept_on_device();
+    if on_device {
+        gen.feed_tree_accepting(base, &tree.tokens, &tree.table()?)?;
+    } else {
+        gen.feed_tree(base, &tree.tokens, &tree.table()?, None)?;
+    }
     let mut path = vec![0u32];
     let mut stopped = false;
     loop {
@@ -425,8 +444,19 @@ fn verify_tree(
     }
     let kept = path.len() - usize::from(stopped);
     let tokens: Vec<u32> = path[..kept].iter().map(|&i| tree.tokens[i as usize]).collect();
-    gen.accept_path(base, &tokens, &path[..kept])?;
-    Ok((path, stopped))
+    if on_device {
+        // The host's walk over the same argmaxes must find the device's path (the emitter may stop it early).
+        if !gen.result.tree_path.starts_with(&path) || (!stopped && gen.result.tree_path != path) {
+            return Err(crate::error::Error::Invalid(format!(
+                "the device accepted the draft-tree path {:?} where the host finds {path:?} (a bug; please report it)",
+                gen.result.tree_path
+            )));
+        }
+        gen.keep_moved_path(base, &tokens)?;
+    } else {
+        gen.accept_path(base, &tokens, &path[..kept])?;
+    }
+    Ok((path, stopped, on_device))
 }
 
 /// Speculative sampling's acceptance test (Leviathan et al., Chen et al. 2023) for a draft `d` drawn from `q`,

@@ -143,6 +143,54 @@ impl Generator<'_> {
     /// not changed: [`Generator::accept_path`] keeps a path. `base` is at most the cached length (a draft model's
     /// root is already cached at `base`; the target's is row 0). An EAGLE head's rows take `features` `[n, hidden]`.
     pub fn feed_tree(&mut self, base: usize, ids: &[u32], table: &[u32], features: Option<&[f32]>) -> Result<()> {
+        self.run_tree(base, ids, table, features, false)
+    }
+
+    /// Whether [`Generator::feed_tree_accepting`] can run on this session: the argmax is read back, the head
+    /// covers the whole vocabulary and the model keeps no InfLLM-v2 compressed keys.
+    pub fn can_accept_on_device(&self) -> bool {
+        self.outputs.argmax && self.model.head_ids().is_none() && self.model.cfg.sparse.is_none()
+    }
+
+    /// [`Generator::feed_tree`] at `base` (the cached length; row 0 the root), then in the same submission the
+    /// greedy path (from the root, the child holding each row's argmax) and its K/V moved to positions `base ..`:
+    /// `self.result.tree_path` holds the path's rows. The cached tokens are not changed:
+    /// [`Generator::keep_moved_path`] keeps what the caller accepts of the path.
+    pub fn feed_tree_accepting(&mut self, base: usize, ids: &[u32], table: &[u32]) -> Result<()> {
+        if !self.can_accept_on_device() || base != self.tokens.len() {
+            return Err(Error::Invalid(format!(
+                "a tree step accepting on the device at {base} of {} cached tokens (it needs the argmax, the full \
+                 head and no compressed keys)",
+                self.tokens.len()
+            )));
+        }
+        self.run_tree(base, ids, table, None, true)
+    }
+
+    /// Keep `tokens`, a prefix of the path the last [`Generator::feed_tree_accepting`] at `base` accepted and moved:
+    /// the cache then holds the tokens before `base` and these.
+    pub fn keep_moved_path(&mut self, base: usize, tokens: &[u32]) -> Result<()> {
+        if base > self.tokens.len() || tokens.len() > self.result.tree_path.len() {
+            return Err(Error::Invalid(format!(
+                "keeping {} tokens of a moved path of {} at {base} of {} cached",
+                tokens.len(),
+                self.result.tree_path.len(),
+                self.tokens.len()
+            )));
+        }
+        self.tokens.truncate(base);
+        self.tokens.extend_from_slice(tokens);
+        Ok(())
+    }
+
+    fn run_tree(
+        &mut self,
+        base: usize,
+        ids: &[u32],
+        table: &[u32],
+        features: Option<&[f32]>,
+        accept: bool,
+    ) -> Result<()> {
         let n = ids.len();
         if n == 0 || table.len() != n * TREE_W || base > self.tokens.len() {
             return Err(Error::Invalid(format!(
@@ -180,9 +228,9 @@ impl Generator<'_> {
                 model.cfg.hidden
             )));
         }
-        let step = match self.plans.tree.entry(n) {
+        let step = match self.plans.tree.entry((n, accept)) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => e.insert(model.tree_step(gpu, &self.cache, n, self.outputs)?),
+            Entry::Vacant(e) => e.insert(model.tree_step(gpu, &self.cache, n, self.outputs, accept)?),
         };
         if let Some(f) = features {
             step.write_features(gpu, f)?;

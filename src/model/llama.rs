@@ -586,6 +586,7 @@ impl Llama {
             aux: Vec::new(),
             chain,
             tree: None,
+            path: None,
         })
     }
 
@@ -644,14 +645,31 @@ impl Llama {
     pub(super) fn plan_step(
         &self,
         gpu: &Gpu,
+        g: Graph,
+        ctx: &StepContext<'_>,
+        inputs: (TensorId, Option<TensorId>),
+        out: StepOutputs,
+        all_rows: bool,
+    ) -> Result<Step> {
+        self.plan_step_then(gpu, g, ctx, inputs, out, all_rows, |_, _| Ok(None))
+    }
+
+    /// [`Llama::plan_step`], then `then` records more nodes after the read-backs (given the argmax tensor, if read
+    /// back) and may name a tree path tensor to read back (`StepResult::tree_path`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn plan_step_then(
+        &self,
+        gpu: &Gpu,
         mut g: Graph,
         ctx: &StepContext<'_>,
         (ids, features): (TensorId, Option<TensorId>),
         out: StepOutputs,
         all_rows: bool,
+        then: impl FnOnce(&mut Graph, Option<TensorId>) -> Result<Option<TensorId>>,
     ) -> Result<Step> {
         let f = self.forward(&mut g, gpu, ctx, (ids, features), out, all_rows)?;
         let (logits, argmax, topk) = read_backs(&mut g, f.logits, out)?;
+        let path = then(&mut g, argmax)?;
         Ok(Step {
             plan: Plan::new(gpu, g)?,
             n_tokens: ctx.n_tokens,
@@ -667,6 +685,7 @@ impl Llama {
             aux: f.aux,
             chain: Vec::new(),
             tree: None,
+            path,
         })
     }
 

@@ -56,6 +56,9 @@ pub struct StepResult {
     pub aux_hidden: Vec<f32>,
     /// The three layers' read-backs before they are interleaved (kept to reuse their memory).
     aux_parts: [Vec<f32>; 3],
+    /// A tree step that accepted on the device: the rows of the greedy path from the root (row 0), whose K/V the
+    /// step already moved to consecutive positions.
+    pub tree_path: Vec<u32>,
 }
 
 /// A planned forward step over `n_tokens` tokens.
@@ -83,6 +86,8 @@ pub struct Step {
     pub(super) aux: Vec<TensorId>,
     /// A tree step's table `[n_tokens, TREE_W]` ([`super::Llama::tree_step`]).
     pub(super) tree: Option<TensorId>,
+    /// A tree step that accepts on the device: the greedy path `[tree_accept::PATH_LEN]` (its length, then rows).
+    pub(super) path: Option<TensorId>,
 }
 
 impl Step {
@@ -240,6 +245,17 @@ impl Step {
     fn read(&self, out: &mut StepResult) -> Result<()> {
         if let Some(id) = self.logits {
             self.plan.read_into(id, &mut out.logits)?;
+        }
+        out.tree_path.clear();
+        if let Some(id) = self.path {
+            let bytes = self.plan.read(id)?;
+            let word = |i: usize| {
+                bytes
+                    .get(4 * i..4 * i + 4)
+                    .map_or(0, bytemuck::pod_read_unaligned::<u32>)
+            };
+            let len = (word(0) as usize).min((bytes.len() / 4).saturating_sub(1));
+            out.tree_path.extend((1..=len).map(word));
         }
         match self.argmax {
             Some(id) => {

@@ -19,7 +19,19 @@ impl Llama {
     /// compressed-key updates (its windows assume a sequence, not a tree's slots): on a model with a
     /// `sparse_config`, a tree step is for positions below `dense_len`, and [`Llama::key_compressor`] brings the
     /// compressed keys up to date once the accepted path is in place. At most `MAX_TREE_ROWS` rows.
-    pub fn tree_step(&self, gpu: &Gpu, cache: &KvCache, n_tokens: usize, out: StepOutputs) -> Result<Step> {
+    ///
+    /// With `accept`, the step also accepts greedily on the device (`tree_accept` over the rows' argmax) and moves
+    /// the accepted path's K/V to consecutive positions in every layer, in the same submission; the path is read
+    /// back into `StepResult::tree_path`. It needs the argmax read back over the full vocabulary (no restricted
+    /// head) and a model without InfLLM-v2's compressed keys (their update waits for the path's length).
+    pub fn tree_step(
+        &self,
+        gpu: &Gpu,
+        cache: &KvCache,
+        n_tokens: usize,
+        out: StepOutputs,
+        accept: bool,
+    ) -> Result<Step> {
         if n_tokens == 0 || n_tokens > MAX_TREE_ROWS || n_tokens > cache.max_ctx {
             return Err(Error::Invalid(format!(
                 "a tree step of {n_tokens} nodes (1..={MAX_TREE_ROWS}, context {})",
@@ -37,7 +49,26 @@ impl Llama {
         let features = self
             .is_eagle()
             .then(|| g.input("features", &[n_tokens, self.cfg.hidden], DType::F32));
-        let mut step = self.plan_step(gpu, g, &ctx, (ids, features), out, true)?;
+        if accept && (!out.argmax || self.head_ids().is_some() || self.cfg.sparse.is_some()) {
+            return Err(Error::Invalid(
+                "a tree step accepts on the device only with the argmax read back, the full vocabulary's head and \
+                 no InfLLM-v2 compressed keys"
+                    .into(),
+            ));
+        }
+        let then = |g: &mut Graph, argmax: Option<TensorId>| -> Result<Option<TensorId>> {
+            let Some(choice) = argmax.filter(|_| accept) else {
+                return Ok(None);
+            };
+            let (path, moves) = g.tree_accept(ids, tree, choice)?;
+            for (k, v) in &cache.layers {
+                let (k, v) = (g.external(k), g.external(v));
+                g.kv_move(k, v, moves)?;
+            }
+            g.output(path);
+            Ok(Some(path))
+        };
+        let mut step = self.plan_step_then(gpu, g, &ctx, (ids, features), out, true, then)?;
         step.tree = Some(tree);
         Ok(step)
     }
