@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One run of every adapter-facing figure, for a new GPU (or driver, or backend) in one go: the adapter and its
 # limits, the op suite against its CPU references, decode and prefill throughput with a per-op profile at the
-# published shapes (random weights: no download), and the kernel benches (read ceiling, GEMV, GEMM, attention).
+# published shapes (random weights: no download), speculative verification steps of 4 and 8 rows, and the kernel
+# benches (read ceiling, GEMV, GEMM, attention, the few-row GEMMs and tree moves of speculative decoding).
 # Each part is a file in OUT_DIR; a part that fails is reported and the rest still run.
 #
 #   benches/device_report.sh [OUT_DIR]        # builds with cargo (release), writes OUT_DIR (default: device-report)
@@ -48,6 +49,17 @@ for s in "${shapes[@]}"; do
   read -r shape ty <<<"$s"
   part "bench-$shape-$ty" "$SHADERLM" bench --synthetic "$shape" --synthetic-type "$ty" "${gen[@]}" --profile
 done
+# Speculative verification steps of 4 and 8 rows against the decode step above (what a draft costs the target).
+if [ -n "${QUICK:-}" ]; then
+  verify_shape="smollm2-135m Q4_1"
+else
+  verify_shape="llama-8b Q4_0"
+fi
+read -r shape ty <<<"$verify_shape"
+for rows in 4 8; do
+  part "bench-$shape-$ty-verify$rows" "$SHADERLM" bench --synthetic "$shape" --synthetic-type "$ty" -p 0 -n 8 -r 1 \
+    --profile --profile-rows "$rows"
+done
 if [ -z "${QUICK:-}" ]; then
   # Attention decode and the per-op profile at a 4K context, for the 8B shape.
   part "bench-llama-8b-Q4_0-d4096" "$SHADERLM" bench --synthetic llama-8b --synthetic-type Q4_0 -p 0 -n 32 -r 2 --ctx 8192 \
@@ -57,7 +69,8 @@ part op-tests "$OPS_TEST" --test-threads "$(nproc)"
 if [ -n "${QUICK:-}" ]; then
   part op-benches "$OPS_BENCH" read_sum "gemv Q4_0 tiled 576" "attention_decode smollm2"
 else
-  part op-benches "$OPS_BENCH" read_sum "gemv Q4_0" "gemv Q4_K" gemm attention_decode attention_prefill
+  part op-benches "$OPS_BENCH" read_sum "gemv Q4_0" "gemv Q4_K" gemm attention_decode attention_prefill "matmul_q rows" \
+    kv_move tree_accept
 fi
 
 echo "== written to $out/"
