@@ -1,6 +1,7 @@
-// softmax: y = exp(v - max v) / sum exp(v - max v) with v = scale * x, over each row of n values.
+// softmax: y = exp(v - max v) / sum exp(v - max v) with v = scale * x, over each row of n values; or (LSE) the row's
+// log-sum-exp, max v + log sum exp(v - max v), alone (log-probabilities are then v - lse).
 // Bindings (VEC4, when n % 4 == 0: the same data as vec4 units, n / 4 per row):
-//   0 x [rows, n] f32 | 1 y [rows, n] f32 (written)
+//   0 x [rows, n] f32 | 1 y [rows, n] f32 (written; LSE: [rows] f32)
 // Params: rows, n, scale. Grid: one workgroup of WG per row (folded into y past the per-dimension limit); the lanes
 // stride over the row, so consecutive lanes read consecutive units.
 // Variants: WG (8 on CPU adapters: one SIMD chunk, no cross-chunk barriers; 256 on GPUs), VEC4, and SUBGROUPS
@@ -45,7 +46,11 @@ fn any_of(b: VB) -> bool {
 #endif
 
 @group(0) @binding(0) var<storage, read> x: array<V>;        // [rows, n / VW]
+#if LSE
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;  // [rows]
+#else
 @group(0) @binding(1) var<storage, read_write> y: array<V>;  // [rows, n / VW]
+#endif
 @group(1) @binding(0) var<uniform> p: Params;
 
 #include "lib/reduce.wgsl"
@@ -93,9 +98,16 @@ fn main(
     let lane_sum = hsum(s * exp(m - V(lane_max)));
     let row_max = wg_max(lane_max, lane);
     let total = wg_sum(lane_sum * exp(lane_max - row_max), lane);
+#if LSE
+    // A fully masked row: log 0 = -inf. (A NaN total keeps its NaN.)
+    if (lid == 0u) {
+        y[row] = select(row_max + log(total), bitcast<f32>(0xff800000u), total == 0.0);
+    }
+#else
     // A fully masked row has total 0: write zeros rather than 0/0. (A NaN total keeps its NaN.)
     let inv = select(1.0 / total, 0.0, total == 0.0);
     for (var i = lid; i < units; i += WG) {
         y[base + i] = exp(p.scale * x[base + i] - V(row_max)) * inv;
     }
+#endif
 }

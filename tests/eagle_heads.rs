@@ -413,7 +413,7 @@ fn eagle3_heads_match_a_cpu_forward_draft_losslessly_and_bad_heads_are_refused()
         (first.generated, second.generated)
     };
     let plain = turn(&mut gen, None);
-    let mut draft = EagleDraft::for_trees(&gpu, &model, loaded.ctx).unwrap();
+    let mut draft = EagleDraft::for_trees(&gpu, &model, loaded.ctx, 4).unwrap();
     for tree in [
         None,
         Some(TreeShape {
@@ -689,7 +689,7 @@ fn minicpm_head(cpmcu: bool) {
     let plain = generate(&mut gen, tok, &mut sampler, &prompt, &opts, |_| true)
         .unwrap()
         .generated;
-    let mut draft = EagleDraft::for_trees(gpu, &model, 64).unwrap();
+    let mut draft = EagleDraft::for_trees(gpu, &model, 64, 3).unwrap();
     for tree in [
         None,
         Some(TreeShape {

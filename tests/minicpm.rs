@@ -36,6 +36,7 @@ const LOGITS: StepOutputs = StepOutputs {
     router: false,
     hidden: false,
     aux_hidden: false,
+    lse: false,
 };
 
 #[test]

@@ -15,7 +15,7 @@ use common::tiny::{phi3, write_gguf, write_hf, Tiny};
 use shaderlm::generate::draft::{Drafter, Lookup};
 use shaderlm::generate::eagle::EagleDraft;
 use shaderlm::generate::spec::SpecOptions;
-use shaderlm::generate::tree::TreeShape;
+use shaderlm::generate::tree::{top_log_probs, TreeShape};
 use shaderlm::generate::Generator;
 use shaderlm::model::load::LoadedModel;
 use shaderlm::model::{KvType, Llama, LoadOptions, StepOutputs};
@@ -151,12 +151,51 @@ fn device_acceptance_equals_plain(label: &str, model: &Llama, prompt: &[u32], ro
     );
 }
 
+/// A tree step's log-probabilities from the device (each row's top-k and log-sum-exp, what a draft tree grows
+/// from without reading the logits back) equal the host's from the full logits: the same ids in the same order
+/// and log-probabilities within 1e-5 (an f32 sum against the host's f64).
+fn device_log_probs_equal_host(label: &str, model: &Llama, prompt: &[u32]) {
+    let k = 8;
+    let out = StepOutputs {
+        logits: true,
+        topk: k,
+        lse: true,
+        ..Default::default()
+    };
+    let mut gen = Generator::new(gpu(), model, 128, out).unwrap();
+    gen.feed(prompt).unwrap();
+    let mut tree = shaderlm::generate::tree::DraftTree::default();
+    tree.reset(3);
+    for (i, &t) in tokens(12, model.cfg.vocab, 2).iter().enumerate() {
+        tree.push(i / 3, t);
+    }
+    gen.feed_tree(prompt.len(), &tree.tokens, &tree.table().unwrap(), None)
+        .unwrap();
+    let (vocab, r) = (model.cfg.vocab, &gen.result);
+    assert_eq!(r.lse.len(), tree.len(), "{label}: a log-sum-exp per row");
+    for row in 0..tree.len() {
+        let host = top_log_probs(&r.logits[row * vocab..(row + 1) * vocab], k, None);
+        for (j, &(id, lp)) in host.iter().enumerate() {
+            let (got_id, got_lp) = (
+                r.topk_ids[row * k + j],
+                r.topk_logits[row * k + j] as f64 - r.lse[row] as f64,
+            );
+            assert_eq!(got_id, id, "{label}: row {row}, rank {j}");
+            assert!(
+                (got_lp - lp).abs() < 1e-5,
+                "{label}: row {row}, rank {j}: {got_lp} against {lp}"
+            );
+        }
+    }
+}
+
 #[test]
 fn tree_rows_equal_decode_steps_along_their_paths() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.gguf");
     write_gguf(&path, &Tiny::llama(), 31, GgmlType::Q4_1);
     tree_rows_equal_decode_steps("llama Q4_1", &weights(&path), &tokens(9, 101, 1), 3);
+    device_log_probs_equal_host("llama Q4_1", &weights(&path), &tokens(9, 101, 1));
     // An f16 KV cache: tree rows written as halves, the accepted path's halves moved.
     let f16 = weights(&path).with_kv_type(KvType::F16);
     tree_rows_equal_decode_steps("llama Q4_1, f16 KV", &f16, &tokens(9, 101, 1), 3);
@@ -205,7 +244,7 @@ fn draft_trees_equal_plain_on_smollm2() {
     });
     let mut lookup = Lookup::default();
     let head = smol.head();
-    let mut eagle = EagleDraft::for_trees(gpu, &head, loaded.ctx).unwrap();
+    let mut eagle = EagleDraft::for_trees(gpu, &head, loaded.ctx, 10).unwrap();
     let shapes = [(2, 10, 12), (6, 10, 60), (3, 4, 16)].map(|(depth, topk, size)| TreeShape { depth, topk, size });
     let runs = [
         ("chat_capital", SamplingParams::greedy(), &shapes[..]),

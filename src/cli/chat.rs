@@ -45,6 +45,7 @@ pub fn run(args: &ChatArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         argmax: !params.needs_logits(),
         topk: 0,
         router: false,
+        lse: false,
         hidden: SpecArgs::needs_hidden(draft.as_ref()),
         aux_hidden: SpecArgs::needs_aux_hidden(draft.as_ref()),
     };

@@ -103,6 +103,7 @@ pub fn run(args: &GenerateArgs, device: &DeviceArgs) -> anyhow::Result<()> {
         logits: params.needs_logits(),
         argmax: !params.needs_logits(),
         topk: if args.json { 10 } else { 0 },
+        lse: false,
         router: args.stats,
         hidden: SpecArgs::needs_hidden(draft.as_ref()),
         aux_hidden: SpecArgs::needs_aux_hidden(draft.as_ref()),

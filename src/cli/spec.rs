@@ -152,10 +152,15 @@ impl SpecArgs {
                 .draft_max
                 .unwrap_or(if self.draft_adaptive { MAX_DRAFT } else { FIXED_DRAFTS }),
             min_accepted: self.spec_min_accepted,
-            tree: self.spec_tree.as_deref().map(TreeShape::parse).transpose()?,
+            tree: self.tree_shape()?,
             adaptive: self.draft_adaptive,
             ..Default::default()
         })
+    }
+
+    /// The draft tree `--spec-tree` asks for, if any.
+    fn tree_shape(&self) -> anyhow::Result<Option<TreeShape>> {
+        Ok(self.spec_tree.as_deref().map(TreeShape::parse).transpose()?)
     }
 
     /// Whether the target's steps must read back their final hidden states (an EAGLE-1 head drafts from them).
@@ -259,8 +264,8 @@ impl SpecArgs {
             (None, _) => None,
             (Some(SpecKind::Lookup), _) => Some(Box::new(Lookup::default())),
             (Some(SpecKind::Eagle), Some(LoadedDraft::Eagle { head, ctx })) => {
-                let mut d = match self.spec_tree {
-                    Some(_) => EagleDraft::for_trees(gpu, head, *ctx)?,
+                let mut d = match self.tree_shape()? {
+                    Some(shape) => EagleDraft::for_trees(gpu, head, *ctx, shape.topk)?,
                     None => EagleDraft::new(gpu, head, *ctx)?,
                 };
                 d.set_chunk(chunk);
@@ -270,10 +275,13 @@ impl SpecArgs {
             (Some(SpecKind::Eagle), _) => anyhow::bail!("--spec eagle: the head is not loaded"),
             (Some(SpecKind::Draft), Some(LoadedDraft::Model(d))) => {
                 let sample = self.draft_sample && !params.is_greedy();
+                // A tree grows from the draft's log-probabilities: each row's top-k and log-sum-exp, from the device.
+                let tree_topk = self.tree_shape()?.map_or(0, |s| s.topk);
                 let outputs = StepOutputs {
-                    // A tree grows from the draft's log-probabilities.
-                    logits: self.draft_p_min > 0.0 || sample || self.spec_tree.is_some(),
+                    logits: self.draft_p_min > 0.0 || sample,
                     argmax: true,
+                    topk: tree_topk,
+                    lse: tree_topk > 0,
                     ..Default::default()
                 };
                 let mut gen = Generator::new(gpu, &d.model, d.ctx, outputs)?;

@@ -36,22 +36,27 @@ pub struct EagleDraft<'a> {
 impl<'a> EagleDraft<'a> {
     /// A drafting session of `head` (from [`Llama::load_eagle`]) for `max_ctx` positions.
     pub fn new(gpu: &'a Gpu, head: &'a Llama, max_ctx: usize) -> Result<EagleDraft<'a>> {
-        Self::with_outputs(gpu, head, max_ctx, false)
+        Self::with_outputs(gpu, head, max_ctx, 0)
     }
 
-    /// A session that also grows draft trees ([`Drafter::propose_tree`]): its steps read their logits too.
-    pub fn for_trees(gpu: &'a Gpu, head: &'a Llama, max_ctx: usize) -> Result<EagleDraft<'a>> {
-        Self::with_outputs(gpu, head, max_ctx, true)
+    /// A session that also grows draft trees of up to `topk` children per node ([`Drafter::propose_tree`]): its
+    /// steps read each row's top-`topk` and log-sum-exp too (the log-probabilities, computed on the device).
+    pub fn for_trees(gpu: &'a Gpu, head: &'a Llama, max_ctx: usize, topk: usize) -> Result<EagleDraft<'a>> {
+        if topk == 0 {
+            return Err(Error::Invalid("a draft tree needs a top-k of at least 1".into()));
+        }
+        Self::with_outputs(gpu, head, max_ctx, topk)
     }
 
-    fn with_outputs(gpu: &'a Gpu, head: &'a Llama, max_ctx: usize, logits: bool) -> Result<EagleDraft<'a>> {
+    fn with_outputs(gpu: &'a Gpu, head: &'a Llama, max_ctx: usize, topk: usize) -> Result<EagleDraft<'a>> {
         if !head.is_eagle() {
             return Err(Error::Invalid("EagleDraft needs an EAGLE head".into()));
         }
         let outputs = StepOutputs {
             argmax: true,
             hidden: true,
-            logits,
+            topk,
+            lse: topk > 0,
             ..Default::default()
         };
         Ok(EagleDraft {

@@ -331,16 +331,36 @@ pub(super) fn expand(gen: &mut Generator<'_>, shape: TreeShape, tree: &mut Draft
             "an EAGLE head's tree needs its steps' features (StepOutputs::hidden)".into(),
         ));
     }
-    if !gen.outputs.logits {
-        return Err(Error::Invalid(
-            "a draft model grows a tree from its logits: its steps must read them (StepOutputs::logits)".into(),
-        ));
+    let on_device = gen.outputs.topk >= shape.topk && gen.outputs.lse;
+    if !gen.outputs.logits && !on_device {
+        return Err(Error::Invalid(format!(
+            "a draft model grows a tree from its log-probabilities: its steps must read their logits, or their \
+             top-{} and log-sum-exp (StepOutputs::logits, or topk and lse)",
+            shape.topk
+        )));
     }
     let base = gen.tokens.len().saturating_sub(1);
     let ids = gen.model().head_ids();
     let width = ids.map_or(gen.model().cfg.vocab, <[u32]>::len);
-    let last = gen.result.logits.len().saturating_sub(width);
-    let mut cands: Vec<Cand> = top_log_probs(&gen.result.logits[last..], shape.topk, ids)
+    // Row `r` of the last step (None: its last row): its `topk` best (token, log-probability).
+    let best = |gen: &Generator<'_>, r: Option<usize>| -> Vec<(u32, f64)> {
+        let res = &gen.result;
+        if on_device {
+            let (k, r) = (gen.outputs.topk, r.unwrap_or(res.lse.len().saturating_sub(1)));
+            let lse = res.lse.get(r).copied().unwrap_or(f32::NAN) as f64;
+            let at = (r * k).min(res.topk_ids.len());
+            let ids = &res.topk_ids[at..(at + shape.topk).min(res.topk_ids.len())];
+            ids.iter()
+                .zip(&res.topk_logits[at..])
+                .map(|(&t, &l)| (t, l as f64 - lse))
+                .collect()
+        } else {
+            let rows = res.logits.len() / width.max(1);
+            let r = r.unwrap_or(rows.saturating_sub(1));
+            top_log_probs(&res.logits[r * width..(r + 1) * width], shape.topk, ids)
+        }
+    };
+    let mut cands: Vec<Cand> = best(gen, None)
         .into_iter()
         .map(|(token, lp)| Cand {
             parent: ROOT,
@@ -386,11 +406,9 @@ pub(super) fn expand(gen: &mut Generator<'_>, shape: TreeShape, tree: &mut Draft
                 cands[f].feature = gen.result.hidden[r * h..(r + 1) * h].to_vec();
             }
         }
-        let vocab = width;
         let mut next = Vec::with_capacity(frontier.len() * shape.topk);
         for (r, &f) in frontier.iter().enumerate() {
-            let row = &gen.result.logits[r * vocab..(r + 1) * vocab];
-            for (token, lp) in top_log_probs(row, shape.topk, ids) {
+            for (token, lp) in best(gen, Some(r)) {
                 let score = cands[f].score + lp;
                 cands.push(Cand {
                     parent: f,

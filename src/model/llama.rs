@@ -581,6 +581,7 @@ impl Llama {
             logits: None,
             argmax: None,
             topk: None,
+            lse: None,
             router: Vec::new(),
             hidden: None,
             aux: Vec::new(),
@@ -668,7 +669,7 @@ impl Llama {
         then: impl FnOnce(&mut Graph, Option<TensorId>) -> Result<Option<TensorId>>,
     ) -> Result<Step> {
         let f = self.forward(&mut g, gpu, ctx, (ids, features), out, all_rows)?;
-        let (logits, argmax, topk) = read_backs(&mut g, f.logits, out)?;
+        let (logits, argmax, topk, lse) = read_backs(&mut g, f.logits, out)?;
         let path = then(&mut g, argmax)?;
         Ok(Step {
             plan: Plan::new(gpu, g)?,
@@ -680,6 +681,7 @@ impl Llama {
             logits,
             argmax,
             topk,
+            lse,
             router: f.router,
             hidden: f.hidden,
             aux: f.aux,
@@ -1310,10 +1312,16 @@ impl SeqContext<'_> {
     }
 }
 
-/// A step's read-back tensors: logits, argmax, top-k (ids, values).
-type ReadBacks = (Option<TensorId>, Option<TensorId>, Option<(TensorId, TensorId)>);
+/// A step's read-back tensors: logits, argmax, top-k (ids, values), log-sum-exp.
+type ReadBacks = (
+    Option<TensorId>,
+    Option<TensorId>,
+    Option<(TensorId, TensorId)>,
+    Option<TensorId>,
+);
 
-/// Marks the read-backs `out` asks for on the last token's `logits`: the logits, their argmax, their top-k.
+/// Marks the read-backs `out` asks for on the last token's `logits`: the logits, their argmax, their top-k, their
+/// log-sum-exp.
 fn read_backs(g: &mut Graph, logits: TensorId, out: StepOutputs) -> Result<ReadBacks> {
     let step_logits = if out.logits {
         g.output(logits);
@@ -1336,5 +1344,12 @@ fn read_backs(g: &mut Graph, logits: TensorId, out: StepOutputs) -> Result<ReadB
     } else {
         None
     };
-    Ok((step_logits, argmax, topk))
+    let lse = if out.lse {
+        let l = g.logsumexp(logits)?;
+        g.output(l);
+        Some(l)
+    } else {
+        None
+    };
+    Ok((step_logits, argmax, topk, lse))
 }

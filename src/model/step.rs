@@ -17,6 +17,9 @@ pub struct StepOutputs {
     pub argmax: bool,
     /// Read back the top-k ids and logits of the last token (0 = none; a verification step: every token's).
     pub topk: usize,
+    /// Read back the log-sum-exp of the last token's logits (a verification or tree step: every token's), so
+    /// that the top-k's log-probabilities are their logits minus it (a draft tree's scores without the logits).
+    pub lse: bool,
     /// Read back each BlockFFN layer's router weights `[n_tokens, E]` (sparsity statistics).
     pub router: bool,
     /// Read back the final-normed hidden state of every token of the step `[n, hidden]` (the LM head's input; an
@@ -47,6 +50,8 @@ pub struct StepResult {
     /// Top-k ids and logits, best first (a verification step: `[n, k]`, every token's).
     pub topk_ids: Vec<u32>,
     pub topk_logits: Vec<f32>,
+    /// Log-sum-exp of the last token's logits (a verification or tree step: `[n]`, every token's).
+    pub lse: Vec<f32>,
     /// Router weights `[n_tokens, E]` of each BlockFFN layer, for every token of the step.
     pub router: Vec<Vec<f32>>,
     /// Every token's final-normed hidden state `[n_tokens, hidden]` (the LM head's input).
@@ -78,6 +83,7 @@ pub struct Step {
     pub(super) logits: Option<TensorId>,
     pub(super) argmax: Option<TensorId>,
     pub(super) topk: Option<(TensorId, TensorId)>,
+    pub(super) lse: Option<TensorId>,
     /// Router weights `[n_tokens, E]` of each BlockFFN layer, when asked for.
     pub(super) router: Vec<TensorId>,
     /// The LM head's input `[rows, hidden]`, when asked for.
@@ -270,6 +276,9 @@ impl Step {
         if let Some((ids, vals)) = self.topk {
             self.plan.read_into(ids, &mut out.topk_ids)?;
             self.plan.read_into(vals, &mut out.topk_logits)?;
+        }
+        if let Some(id) = self.lse {
+            self.plan.read_into(id, &mut out.lse)?;
         }
         if let Some(map) = &self.vocab_ids {
             let token = |i: &mut u32| *i = map.get(*i as usize).copied().unwrap_or(u32::MAX);

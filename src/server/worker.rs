@@ -410,6 +410,7 @@ const SESSION_OUTPUTS: StepOutputs = StepOutputs {
     logits: true,
     argmax: true,
     topk: 0,
+    lse: false,
     router: false,
     hidden: false,
     aux_hidden: false,

@@ -106,6 +106,7 @@ pub fn check_steps(gpu: &Gpu, loaded: &LoadedModel, dir: &str, name: &str, logit
         router: false,
         hidden: false,
         aux_hidden: false,
+        lse: false,
     };
     let start = std::time::Instant::now();
     let mut gen = Generator::new(gpu, &loaded.model, loaded.ctx, outputs).unwrap();

@@ -86,4 +86,5 @@ pub const LOGITS_AND_ARGMAX: StepOutputs = StepOutputs {
     router: false,
     hidden: false,
     aux_hidden: false,
+    lse: false,
 };

@@ -9,6 +9,10 @@
 //! one element of a vocabulary row would give ~4e-11. Special positions are checked exactly: masked (-inf)
 //! entries and fully masked rows must be 0, and rows the reference makes NaN (a NaN or +inf in scale * x) must be
 //! all NaN.
+//!
+//! The log-sum-exp form (`logsumexp`, one value per row) runs the same inputs at scale 1: NMSE <= 1e-11 over the
+//! finite rows (its sum's error is the softmax's; the log adds an ulp), and exactly -inf for a fully masked row and
+//! NaN for a row holding a NaN or +inf.
 
 use crate::common::{exact, gpu_fallback, nmse, Case, Check, Rng};
 use shaderlm::gpu::{DType, Gpu};
@@ -27,11 +31,18 @@ const LAYOUTS: [(&str, Option<u32>, bool); 4] = [
 ];
 
 fn run(gpu: &Gpu, x: &[f32], n: usize, scale: f32, wg: Option<u32>) -> shaderlm::Result<Vec<f32>> {
+    run_form(gpu, x, n, scale, wg, false)
+}
+
+/// The softmax, or (`lse`, at scale 1) the rows' log-sum-exp.
+fn run_form(gpu: &Gpu, x: &[f32], n: usize, scale: f32, wg: Option<u32>, lse: bool) -> shaderlm::Result<Vec<f32>> {
     let mut g = Graph::new();
     let tx = g.input("x", &[x.len() / n, n], DType::F32);
-    let y = match wg {
-        Some(wg) => g.softmax_with_workgroup(tx, scale, wg)?,
-        None => g.softmax(tx, scale)?,
+    let y = match (wg, lse) {
+        (Some(wg), false) => g.softmax_with_workgroup(tx, scale, wg)?,
+        (None, false) => g.softmax(tx, scale)?,
+        (Some(wg), true) => g.logsumexp_with_workgroup(tx, wg)?,
+        (None, true) => g.logsumexp(tx)?,
     };
     g.output(y);
     let mut plan = Plan::new(gpu, g)?;
@@ -42,11 +53,18 @@ fn run(gpu: &Gpu, x: &[f32], n: usize, scale: f32, wg: Option<u32>) -> shaderlm:
 
 /// Exact agreement on special positions (reference NaN, or an exact 0 from a -inf input), NMSE elsewhere.
 fn check(x: &[f32], got: &[f32], want: &[f32]) -> Check {
-    let special = |i: usize| want[i].is_nan() || (want[i] == 0.0 && x[i] == f32::NEG_INFINITY);
-    let bad: Vec<usize> = (0..want.len())
-        .filter(|&i| special(i))
-        .filter(|&i| !(got[i].is_nan() && want[i].is_nan() || got[i] == want[i]))
-        .collect();
+    check_with(got, want, |i| want[i].is_nan() || (want[i] == 0.0 && x[i] == f32::NEG_INFINITY))
+}
+
+/// Log-sum-exp rows: NaN and -inf exactly where the reference has them, NMSE over the rest.
+fn check_lse(got: &[f32], want: &[f32]) -> Check {
+    check_with(got, want, |i| want[i].is_nan() || want[i] == f32::NEG_INFINITY)
+}
+
+/// Exact agreement (NaN matching NaN) where `special`, NMSE over the other positions.
+fn check_with(got: &[f32], want: &[f32], special: impl Fn(usize) -> bool) -> Check {
+    let same = |i: usize| got[i].is_nan() && want[i].is_nan() || got[i] == want[i];
+    let bad: Vec<usize> = (0..want.len().min(got.len())).filter(|&i| special(i) && !same(i)).collect();
     if !bad.is_empty() || got.len() != want.len() {
         return Check::Exact {
             mismatches: bad.len().max(got.len().abs_diff(want.len())),
@@ -67,6 +85,18 @@ fn case(name: String, layout: (&str, Option<u32>, bool), rows: usize, n: usize, 
         let x = make(&mut rng, rows, n);
         let got = run(gpu, &x, n, scale, wg)?;
         Ok(check(&x, &got, &softmax::reference(&x, n, scale)))
+    })
+}
+
+/// The log-sum-exp form of [`case`]'s input (scale 1).
+fn lse_case(name: String, layout: (&str, Option<u32>, bool), rows: usize, n: usize, make: Make) -> Case {
+    let (tag, wg, fallback) = layout;
+    Case::new("softmax", format!("{tag}/lse_{name}"), move |gpu| {
+        let gpu = if fallback { gpu_fallback() } else { gpu };
+        let mut rng = Rng::new((rows * 7919 + n) as u64);
+        let x = make(&mut rng, rows, n);
+        let got = run_form(gpu, &x, n, 1.0, wg, true)?;
+        Ok(check_lse(&got, &softmax::reference_lse(&x, n, 1.0)))
     })
 }
 
@@ -149,6 +179,14 @@ pub fn cases() -> Vec<Case> {
         v.push(case("huge_values_vec4".into(), layout, 4, 1000, 1.0, huge));
         v.push(case("nan_or_inf_row_is_nan".into(), layout, 4, 513, 1.0, nan_inf));
         v.push(case("nan_or_inf_row_is_nan_vec4".into(), layout, 4, 512, 1.0, nan_inf));
+        // Log-sum-exp: vocabulary rows (a draft tree's log-probabilities), short and odd rows, masks and specials.
+        for (rows, n) in [(1, 1), (3, 7), (10, 49_152), (2, 152_064), (17, 1001)] {
+            v.push(lse_case(format!("rows{rows}_n{n}"), layout, rows, n, uniform));
+        }
+        v.push(lse_case("causal_mask".into(), layout, 17, 300, causal));
+        v.push(lse_case("fully_masked_row_is_-inf".into(), layout, 3, 577, fully_masked));
+        v.push(lse_case("huge_values".into(), layout, 4, 1000, huge));
+        v.push(lse_case("nan_or_inf_row_is_nan".into(), layout, 4, 513, nan_inf));
     }
     // n = 1: every output is exactly 1, whatever the input.
     v.push(Case::new("softmax", "n1_is_one", |gpu| {
