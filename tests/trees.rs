@@ -107,8 +107,8 @@ fn tree_rows_then(label: &str, model: &Llama, prompt: &[u32], seed: u32, after: 
 
 /// A greedy tree step that accepts on the device (`Generator::feed_tree_accepting`): a tree after `prompt` and
 /// `root` whose greedy path runs 4 deep through later siblings (decoy nodes before each of its rows, so every row
-/// of the path moves) must report that path, and after keeping it the next step's logits and every cached K/V
-/// equal plain decoding's along it, bit for bit.
+/// of the path moves) must report that path, and after keeping it the next step's logits, every cached K/V and
+/// InfLLM-v2's compressed keys equal plain decoding's along it, bit for bit, and so do 30 steps after it.
 fn device_acceptance_equals_plain(label: &str, model: &Llama, prompt: &[u32], root: u32) {
     let gpu = gpu();
     let (ctx, vocab) = (128, model.cfg.vocab as u32);
@@ -148,6 +148,25 @@ fn device_acceptance_equals_plain(label: &str, model: &Llama, prompt: &[u32], ro
     assert!(
         bits(&spec.cache_prefix().unwrap()) == bits(&plain.cache_prefix().unwrap()),
         "{label}: the K/V cache after the path accepted on the device"
+    );
+    // InfLLM-v2: the step updated the compressed keys as the longest path would; the windows within the kept
+    // tokens equal plain decoding's, and those past them are rewritten before any query sees them (30 more
+    // one-token steps, across dense_len for the sparse model).
+    let same_keys = |spec: &Generator<'_>, plain: &Generator<'_>| {
+        let (got, want) = (spec.compressed_keys().unwrap(), plain.compressed_keys().unwrap());
+        got.as_deref().map(bits) == want.as_deref().map(bits)
+    };
+    assert!(
+        same_keys(&spec, &plain),
+        "{label}: compressed keys after the path accepted on the device"
+    );
+    for t in tokens(30, vocab as usize, 3) {
+        spec.feed(&[t]).unwrap();
+        plain.feed(&[t]).unwrap();
+    }
+    assert!(
+        bits(&spec.result.logits) == bits(&plain.result.logits) && same_keys(&spec, &plain),
+        "{label}: 30 steps after the path accepted on the device"
     );
 }
 
@@ -350,8 +369,10 @@ fn draft_trees_on_a_sparse_model_cross_its_dense_length() {
     assert_eq!(s2.generated, p2.generated, "follow-up turn");
     assert!(prompt.len() + 40 > 48, "the generation crosses dense_len");
     assert!(st.verify_steps > 0, "nothing was drafted: {st:?}");
+    // Below dense_len the greedy tree steps accepted on the device (compressed keys updated in the same submission).
+    assert!(st.tree_on_device > 0, "no tree step accepted on the device: {st:?}");
     println!(
-        "{} verification steps, {}/{} drafts accepted",
-        st.verify_steps, st.accepted, st.drafted
+        "{} verification steps ({} tree steps accepted on the device), {}/{} drafts accepted",
+        st.verify_steps, st.tree_on_device, st.accepted, st.drafted
     );
 }

@@ -203,9 +203,14 @@ impl<'a> Generator<'a> {
         Ok(())
     }
 
-    /// The cache's InfLLM-v2 compressed keys, every layer's (see [`KvCache::compressed_keys`]).
+    /// The cache's InfLLM-v2 compressed keys of the windows within the cached tokens, every layer's (see
+    /// [`KvCache::compressed_keys`]).
     pub fn compressed_keys(&self) -> Result<Option<Vec<f32>>> {
-        self.cache.compressed_keys(self.gpu)
+        let Some(s) = &self.model.cfg.sparse else {
+            return Ok(None);
+        };
+        let (fine, coarse) = s.windows();
+        self.cache.compressed_keys(self.gpu, [fine, coarse], self.tokens.len())
     }
 
     /// The K/V the cache holds for the session's tokens, every layer's (see [`KvCache::prefix`]).

@@ -146,10 +146,10 @@ impl Generator<'_> {
         self.run_tree(base, ids, table, features, false)
     }
 
-    /// Whether [`Generator::feed_tree_accepting`] can run on this session: the argmax is read back, the head
-    /// covers the whole vocabulary and the model keeps no InfLLM-v2 compressed keys.
+    /// Whether [`Generator::feed_tree_accepting`] can run on this session: the argmax is read back and the head
+    /// covers the whole vocabulary.
     pub fn can_accept_on_device(&self) -> bool {
-        self.outputs.argmax && self.model.head_ids().is_none() && self.model.cfg.sparse.is_none()
+        self.outputs.argmax && self.model.head_ids().is_none()
     }
 
     /// [`Generator::feed_tree`] at `base` (the cached length; row 0 the root), then in the same submission the
@@ -159,8 +159,8 @@ impl Generator<'_> {
     pub fn feed_tree_accepting(&mut self, base: usize, ids: &[u32], table: &[u32]) -> Result<()> {
         if !self.can_accept_on_device() || base != self.tokens.len() {
             return Err(Error::Invalid(format!(
-                "a tree step accepting on the device at {base} of {} cached tokens (it needs the argmax, the full \
-                 head and no compressed keys)",
+                "a tree step accepting on the device at {base} of {} cached tokens (it needs the argmax and the \
+                 full head)",
                 self.tokens.len()
             )));
         }

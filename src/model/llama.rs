@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::gpu::packed::PackedWeight;
 use crate::gpu::{DType, Gpu, GpuTensor};
 use crate::graph::{Graph, Plan, Tap, TensorId};
+use crate::ops::kv_compress::Window;
 use crate::ops::rope::{RopeConfig, RopeStyle};
 use crate::ops::rope_kv::QkvSource;
 use crate::quant::pack::Layout;
@@ -118,16 +119,23 @@ impl KvCache {
         self.sparse.is_some() && cfg.sparse.is_some_and(|s| s.is_sparse(kv_len))
     }
 
-    /// Every layer's InfLLM-v2 compressed keys read back, C1 then C2 per layer (None without them): for tests and
-    /// debugging.
-    pub fn compressed_keys(&self, gpu: &Gpu) -> Result<Option<Vec<f32>>> {
+    /// Every layer's InfLLM-v2 compressed keys of the windows complete within positions `0..len` read back, C1
+    /// then C2 per layer, each `[n_kv, count, head_dim]` (None without them): for tests and debugging. Windows
+    /// past `len` are not part of the session (a step rewrites them when it completes them).
+    pub fn compressed_keys(&self, gpu: &Gpu, windows: [Window; 2], len: usize) -> Result<Option<Vec<f32>>> {
         let Some(layers) = &self.sparse else {
             return Ok(None);
         };
         let mut all = Vec::new();
         for keys in layers {
-            all.extend(keys.c1.download_f32(gpu)?);
-            all.extend(keys.c2.download_f32(gpu)?);
+            for (t, w) in [(&keys.c1, windows[0]), (&keys.c2, windows[1])] {
+                let values = t.download_f32(gpu)?;
+                let (n, head_dim) = (t.shape[1], t.shape[2]);
+                let keep = w.count(len).min(n) * head_dim;
+                for head in values.chunks(n * head_dim) {
+                    all.extend_from_slice(&head[..keep]);
+                }
+            }
         }
         Ok(Some(all))
     }

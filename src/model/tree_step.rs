@@ -8,7 +8,7 @@ use super::KvCache;
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Gpu};
 use crate::graph::{Graph, Plan, StepVars, TensorId};
-use crate::ops::attention_decode::{MAX_TREE_ROWS, TREE_W};
+use crate::ops::attention_decode::{MAX_TREE_DEPTH, MAX_TREE_ROWS, TREE_W};
 use crate::ops::kv_move::{moves_list, MAX_MOVES};
 
 impl Llama {
@@ -23,7 +23,9 @@ impl Llama {
     /// With `accept`, the step also accepts greedily on the device (`tree_accept` over the rows' argmax) and moves
     /// the accepted path's K/V to consecutive positions in every layer, in the same submission; the path is read
     /// back into `StepResult::tree_path`. It needs the argmax read back over the full vocabulary (no restricted
-    /// head) and a model without InfLLM-v2's compressed keys (their update waits for the path's length).
+    /// head). InfLLM-v2's compressed keys are then updated as a step of the longest path would update them: the
+    /// windows the kept path completes come out right, and those past it (from keys not kept) lie past the cached
+    /// tokens, unseen until the step that completes them rewrites them.
     pub fn tree_step(
         &self,
         gpu: &Gpu,
@@ -49,13 +51,13 @@ impl Llama {
         let features = self
             .is_eagle()
             .then(|| g.input("features", &[n_tokens, self.cfg.hidden], DType::F32));
-        if accept && (!out.argmax || self.head_ids().is_some() || self.cfg.sparse.is_some()) {
+        if accept && (!out.argmax || self.head_ids().is_some()) {
             return Err(Error::Invalid(
-                "a tree step accepts on the device only with the argmax read back, the full vocabulary's head and \
-                 no InfLLM-v2 compressed keys"
+                "a tree step accepts on the device only with the argmax read back and the full vocabulary's head"
                     .into(),
             ));
         }
+        let sparse_keys = self.sparse_keys(cache, false)?;
         let then = |g: &mut Graph, argmax: Option<TensorId>| -> Result<Option<TensorId>> {
             let Some(choice) = argmax.filter(|_| accept) else {
                 return Ok(None);
@@ -64,6 +66,13 @@ impl Llama {
             for (k, v) in &cache.layers {
                 let (k, v) = (g.external(k), g.external(v));
                 g.kv_move(k, v, moves)?;
+            }
+            if let Some((sc, keys)) = sparse_keys {
+                let longest = (MAX_TREE_DEPTH + 1).min(cache.max_ctx);
+                for ((k, _), layer_keys) in cache.layers.iter().zip(keys) {
+                    let kc = g.external(k);
+                    super::sparse::compress(g, sc, layer_keys, kc, longest)?;
+                }
             }
             g.output(path);
             Ok(Some(path))
