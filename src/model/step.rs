@@ -254,14 +254,12 @@ impl Step {
         }
         out.tree_path.clear();
         if let Some(id) = self.path {
-            let bytes = self.plan.read(id)?;
-            let word = |i: usize| {
-                bytes
-                    .get(4 * i..4 * i + 4)
-                    .map_or(0, bytemuck::pod_read_unaligned::<u32>)
-            };
-            let len = (word(0) as usize).min((bytes.len() / 4).saturating_sub(1));
-            out.tree_path.extend((1..=len).map(word));
+            // [length, rows.., zeros]: the rows kept.
+            self.plan.read_into(id, &mut out.tree_path)?;
+            if !out.tree_path.is_empty() {
+                let len = out.tree_path.remove(0) as usize;
+                out.tree_path.truncate(len);
+            }
         }
         match self.argmax {
             Some(id) => {

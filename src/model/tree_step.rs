@@ -2,7 +2,9 @@
 //! depth and attending only to the cached prefix and its own path (the tree forms of `rope_kv` and
 //! `attention_decode`), and the K/V moves that put the accepted path where plain decoding would have cached it.
 
+use super::config::SparseConfig;
 use super::llama::{Llama, StepContext};
+use super::sparse::CompressedKeys;
 use super::step::{Step, StepOutputs};
 use super::KvCache;
 use crate::error::{Error, Result};
@@ -63,16 +65,9 @@ impl Llama {
                 return Ok(None);
             };
             let (path, moves) = g.tree_accept(ids, tree, choice)?;
-            for (k, v) in &cache.layers {
-                let (k, v) = (g.external(k), g.external(v));
-                g.kv_move(k, v, moves)?;
-            }
-            if let Some((sc, keys)) = sparse_keys {
-                let longest = (MAX_TREE_DEPTH + 1).min(cache.max_ctx);
-                for ((k, _), layer_keys) in cache.layers.iter().zip(keys) {
-                    let kc = g.external(k);
-                    super::sparse::compress(g, sc, layer_keys, kc, longest)?;
-                }
+            move_kv(g, cache, moves)?;
+            if let Some(sparse) = sparse_keys {
+                compress_keys(g, sparse, cache, (MAX_TREE_DEPTH + 1).min(cache.max_ctx))?;
             }
             g.output(path);
             Ok(Some(path))
@@ -90,10 +85,7 @@ impl Llama {
             return Ok(None);
         };
         let mut g = Graph::new();
-        for ((k, _), layer_keys) in cache.layers.iter().zip(keys) {
-            let kc = g.external(k);
-            super::sparse::compress(&mut g, sc, layer_keys, kc, n)?;
-        }
+        compress_keys(&mut g, (sc, keys), cache, n)?;
         Ok(Some(Plan::new(gpu, g)?))
     }
 
@@ -101,15 +93,36 @@ impl Llama {
     pub fn kv_mover(&self, gpu: &Gpu, cache: &KvCache) -> Result<KvMover> {
         let mut g = Graph::new();
         let moves = g.input("moves", &[1 + 2 * MAX_MOVES], DType::U32);
-        for (k, v) in &cache.layers {
-            let (k, v) = (g.external(k), g.external(v));
-            g.kv_move(k, v, moves)?;
-        }
+        move_kv(&mut g, cache, moves)?;
         Ok(KvMover {
             plan: Plan::new(gpu, g)?,
             moves,
         })
     }
+}
+
+/// Records `kv_move` of `moves` (u32 `[1 + 2 * MAX_MOVES]`) in every layer of `cache`.
+fn move_kv(g: &mut Graph, cache: &KvCache, moves: TensorId) -> Result<()> {
+    for (k, v) in &cache.layers {
+        let (k, v) = (g.external(k), g.external(v));
+        g.kv_move(k, v, moves)?;
+    }
+    Ok(())
+}
+
+/// Records every layer's InfLLM-v2 compressed-key update of a step of `n` tokens (the windows ending in `(pos, pos
+/// + n]`, from `cache`'s K as it is then).
+fn compress_keys(
+    g: &mut Graph,
+    (sc, keys): (&SparseConfig, &[CompressedKeys]),
+    cache: &KvCache,
+    n: usize,
+) -> Result<()> {
+    for ((k, _), layer_keys) in cache.layers.iter().zip(keys) {
+        let kc = g.external(k);
+        super::sparse::compress(g, sc, layer_keys, kc, n)?;
+    }
+    Ok(())
 }
 
 /// Moves of K/V entries in every layer of one cache, in one submission.
