@@ -1,5 +1,6 @@
-//! Softmax at each model's shapes: one token's logits (sampling) and a 512-token chunk's attention scores; plus the
-//! GPU workgroup layout forced at the largest shapes, to compare the two layouts on whatever adapter runs the bench.
+//! Softmax at each model's shapes: one token's logits (sampling) and a 512-token chunk's attention scores, and the
+//! log-sum-exp of a draft tree's frontier of 10 rows of logits; plus the GPU workgroup layout forced at the largest
+//! shapes, to compare the two layouts on whatever adapter runs the bench.
 
 use crate::common::{plan_of, Bench, MODELS};
 use shaderlm::gpu::DType;
@@ -13,6 +14,13 @@ pub fn benches() -> Vec<Bench> {
                 let x = g.input("x", &[1, vocab], DType::F32);
                 g.softmax(x, 1.0)?;
                 Ok(vec![(x, vocab, DType::F32)])
+            })
+        }));
+        v.push(Bench::new(format!("softmax lse {model} logits 10x{vocab}"), move |gpu| {
+            plan_of(gpu, |g| {
+                let x = g.input("x", &[10, vocab], DType::F32);
+                g.logsumexp(x)?;
+                Ok(vec![(x, 10 * vocab, DType::F32)])
             })
         }));
         let rows = heads * 512;
