@@ -64,12 +64,25 @@ fn translate(key: &ShaderKey) -> Result<(), String> {
 #[test]
 fn every_variant_validates_and_translates_to_spirv_msl_hlsl() {
     let variants = shaderlm::ops::all_variants();
-    let mut failures = Vec::new();
-    for key in &variants {
-        if let Err(e) = translate(key) {
-            failures.push(format!("{key}: {e}"));
-        }
-    }
+    // Spread over the machine's threads (tens of thousands of variants; each translation is independent).
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = variants.len().div_ceil(threads).max(1);
+    let failures: Vec<String> = std::thread::scope(|s| {
+        let workers: Vec<_> = variants
+            .chunks(chunk)
+            .map(|keys| {
+                s.spawn(move || {
+                    keys.iter()
+                        .filter_map(|key| translate(key).err().map(|e| format!("{key}: {e}")))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a translation thread panicked"))
+            .collect()
+    });
     println!("{} variants checked", variants.len());
     assert!(
         failures.is_empty(),
