@@ -69,7 +69,7 @@ part op-tests "$OPS_TEST" --test-threads "$(nproc)"
 if [ -n "${QUICK:-}" ]; then
   part op-benches "$OPS_BENCH" read_sum "gemv Q4_0 tiled 576" "attention_decode smollm2"
 else
-  part op-benches "$OPS_BENCH" read_sum "gemv Q4_0" "gemv Q4_K" gemm attention_decode attention_prefill "matmul_q rows" \
+  part op-benches "$OPS_BENCH" read_sum "gemv Q4_0" "gemv Q4_K" "gemv cold" gemm attention_decode attention_prefill "matmul_q rows" \
     kv_move tree_accept
 fi
 

@@ -3,7 +3,7 @@
 //! each 32-weight format and both layouts; the GEMM for a 128-token chunk; f32 vs f16 arithmetic in the rows layout; and the f16 `matmul`
 //! GEMV at the same shapes as a baseline; the fused decode step's q|k|v and gate|up GEMVs with the norm in their
 //! prologue against the GEMV alone and after `rms_norm`, and the q|k|v GEMVs with rope_kv's work in their epilogue
-//! against them followed by `rope_kv`.
+//! against them followed by `rope_kv`; and cold GEMVs, 256 MiB of distinct weight copies in one pass.
 //! GB/s counts the packed weight bytes (quants, scales, mins) plus x and y. The super-block types (Q4_K, Q5_K, Q6_K,
 //! IQ4_XS), at the shapes whose K is whole 256-weight super-blocks: their packed bytes are the repacked 32-weight
 //! blocks (Q5_K 24 bytes per 32 weights, Q6_K 28, IQ4_XS 18), not the file's (22, 26.25, 17); Q2_K, Q3_K and Q4_K
@@ -365,6 +365,7 @@ pub fn benches() -> Vec<Bench> {
             ));
         }
     }
+    cold_gemvs(&mut v);
     // Batched sessions and short verifications: 1 to 4 rows through SmolLM2's FFN up, tiled (the GEMV for one row,
     // the 2-token GEMM for 2, the 4-token one for 3 and 4), and 1 and 4 rows through its Q8_0 LM head (a
     // verification step's biggest matmul); the weights are read once per call.
@@ -413,4 +414,37 @@ pub fn benches() -> Vec<Bench> {
         }
     }
     v
+}
+
+/// Bytes of weights a cold GEMV bench streams in one pass: several times any last-level cache (an H100's L2 is
+/// 50 MB, an H200's 60 MB, a desktop CPU's L3 up to about 100 MB).
+const COLD_BYTES: u64 = 256 << 20;
+
+/// GEMVs that cannot hit a cache: one plan (one pass, one submission) over as many distinct copies of the weight as
+/// make [`COLD_BYTES`], each copy read once per pass, so the bandwidth is the memory's, not the cache's (a single
+/// 4096 x 4096 Q4_0 matrix, 9.4 MB, fits a GPU's L2 and would time from it on every run after the first). The time
+/// is the pass's; GB/s counts every copy's bytes. At 4096 x 4096 and Llama3-8B's FFN down, the three weight kinds
+/// of an 8B Q4_0 / Q4_K_M file, in this adapter's layout.
+fn cold_gemvs(v: &mut Vec<Bench>) {
+    let (_, h2, f2, ..) = MODELS[2];
+    for (n, k) in [(4096, 4096), (h2, f2)] {
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q8_0] {
+            let bytes = (n * k / ty.block_size() * ty.type_size()) as u64;
+            let copies = COLD_BYTES.div_ceil(bytes).max(2) as usize;
+            let name = format!("matmul_q gemv cold {ty} {n}x{k} x{copies}");
+            v.push(Bench::new(name, move |gpu| {
+                let raw = blocks(ty, n, k);
+                let ws = (0..copies)
+                    .map(|i| PackedWeight::upload(gpu, &format!("w{i}"), ty, n, k, &raw))
+                    .collect::<shaderlm::Result<Vec<_>>>()?;
+                plan_of(gpu, |g| {
+                    let x = g.input("x", &[1, k], DType::F32);
+                    for w in &ws {
+                        g.matmul_q(x, w, None)?;
+                    }
+                    Ok(vec![(x, k, DType::F32)])
+                })
+            }));
+        }
+    }
 }
