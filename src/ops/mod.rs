@@ -35,7 +35,8 @@ macro_rules! for_each_op {
             silu_mul,
             softmax,
             topk,
-            tree_accept
+            tree_accept,
+            tree_frontier
         );
     };
 }
