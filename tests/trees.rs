@@ -15,7 +15,7 @@ use common::tiny::{phi3, write_gguf, write_hf, Tiny};
 use shaderlm::generate::draft::{Drafter, Lookup};
 use shaderlm::generate::eagle::EagleDraft;
 use shaderlm::generate::spec::SpecOptions;
-use shaderlm::generate::tree::{top_log_probs, TreeShape};
+use shaderlm::generate::tree::{top_log_probs, DraftTree, TreeShape};
 use shaderlm::generate::Generator;
 use shaderlm::model::load::LoadedModel;
 use shaderlm::model::{KvType, Llama, LoadOptions, StepOutputs};
@@ -325,6 +325,79 @@ fn draft_trees_equal_plain_on_smollm2() {
                 }
             }
         }
+    }
+    // The EAGLE head's greedy trees grew on the device in one submission each; the self-draft's (logits read
+    // back) step by step.
+    assert!(
+        eagle.trees_on_device > 0 && draft.trees_on_device == 0,
+        "trees grown on the device"
+    );
+}
+
+/// Draft trees grown on the device in one submission (`Llama::tree_draft`: the catch-up step, `tree_frontier` and
+/// every round's tree step chained) are the trees grown step by step from the same sessions, node for node:
+/// SmolLM2 drafting for itself (its steps reading top-k and log-sum-exp), an EAGLE head (each row fed its parent's
+/// predicted feature on the device) and the head restricted to 2048 ids (FR-Spec: ids mapped on the device), for
+/// the shapes after histories of several lengths (so the catch-up runs 1 to many tokens).
+#[test]
+fn draft_trees_grown_on_the_device_equal_step_by_step() {
+    let smol = Smol::new();
+    let (gpu, loaded) = (&smol.gpu, &smol.loaded);
+    let prompt = common::golden::fixture("smollm2", "code_python").prompt_tokens;
+    let mut target = smol.target();
+    target.feed(&prompt).unwrap();
+    assert_eq!(
+        target.result.hidden.len(),
+        prompt.len() * loaded.model.cfg.hidden,
+        "one prefill chunk"
+    );
+    let outputs = StepOutputs {
+        topk: 10,
+        lse: true,
+        ..Default::default()
+    };
+    let (head, narrow) = (smol.head(), smol.head());
+    let ids = shaderlm::model::frspec::subset_ids(None, 2048, loaded.model.cfg.vocab, &loaded.tokenizer).unwrap();
+    let narrow = narrow.with_head_subset(shaderlm::model::frspec::subset_of(gpu, loaded, ids).unwrap());
+    let shapes = [(2, 10, 12), (6, 10, 60), (3, 4, 16)].map(|(depth, topk, size)| TreeShape { depth, topk, size });
+    let lengths = [prompt.len() - 9, prompt.len() - 8, prompt.len() - 2, prompt.len()];
+    // Each tree grown both ways from the same history: node for node the same.
+    let compare = |source: &str, device: &mut dyn Drafter, host: &mut dyn Drafter| {
+        device.observe(0, &target.result);
+        host.observe(0, &target.result);
+        for shape in shapes {
+            for &len in &lengths {
+                let history = &prompt[..len];
+                let (mut a, mut b) = (DraftTree::default(), DraftTree::default());
+                a.reset(*history.last().unwrap());
+                b.reset(*history.last().unwrap());
+                device.propose_tree(history, shape, 64, &mut a).unwrap();
+                host.propose_tree(history, shape, 64, &mut b).unwrap();
+                let tag = format!("{source} {shape:?} after {len} tokens");
+                assert!(a.len() > 1, "{tag}: an empty tree");
+                assert_eq!((&a.tokens, &a.parents), (&b.tokens, &b.parents), "{tag}");
+            }
+        }
+    };
+    let grown = shapes.len() * lengths.len();
+    let (mut device, mut host) = (smol.self_draft(outputs), smol.self_draft(outputs));
+    host.one_submission = false;
+    compare("self-draft", &mut device, &mut host);
+    assert_eq!(
+        (device.trees_on_device, host.trees_on_device),
+        (grown, 0),
+        "self-draft trees on the device"
+    );
+    for (source, model) in [("eagle", &head), ("eagle frspec", &narrow)] {
+        let mut device = EagleDraft::for_trees(gpu, model, loaded.ctx, 10).unwrap();
+        let mut host = EagleDraft::for_trees(gpu, model, loaded.ctx, 10).unwrap();
+        host.chained = false;
+        compare(source, &mut device, &mut host);
+        assert_eq!(
+            (device.trees_on_device, host.trees_on_device),
+            (grown, 0),
+            "{source} trees on the device"
+        );
     }
 }
 

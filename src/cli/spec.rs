@@ -65,7 +65,8 @@ pub struct SpecArgs {
     #[arg(long)]
     pub draft_adaptive: bool,
     /// Run a greedy draft model's chain and the target's verification as two submissions per step instead of one,
-    /// and an EAGLE head's drafts one head step per submission (to measure what the single submission saves).
+    /// an EAGLE head's drafts one head step per submission, and a draft tree's rounds one submission each instead
+    /// of all in one (to measure what the single submission saves).
     #[arg(long)]
     pub draft_apart: bool,
     /// The draft model stops a draft where its top token's probability falls below P.

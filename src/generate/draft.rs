@@ -2,7 +2,7 @@
 //! the last n-gram, in the prompt or the output so far) and a draft model that shares the target's vocabulary.
 //! A draft only proposes; the target's verification decides, so a bad draft costs time, never correctness.
 
-use super::tree::{expand, DraftTree, TreeShape};
+use super::tree::{grow, DraftTree, TreeShape};
 use super::{Generator, StepResult};
 use crate::error::{Error, Result};
 use crate::model::llama::MAX_CHAIN;
@@ -141,8 +141,11 @@ impl Drafter for Lookup {
 pub struct DraftModel<'a> {
     pub gen: Generator<'a>,
     pub p_min: f32,
-    /// Greedy chains are verified in their own submission ([`Drafter::propose_verified`]); on by default.
+    /// Greedy chains are verified in their own submission ([`Drafter::propose_verified`]) and greedy draft trees
+    /// grow in one submission (`tree::grow`); on by default.
     pub one_submission: bool,
+    /// Draft trees grown in one submission so far.
+    pub trees_on_device: usize,
     /// Sample drafts (with its own seed) instead of taking the argmax.
     pub sampler: Option<Sampler>,
     /// The distributions the last drafts were sampled from.
@@ -156,6 +159,7 @@ impl<'a> DraftModel<'a> {
             gen,
             p_min,
             one_submission: true,
+            trees_on_device: 0,
             sampler: None,
             dists: Vec::new(),
         }
@@ -167,6 +171,7 @@ impl<'a> DraftModel<'a> {
             gen,
             p_min: 0.0,
             one_submission: true,
+            trees_on_device: 0,
             sampler: Some(sampler),
             dists: Vec::new(),
         }
@@ -323,9 +328,13 @@ impl Drafter for DraftModel<'_> {
         let Some(keep) = self.keep_prefix(history) else {
             return Ok(());
         };
-        self.gen.feed(&history[keep..])?;
         let size = shape.size.min(max_nodes.saturating_sub(1));
-        expand(&mut self.gen, TreeShape { size, ..shape }, tree, false)
+        let on_device = self.one_submission && self.sampler.is_none();
+        let shape = TreeShape { size, ..shape };
+        if grow(&mut self.gen, (&history[keep..], None), shape, tree, on_device)? {
+            self.trees_on_device += 1;
+        }
+        Ok(())
     }
     fn draft_dists(&self) -> Option<&[Vec<(u32, f32)>]> {
         self.sampler.as_ref().map(|_| self.dists.as_slice())

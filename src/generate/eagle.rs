@@ -4,7 +4,7 @@
 //! node run with its parent's predicted feature.
 
 use super::draft::Drafter;
-use super::tree::{expand, DraftTree, TreeShape};
+use super::tree::{grow, DraftTree, TreeShape};
 use super::{Generator, StepResult};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
@@ -29,8 +29,10 @@ pub struct EagleDraft<'a> {
     failed: Option<Error>,
     /// Greedy chains in one submission ([`Generator::feed_chain_with`]: the catch-up and the whole draft, or with
     /// the target's verification too, [`Drafter::propose_verified`]); false runs one head step per submission (for
-    /// measuring and testing). On by default.
+    /// measuring and testing). On by default; draft trees too grow in one submission where they can.
     pub chained: bool,
+    /// Draft trees grown in one submission so far.
+    pub trees_on_device: usize,
 }
 
 impl<'a> EagleDraft<'a> {
@@ -69,6 +71,7 @@ impl<'a> EagleDraft<'a> {
             projected: Vec::new(),
             failed: None,
             chained: true,
+            trees_on_device: 0,
         })
     }
 
@@ -114,17 +117,6 @@ impl EagleDraft<'_> {
         let keep = same.min(self.real).min(n - 1);
         self.gen.truncate(keep);
         Ok((n + max <= self.gen.max_ctx()).then_some((keep, n)))
-    }
-
-    /// Bring the head's cache up to the target's last feature ([`EagleDraft::keep`], then the entries to redo in one
-    /// step); its last step's outputs are then the root's (`history`'s last token's) children. False when there is
-    /// nothing to draft from or no room for `max` drafts.
-    fn catch_up(&mut self, history: &[u32], max: usize) -> Result<bool> {
-        let Some((keep, n)) = self.keep(history, max)? else {
-            return Ok(false);
-        };
-        self.redo(history, keep, n)?;
-        Ok(true)
     }
 
     /// Redo entries `keep .. n` in one head step from the target's features.
@@ -247,10 +239,19 @@ impl Drafter for EagleDraft<'_> {
         tree: &mut DraftTree,
     ) -> Result<()> {
         let size = shape.size.min(max_nodes.saturating_sub(1));
-        if size == 0 || !self.catch_up(history, shape.depth)? {
+        if size == 0 {
             return Ok(());
         }
-        expand(&mut self.gen, TreeShape { size, ..shape }, tree, true)
+        let Some((keep, n)) = self.keep(history, shape.depth)? else {
+            return Ok(());
+        };
+        // The entries to redo from the target's features, then the tree.
+        let h = self.hidden();
+        let catch_up = (&history[keep + 1..=n], Some(&self.features[keep * h..n * h]));
+        let on_device = grow(&mut self.gen, catch_up, TreeShape { size, ..shape }, tree, self.chained)?;
+        self.real = n;
+        self.trees_on_device += usize::from(on_device);
+        Ok(())
     }
     fn observe(&mut self, pos: usize, result: &StepResult) {
         let rows = self.target_rows(result).len() / self.target_width();

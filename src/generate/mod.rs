@@ -40,6 +40,8 @@ struct Plans {
     mover: Option<crate::model::tree_step::KvMover>,
     /// InfLLM-v2 compressed-key updates over an accepted path, by its length (`Llama::key_compressor`).
     compress: HashMap<usize, Option<crate::graph::Plan>>,
+    /// Draft trees grown on the device by (catch-up tokens, depth, top-k) (`Llama::tree_draft`).
+    tree_draft: HashMap<(usize, usize, usize), crate::model::tree_draft::TreeDraft>,
 }
 
 impl Plans {
@@ -108,6 +110,8 @@ pub struct Generator<'a> {
     /// Tokens per prefill step.
     pub chunk: usize,
     pub result: StepResult,
+    /// What the last draft tree grown on the device read back ([`Generator::feed_tree_draft`]).
+    pub tree_result: crate::model::tree_draft::TreeDraftResult,
     /// BlockFFN sparsity counts, when the outputs include the router weights.
     pub moe_stats: Option<stats::MoeStats>,
 }
@@ -124,6 +128,7 @@ impl<'a> Generator<'a> {
             tokens: Vec::new(),
             chunk: 128,
             result: StepResult::default(),
+            tree_result: Default::default(),
             moe_stats: match (&model.cfg.moe, outputs.router) {
                 (Some(m), true) => Some(stats::MoeStats::new(model.cfg.n_layers, m.experts)),
                 _ => None,
@@ -170,7 +175,7 @@ impl<'a> Generator<'a> {
     }
 
     /// An error unless `ids` are non-empty, in the vocabulary and fit the context after the cached tokens.
-    fn check_fits(&self, ids: &[u32]) -> Result<()> {
+    pub(super) fn check_fits(&self, ids: &[u32]) -> Result<()> {
         if ids.is_empty() {
             return Err(Error::Invalid("nothing to feed: the prompt is empty".into()));
         }
@@ -312,7 +317,7 @@ impl<'a> Generator<'a> {
     }
 
     /// An error unless an EAGLE head's step of `ids` has features `[ids.len(), hidden]` and other models' none.
-    fn check_features(&self, ids: &[u32], features: Option<&[f32]>) -> Result<()> {
+    pub(super) fn check_features(&self, ids: &[u32], features: Option<&[f32]>) -> Result<()> {
         let h = self.model.cfg.hidden;
         if self.model.is_eagle() != features.is_some() || features.is_some_and(|f| f.len() != ids.len() * h) {
             return Err(Error::Invalid(format!(

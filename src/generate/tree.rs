@@ -8,7 +8,9 @@
 use super::Generator;
 use crate::error::{Error, Result};
 use crate::graph::StepVars;
+use crate::model::tree_draft::TreeDraftResult;
 use crate::ops::attention_decode::{tree_table, MAX_TREE_DEPTH, MAX_TREE_ROWS, TREE_W};
+use crate::ops::tree_frontier::child_score;
 use std::collections::hash_map::Entry;
 
 /// How a draft tree grows (CPM.cu's `spec_num_iter`, `spec_topk_per_iter`, `spec_tree_size`): `depth` expansion
@@ -238,6 +240,31 @@ impl Generator<'_> {
         step.run_tree(gpu, ids, table, base, &mut self.result)
     }
 
+    /// Catch up with `ids` (an EAGLE head's with `features` `[n, hidden]`) and grow a draft tree of `depth` rounds
+    /// keeping `topk` nodes each, all in one submission ([`crate::model::Llama::tree_draft`]): `self.tree_result`
+    /// then holds every round's candidates and frontier. The cached tokens are then `ids` after the ones there were;
+    /// the tree's rows wrote K/V past them (later steps overwrite it).
+    pub fn feed_tree_draft(&mut self, ids: &[u32], features: Option<&[f32]>, depth: usize, topk: usize) -> Result<()> {
+        self.check_fits(ids)?;
+        self.check_features(ids, features)?;
+        let pos = self.tokens.len();
+        if ids.len() > self.chunk || pos + ids.len() + depth.saturating_sub(1) * topk >= self.cache.max_ctx {
+            return Err(Error::Invalid(format!(
+                "a draft tree of depth {depth} and top-k {topk} after {} tokens does not fit one step at {pos} of a                  context of {}",
+                ids.len(),
+                self.cache.max_ctx
+            )));
+        }
+        let (gpu, model) = (self.gpu, self.model);
+        let plan = match self.plans.tree_draft.entry((ids.len(), depth, topk)) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(model.tree_draft(gpu, &self.cache, ids.len(), depth, topk)?),
+        };
+        plan.run(gpu, (ids, features), pos, &mut self.tree_result)?;
+        self.tokens.extend_from_slice(ids);
+        Ok(())
+    }
+
     /// Keep one path of the last tree step at `base`: `tokens[k]`, cached in slot `base + slots[k]`, becomes the
     /// token at position `base + k` (its K/V moved there, in every layer, in one submission). The cache then holds
     /// the tokens before `base` and the path.
@@ -300,22 +327,121 @@ pub fn top_log_probs(logits: &[f32], k: usize, ids: Option<&[u32]>) -> Vec<(u32,
         .collect()
 }
 
-/// EAGLE-2's expansion with a draft session whose last step ran the root (its logits are the root's): the root's
-/// `topk` best children start the frontier; each round runs the frontier as one tree step and keeps the `topk`
-/// best of their children by cumulative log-probability; finally the `size` best nodes of all (parents before
-/// children) form `tree`. The draft's cached tokens are left as they were. An EAGLE head (`eagle`) runs each node
-/// with its parent's predicted feature (the root's: the last step's output) and predicts its own.
-pub(super) fn expand(gen: &mut Generator<'_>, shape: TreeShape, tree: &mut DraftTree, eagle: bool) -> Result<()> {
-    const ROOT: usize = usize::MAX;
-    struct Cand {
-        parent: usize,
-        token: u32,
-        score: f64,
-        /// The draft cache slot (relative to the root's position) once the node has run.
-        slot: u32,
-        /// An EAGLE head's predicted feature of the node, once it has run.
-        feature: Vec<f32>,
+/// A candidate node of EAGLE-2's expansion: its parent candidate ([`ROOT`] for the root's children), token and
+/// cumulative log-probability (in f32, as `tree_frontier` forms it on the device).
+struct Cand {
+    parent: usize,
+    token: u32,
+    score: f32,
+    /// The draft cache slot (relative to the root's position) once the node has run.
+    slot: u32,
+    /// An EAGLE head's predicted feature of the node, once it has run (host growth only).
+    feature: Vec<f32>,
+}
+
+/// The parent of the root's children.
+const ROOT: usize = usize::MAX;
+
+/// Sort candidate indices by score (descending, f32's total order), then index: `tree_frontier`'s order.
+fn by_score(c: &[Cand], v: &mut [usize]) {
+    v.sort_by(|&a, &b| c[b].score.total_cmp(&c[a].score).then(a.cmp(&b)));
+}
+
+/// EAGLE-2's draft tree after catching the draft session up with `tokens` (the tokens it has not cached, the last
+/// one the root; an EAGLE head's with the target's `features` `[n, hidden]`): the root's `topk` best children start
+/// the frontier; each round runs the frontier as one tree step and keeps the `topk` best of their children by
+/// cumulative log-probability; finally the `size` best nodes of all (parents before children) form `tree`. With
+/// `on_device` and where the session can (greedy, dense attention, the catch-up within one step, every round within
+/// the context), the catch-up and every round run in one submission (`Llama::tree_draft`), else step by step; both
+/// take the same nodes. The draft's cached tokens are then `tokens` after the ones it had.
+pub(super) fn grow(
+    gen: &mut Generator<'_>,
+    (tokens, features): (&[u32], Option<&[f32]>),
+    shape: TreeShape,
+    tree: &mut DraftTree,
+    on_device: bool,
+) -> Result<bool> {
+    let pos = gen.tokens.len();
+    let rows = (shape.depth - 1) * shape.topk;
+    let fits = pos + tokens.len() + rows < gen.max_ctx() && tokens.len() <= gen.chunk;
+    let device = on_device
+        && fits
+        && gen.model().can_chain()
+        && gen.outputs.topk >= shape.topk
+        && gen.outputs.lse
+        && shape.topk < MAX_TREE_ROWS;
+    let cands = if device {
+        gen.feed_tree_draft(tokens, features, shape.depth, shape.topk)?;
+        grown_on_device(&gen.tree_result, shape)?
+    } else {
+        match features {
+            Some(f) => gen.feed_with(tokens, f)?,
+            None => gen.feed(tokens)?,
+        }
+        grow_on_host(gen, shape, features.is_some())?
+    };
+    select(&cands, shape, tree);
+    Ok(device)
+}
+
+/// The candidates of a tree grown on the device, from its read-backs; an error unless every round ran the
+/// frontier the host's rule takes from the same numbers.
+fn grown_on_device(r: &TreeDraftResult, shape: TreeShape) -> Result<Vec<Cand>> {
+    let k = shape.topk;
+    let mut cands: Vec<Cand> = Vec::new();
+    // Round j's rows: the candidate each ran as (round 0: the root alone).
+    let mut frontier: Vec<usize> = vec![ROOT];
+    for j in 0..r.cand_ids.len() {
+        let (ids, vals, lse) = (&r.cand_ids[j], &r.cand_vals[j], &r.lse[j]);
+        if ids.len() != frontier.len() * k || vals.len() != ids.len() || lse.len() != frontier.len() {
+            return Err(Error::Invalid(format!(
+                "a draft tree's round {j} read back {} candidates",
+                ids.len()
+            )));
+        }
+        let first = cands.len();
+        for (row, &f) in frontier.iter().enumerate() {
+            let parent_score = if f == ROOT { 0.0 } else { cands[f].score };
+            for c in row * k..(row + 1) * k {
+                cands.push(Cand {
+                    parent: f,
+                    token: ids[c],
+                    score: child_score(parent_score, vals[c], lse[row]),
+                    slot: 0,
+                    feature: Vec::new(),
+                });
+            }
+        }
+        let Some((ran_ids, parents)) = r.ran_ids.get(j).zip(r.parents.get(j)) else {
+            break;
+        };
+        let mut next: Vec<usize> = (first..cands.len()).collect();
+        by_score(&cands, &mut next);
+        next.truncate(k);
+        let same = next.len() == ran_ids.len()
+            && next
+                .iter()
+                .zip(ran_ids)
+                .zip(parents)
+                .all(|((&c, &t), &p)| cands[c].token == t && (c - first) / k == p as usize);
+        if !same {
+            return Err(Error::Invalid(format!(
+                "a draft tree grown on the device ran another frontier in round {} than the host's rule takes",
+                j + 1
+            )));
+        }
+        for (i, &c) in next.iter().enumerate() {
+            cands[c].slot = (1 + j * k + i) as u32;
+        }
+        frontier = next;
     }
+    Ok(cands)
+}
+
+/// EAGLE-2's expansion step by step, with a draft session whose last step ran the root (its outputs are the root's):
+/// each round runs the frontier as one tree step ([`Generator::feed_tree`]). An EAGLE head (`eagle`) runs each node
+/// with its parent's predicted feature (the root's: the last step's output) and predicts its own.
+fn grow_on_host(gen: &mut Generator<'_>, shape: TreeShape, eagle: bool) -> Result<Vec<Cand>> {
     let h = gen.model().cfg.hidden;
     let root_feature = match eagle {
         true => gen
@@ -342,38 +468,39 @@ pub(super) fn expand(gen: &mut Generator<'_>, shape: TreeShape, tree: &mut Draft
     let base = gen.tokens.len().saturating_sub(1);
     let ids = gen.model().head_ids();
     let width = ids.map_or(gen.model().cfg.vocab, <[u32]>::len);
-    // Row `r` of the last step (None: its last row): its `topk` best (token, log-probability).
-    let best = |gen: &Generator<'_>, r: Option<usize>| -> Vec<(u32, f64)> {
+    // Row `r` of the last step (None: its last row): its `topk` best children's scores from `parent`'s.
+    let best = |gen: &Generator<'_>, r: Option<usize>, parent: f32| -> Vec<(u32, f32)> {
         let res = &gen.result;
         if on_device {
             let (k, r) = (gen.outputs.topk, r.unwrap_or(res.lse.len().saturating_sub(1)));
-            let lse = res.lse.get(r).copied().unwrap_or(f32::NAN) as f64;
+            let lse = res.lse.get(r).copied().unwrap_or(f32::NAN);
             let at = (r * k).min(res.topk_ids.len());
             let ids = &res.topk_ids[at..(at + shape.topk).min(res.topk_ids.len())];
             ids.iter()
                 .zip(&res.topk_logits[at..])
-                .map(|(&t, &l)| (t, l as f64 - lse))
+                .map(|(&t, &l)| (t, child_score(parent, l, lse)))
                 .collect()
         } else {
             let rows = res.logits.len() / width.max(1);
             let r = r.unwrap_or(rows.saturating_sub(1));
             top_log_probs(&res.logits[r * width..(r + 1) * width], shape.topk, ids)
+                .into_iter()
+                .map(|(t, lp)| (t, parent + lp as f32))
+                .collect()
         }
     };
-    let mut cands: Vec<Cand> = best(gen, None)
+    let mut cands: Vec<Cand> = best(gen, None, 0.0)
         .into_iter()
-        .map(|(token, lp)| Cand {
+        .map(|(token, score)| Cand {
             parent: ROOT,
             token,
-            score: lp,
+            score,
             slot: 0,
             feature: Vec::new(),
         })
         .collect();
     let mut frontier: Vec<usize> = (0..cands.len()).collect();
     let mut fed = 0u32;
-    let by_score =
-        |c: &[Cand], v: &mut Vec<usize>| v.sort_by(|&a, &b| c[b].score.total_cmp(&c[a].score).then(a.cmp(&b)));
     for _ in 1..shape.depth {
         if frontier.is_empty() || base + 1 + fed as usize + frontier.len() >= gen.max_ctx() {
             break;
@@ -408,8 +535,7 @@ pub(super) fn expand(gen: &mut Generator<'_>, shape: TreeShape, tree: &mut Draft
         }
         let mut next = Vec::with_capacity(frontier.len() * shape.topk);
         for (r, &f) in frontier.iter().enumerate() {
-            for (token, lp) in best(gen, Some(r)) {
-                let score = cands[f].score + lp;
+            for (token, score) in best(gen, Some(r), cands[f].score) {
                 cands.push(Cand {
                     parent: f,
                     token,
@@ -424,9 +550,14 @@ pub(super) fn expand(gen: &mut Generator<'_>, shape: TreeShape, tree: &mut Draft
         next.truncate(shape.topk);
         frontier = next;
     }
-    // The `size` best; a node whose parent was not kept (equal scores) is dropped, and so are its descendants.
+    Ok(cands)
+}
+
+/// The tree of the `size` best candidates (`tree` holds the root): a node whose parent was not kept (equal
+/// scores) is dropped, and so are its descendants; the spine first, then the others, parents before children.
+fn select(cands: &[Cand], shape: TreeShape, tree: &mut DraftTree) {
     let mut order: Vec<usize> = (0..cands.len()).collect();
-    by_score(&cands, &mut order);
+    by_score(cands, &mut order);
     let mut keep = vec![false; cands.len()];
     for &i in order.iter().take(shape.size.min(MAX_TREE_ROWS - 1)) {
         keep[i] = true;
@@ -459,7 +590,6 @@ pub(super) fn expand(gen: &mut Generator<'_>, shape: TreeShape, tree: &mut Draft
             node_of[i] = Some(tree.push(p, cands[i].token));
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -348,6 +348,11 @@ impl Llama {
         self.head_subset.as_ref().map(|s| s.ids.as_slice())
     }
 
+    /// The restricted head's token ids on the device `[n]` u32, in logit order.
+    pub(super) fn head_ids_on_device(&self) -> Option<&GpuTensor> {
+        self.head_subset.as_ref().map(|s| &s.ids_on_device)
+    }
+
     /// The LM head the steps use: the restricted one if any, else the output matrix, else the tied embedding.
     fn lm_head(&self) -> &Linear {
         match &self.head_subset {

@@ -19,6 +19,7 @@ pub mod rope_scaling;
 pub mod sparse;
 pub mod step;
 pub mod synthetic;
+pub mod tree_draft;
 pub mod tree_step;
 pub mod weights;
 

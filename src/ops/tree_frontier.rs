@@ -83,14 +83,14 @@ impl Kernel for TreeFrontier {
     }
 }
 
-/// The next frontier: `ids` `[keep]`, `table` `[keep, TREE_W]`, `scores` `[keep]`, `parents` `[keep]` (tensor
-/// ids in a graph, values on the host).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Frontier<T> {
-    pub ids: T,
-    pub table: T,
-    pub scores: T,
-    pub parents: T,
+/// The next frontier's tensors: `ids` `[keep]` u32, `table` `[keep, TREE_W]` u32, `scores` `[keep]` f32, `parents`
+/// `[keep]` u32.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Frontier {
+    pub ids: TensorId,
+    pub table: TensorId,
+    pub scores: TensorId,
+    pub parents: TensorId,
 }
 
 /// The host's frontier values ([`reference`]).
@@ -115,7 +115,7 @@ impl Graph {
         (cand_ids, cand_vals, lse): (TensorId, TensorId, TensorId),
         keep: usize,
         slot0: usize,
-    ) -> Result<Frontier<TensorId>> {
+    ) -> Result<Frontier> {
         let f = self.shape(scores).iter().product::<usize>();
         let k = self.shape(cand_ids).last().copied().unwrap_or(0);
         let types = [(scores, DType::F32), (table, DType::U32), (cand_ids, DType::U32), (cand_vals, DType::F32)]

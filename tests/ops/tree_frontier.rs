@@ -108,7 +108,7 @@ fn run(gpu: &Gpu, rounds: &[Round], keeps: &[usize], slot0: usize, repeats: usiz
             g.output(t);
         }
         inputs.push((ids, vals, lse));
-        outs.push(next.clone());
+        outs.push(next);
         (scores, table) = (next.scores, next.table);
         slot += keep;
     }

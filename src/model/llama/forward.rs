@@ -8,7 +8,7 @@ impl Llama {
     /// Record the forward pass of `ids` `[n]` (with an EAGLE head's features `[n, hidden]`): the logits `[rows,
     /// vocab]` of the last row, or of every row when `all_rows`, the BlockFFN router weights asked for, and every
     /// row's hidden state `[n, hidden]` marked for read-back when asked for.
-    pub(super) fn forward(
+    pub(in crate::model) fn forward(
         &self,
         g: &mut Graph,
         gpu: &Gpu,
