@@ -15,18 +15,19 @@ pub trait Drafter {
     /// (cleared first); none when it has no guess.
     fn propose(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()>;
     /// A tree of drafts after `history` grown as `shape` says, into `tree` (reset to the root, `history`'s last
-    /// token), at most `max_nodes` nodes with the root. By default the chain [`Drafter::propose`] gives.
+    /// token), at most `max_nodes` nodes with the root; true when it grew in one submission on the device
+    /// (`tree::grow`). By default the chain [`Drafter::propose`] gives.
     fn propose_tree(
         &mut self,
         history: &[u32],
         shape: TreeShape,
         max_nodes: usize,
         tree: &mut DraftTree,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let mut chain = Vec::new();
         self.propose(history, shape.depth.min(max_nodes.saturating_sub(1)), &mut chain)?;
         tree.insert(&chain, max_nodes);
-        Ok(())
+        Ok(false)
     }
     /// Draft up to `max` tokens after `history` into `out` and have `target` verify them in the same submission
     /// (its [`Generator::verify`] of `history`'s last token and the drafts), where this source can: true when it
@@ -111,7 +112,7 @@ impl Drafter for Lookup {
         shape: TreeShape,
         max_nodes: usize,
         tree: &mut DraftTree,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let len = history.len();
         let mut found = 0;
         for n in (self.ngram_min.max(1)..=self.ngram_max).rev() {
@@ -127,11 +128,11 @@ impl Drafter for Lookup {
                 );
                 found += 1;
                 if found == shape.topk {
-                    return Ok(());
+                    return Ok(false);
                 }
             }
         }
-        Ok(())
+        Ok(false)
     }
 }
 
@@ -144,8 +145,6 @@ pub struct DraftModel<'a> {
     /// Greedy chains are verified in their own submission ([`Drafter::propose_verified`]) and greedy draft trees
     /// grow in one submission (`tree::grow`); on by default.
     pub one_submission: bool,
-    /// Draft trees grown in one submission so far.
-    pub trees_on_device: usize,
     /// Sample drafts (with its own seed) instead of taking the argmax.
     pub sampler: Option<Sampler>,
     /// The distributions the last drafts were sampled from.
@@ -159,7 +158,6 @@ impl<'a> DraftModel<'a> {
             gen,
             p_min,
             one_submission: true,
-            trees_on_device: 0,
             sampler: None,
             dists: Vec::new(),
         }
@@ -171,7 +169,6 @@ impl<'a> DraftModel<'a> {
             gen,
             p_min: 0.0,
             one_submission: true,
-            trees_on_device: 0,
             sampler: Some(sampler),
             dists: Vec::new(),
         }
@@ -317,24 +314,26 @@ impl Drafter for DraftModel<'_> {
     fn name(&self) -> &'static str {
         "draft model"
     }
-    /// EAGLE-2's dynamic tree grown by this model (`tree::expand`), after the catch-up step.
+    /// EAGLE-2's dynamic tree grown by this model (`tree::grow`), with the catch-up step.
     fn propose_tree(
         &mut self,
         history: &[u32],
         shape: TreeShape,
         max_nodes: usize,
         tree: &mut DraftTree,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let Some(keep) = self.keep_prefix(history) else {
-            return Ok(());
+            return Ok(false);
         };
         let size = shape.size.min(max_nodes.saturating_sub(1));
         let on_device = self.one_submission && self.sampler.is_none();
-        let shape = TreeShape { size, ..shape };
-        if grow(&mut self.gen, (&history[keep..], None), shape, tree, on_device)? {
-            self.trees_on_device += 1;
-        }
-        Ok(())
+        grow(
+            &mut self.gen,
+            (&history[keep..], None),
+            TreeShape { size, ..shape },
+            tree,
+            on_device,
+        )
     }
     fn draft_dists(&self) -> Option<&[Vec<(u32, f32)>]> {
         self.sampler.as_ref().map(|_| self.dists.as_slice())

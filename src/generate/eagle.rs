@@ -31,8 +31,6 @@ pub struct EagleDraft<'a> {
     /// the target's verification too, [`Drafter::propose_verified`]); false runs one head step per submission (for
     /// measuring and testing). On by default; draft trees too grow in one submission where they can.
     pub chained: bool,
-    /// Draft trees grown in one submission so far.
-    pub trees_on_device: usize,
 }
 
 impl<'a> EagleDraft<'a> {
@@ -71,7 +69,6 @@ impl<'a> EagleDraft<'a> {
             projected: Vec::new(),
             failed: None,
             chained: true,
-            trees_on_device: 0,
         })
     }
 
@@ -229,7 +226,7 @@ impl Drafter for EagleDraft<'_> {
     fn name(&self) -> &'static str {
         "eagle"
     }
-    /// EAGLE-2's dynamic tree from the head (`tree::expand` with features); needs a session from
+    /// EAGLE-2's dynamic tree from the head (`tree::grow` with features); needs a session from
     /// [`EagleDraft::for_trees`].
     fn propose_tree(
         &mut self,
@@ -237,21 +234,20 @@ impl Drafter for EagleDraft<'_> {
         shape: TreeShape,
         max_nodes: usize,
         tree: &mut DraftTree,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let size = shape.size.min(max_nodes.saturating_sub(1));
         if size == 0 {
-            return Ok(());
+            return Ok(false);
         }
         let Some((keep, n)) = self.keep(history, shape.depth)? else {
-            return Ok(());
+            return Ok(false);
         };
         // The entries to redo from the target's features, then the tree.
         let h = self.hidden();
         let catch_up = (&history[keep + 1..=n], Some(&self.features[keep * h..n * h]));
         let on_device = grow(&mut self.gen, catch_up, TreeShape { size, ..shape }, tree, self.chained)?;
         self.real = n;
-        self.trees_on_device += usize::from(on_device);
-        Ok(())
+        Ok(on_device)
     }
     fn observe(&mut self, pos: usize, result: &StepResult) {
         let rows = self.target_rows(result).len() / self.target_width();

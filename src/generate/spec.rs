@@ -72,6 +72,8 @@ pub struct SpecStats {
     pub one_submission: usize,
     /// Tree steps that accepted greedily on the device and moved the path's K/V in their own submission.
     pub tree_on_device: usize,
+    /// Draft trees grown in one submission on the device (`tree::grow`).
+    pub trees_grown_on_device: usize,
     pub draft_time: Duration,
     pub verify_time: Duration,
     pub plain_time: Duration,
@@ -115,6 +117,12 @@ impl SpecStats {
                 self.one_submission
             ));
         }
+        if self.trees_grown_on_device > 0 {
+            s.push_str(&format!(
+                "\n  {} draft trees grown on the device, each in one submission",
+                self.trees_grown_on_device
+            ));
+        }
         if self.tree_on_device > 0 {
             s.push_str(&format!(
                 "\n  {} tree steps accepted on the device (the path's K/V moved in the same submission)",
@@ -142,6 +150,7 @@ impl SpecStats {
         self.accepted += other.accepted;
         self.one_submission += other.one_submission;
         self.tree_on_device += other.tree_on_device;
+        self.trees_grown_on_device += other.trees_grown_on_device;
         add_counts(&mut self.drafted_at, &other.drafted_at);
         add_counts(&mut self.accepted_at, &other.accepted_at);
         add_counts(&mut self.steps_by_drafts, &other.steps_by_drafts);
@@ -283,7 +292,8 @@ pub fn generate_spec(
                 let t = Instant::now();
                 let max_nodes = (gen.max_ctx() - base).min(MAX_TREE_ROWS).min(shape.size + 1);
                 if max_nodes > 1 {
-                    drafter.propose_tree(&history, shape, max_nodes, &mut tree)?;
+                    let grown = drafter.propose_tree(&history, shape, max_nodes, &mut tree)?;
+                    stats.trees_grown_on_device += usize::from(grown);
                 }
                 stats.draft_time += t.elapsed();
             }
