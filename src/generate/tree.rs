@@ -250,7 +250,8 @@ impl Generator<'_> {
         let pos = self.tokens.len();
         if ids.len() > self.chunk || pos + ids.len() + depth.saturating_sub(1) * topk >= self.cache.max_ctx {
             return Err(Error::Invalid(format!(
-                "a draft tree of depth {depth} and top-k {topk} after {} tokens does not fit one step at {pos} of a                  context of {}",
+                "a draft tree of depth {depth} and top-k {topk} after {} tokens does not fit one step at {pos} of a \
+                 context of {}",
                 ids.len(),
                 self.cache.max_ctx
             )));
@@ -362,7 +363,7 @@ pub(super) fn grow(
     on_device: bool,
 ) -> Result<bool> {
     let pos = gen.tokens.len();
-    let rows = (shape.depth - 1) * shape.topk;
+    let rows = shape.depth.saturating_sub(1) * shape.topk;
     let fits = pos + tokens.len() + rows < gen.max_ctx() && tokens.len() <= gen.chunk;
     let device = on_device
         && fits
