@@ -248,7 +248,7 @@ impl Generator<'_> {
         self.check_fits(ids)?;
         self.check_features(ids, features)?;
         let pos = self.tokens.len();
-        if ids.len() > self.chunk || pos + ids.len() + depth.saturating_sub(1) * topk >= self.cache.max_ctx {
+        if !self.tree_draft_fits(ids.len(), depth, topk) {
             return Err(Error::Invalid(format!(
                 "a draft tree of depth {depth} and top-k {topk} after {} tokens does not fit one step at {pos} of a \
                  context of {}",
@@ -264,6 +264,12 @@ impl Generator<'_> {
         plan.run(gpu, (ids, features), pos, &mut self.tree_result)?;
         self.tokens.extend_from_slice(ids);
         Ok(())
+    }
+
+    /// Whether a draft tree grown on the device after `m` tokens fits this session: the catch-up within one step
+    /// and every round's rows within the context.
+    pub fn tree_draft_fits(&self, m: usize, depth: usize, topk: usize) -> bool {
+        m <= self.chunk && self.tokens.len() + m + depth.saturating_sub(1) * topk < self.cache.max_ctx
     }
 
     /// Keep one path of the last tree step at `base`: `tokens[k]`, cached in slot `base + slots[k]`, becomes the
@@ -334,7 +340,8 @@ struct Cand {
     parent: usize,
     token: u32,
     score: f32,
-    /// The draft cache slot (relative to the root's position) once the node has run.
+    /// The draft cache slot (relative to the root's position) once the node has run (host growth; on the device
+    /// `tree_frontier` assigns them).
     slot: u32,
     /// An EAGLE head's predicted feature of the node, once it has run (host growth only).
     feature: Vec<f32>,
@@ -362,11 +369,8 @@ pub(super) fn grow(
     tree: &mut DraftTree,
     on_device: bool,
 ) -> Result<bool> {
-    let pos = gen.tokens.len();
-    let rows = shape.depth.saturating_sub(1) * shape.topk;
-    let fits = pos + tokens.len() + rows < gen.max_ctx() && tokens.len() <= gen.chunk;
     let device = on_device
-        && fits
+        && gen.tree_draft_fits(tokens.len(), shape.depth, shape.topk)
         && gen.model().can_chain()
         && gen.outputs.topk >= shape.topk
         && gen.outputs.lse
@@ -430,9 +434,6 @@ fn grown_on_device(r: &TreeDraftResult, shape: TreeShape) -> Result<Vec<Cand>> {
                 "a draft tree grown on the device ran another frontier in round {} than the host's rule takes",
                 j + 1
             )));
-        }
-        for (i, &c) in next.iter().enumerate() {
-            cands[c].slot = (1 + j * k + i) as u32;
         }
         frontier = next;
     }

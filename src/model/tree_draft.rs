@@ -19,12 +19,11 @@ struct Candidates {
     lse: TensorId,
 }
 
-/// The frontier a round ran: its tokens, parent rows (in the round before) and scores.
+/// The frontier a round ran: its tokens and parent rows (in the round before).
 #[derive(Clone, Copy, Debug)]
 struct Ran {
     ids: TensorId,
     parents: TensorId,
-    scores: TensorId,
 }
 
 /// A planned draft-tree growth ([`Llama::tree_draft`]).
@@ -49,10 +48,9 @@ pub struct TreeDraftResult {
     pub cand_ids: Vec<Vec<u32>>,
     pub cand_vals: Vec<Vec<f32>>,
     pub lse: Vec<Vec<f32>>,
-    /// Tree round j's frontier (index j - 1): tokens, parent rows in round j - 1, scores.
+    /// Tree round j's frontier (index j - 1): tokens and parent rows in round j - 1.
     pub ran_ids: Vec<Vec<u32>>,
     pub parents: Vec<Vec<u32>>,
-    pub scores: Vec<Vec<f32>>,
 }
 
 impl Llama {
@@ -110,7 +108,7 @@ impl Llama {
         for j in 1..depth {
             let c = cands[j - 1];
             let fr = g.tree_frontier((scores, table), (c.ids, c.vals, c.lse), topk, 1 + (j - 1) * topk)?;
-            for t in [fr.ids, fr.parents, fr.scores] {
+            for t in [fr.ids, fr.parents] {
                 g.output(t);
             }
             g.set_seq(j);
@@ -126,7 +124,6 @@ impl Llama {
             ran.push(Ran {
                 ids: fr.ids,
                 parents: fr.parents,
-                scores: fr.scores,
             });
             (scores, table) = (fr.scores, fr.table);
         }
@@ -162,11 +159,6 @@ fn candidates(g: &mut Graph, logits: TensorId, k: usize, head_ids: Option<Tensor
 }
 
 impl TreeDraft {
-    /// Tokens of the catch-up link.
-    pub fn catch_up_len(&self) -> usize {
-        self.m
-    }
-
     /// Run it (one submission): `tokens` `[m]` at `pos` (an EAGLE head's with `features` `[m, hidden]`), then the
     /// tree rounds at `pos + m - 1`; `out` then holds every round's read-backs.
     pub fn run(
@@ -201,7 +193,7 @@ impl TreeDraft {
         for v in [&mut out.cand_ids, &mut out.ran_ids, &mut out.parents] {
             v.resize_with(n, Vec::new);
         }
-        for v in [&mut out.cand_vals, &mut out.lse, &mut out.scores] {
+        for v in [&mut out.cand_vals, &mut out.lse] {
             v.resize_with(n, Vec::new);
         }
         for (j, c) in self.cands.iter().enumerate() {
@@ -211,11 +203,9 @@ impl TreeDraft {
         }
         out.ran_ids.truncate(self.ran.len());
         out.parents.truncate(self.ran.len());
-        out.scores.truncate(self.ran.len());
         for (j, r) in self.ran.iter().enumerate() {
             self.plan.read_into(r.ids, &mut out.ran_ids[j])?;
             self.plan.read_into(r.parents, &mut out.parents[j])?;
-            self.plan.read_into(r.scores, &mut out.scores[j])?;
         }
         Ok(())
     }
