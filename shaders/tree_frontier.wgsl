@@ -4,12 +4,12 @@
 // KEEP best children of all, by score (descending, in f32's total order) and then by candidate index c = r K + j
 // (ascending), become the next frontier, in that order: their tokens, their tree-table rows (the parent's path with
 // the child's own slot SLOT0 + i appended: attention_decode's TREE_W form) and scores, and each one's parent row
-// (which row's predicted feature an EAGLE head feeds it).
+// (which row's predicted feature an EAGLE head feeds it) and candidate index (where tree_select finds it).
 // Source: Li et al., "EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees" (2024), the
 // expansion phase; the host's form is generate::tree::expand, which takes the same choices from the same numbers.
 // Bindings: 0 scores [F] f32 | 1 table [F, TREE_W] u32 | 2 cand_ids [F, K] u32 | 3 cand_vals [F, K] f32
 //   | 4 lse [F] f32 | 5 next_ids [KEEP] u32 (written) | 6 next_table [KEEP, TREE_W] u32 (written)
-//   | 7 next_scores [KEEP] f32 (written) | 8 parents [KEEP] u32 (written).
+//   | 7 next_scores [KEEP] f32 (written) | 8 parents [KEEP] u32 (written) | 9 chosen [KEEP] u32 (written).
 // Method: KEEP passes, each taking the best candidate that comes after the last one taken in the order (so no
 // candidate is taken twice and no marks are kept): O(KEEP F K) comparisons, at most 64 x 64 x 64.
 // Grid: one workgroup of one invocation.
@@ -30,6 +30,7 @@ struct Params {
 @group(0) @binding(6) var<storage, read_write> next_table: array<u32>;   // [KEEP, TREE_W]
 @group(0) @binding(7) var<storage, read_write> next_scores: array<f32>;  // [KEEP]
 @group(0) @binding(8) var<storage, read_write> parents: array<u32>;      // [KEEP]
+@group(0) @binding(9) var<storage, read_write> chosen: array<u32>;       // [KEEP]
 @group(1) @binding(0) var<uniform> p: Params;
 
 // Candidate c's score.
@@ -72,6 +73,7 @@ fn main() {
         next_ids[i] = cand_ids[best];
         next_scores[i] = score_of(best);
         parents[i] = r;
+        chosen[i] = best;
         let o = i * TREE_W;
         next_table[o] = d + 1u;
         for (var s = 0u; s <= d; s++) {

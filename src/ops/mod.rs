@@ -36,7 +36,8 @@ macro_rules! for_each_op {
             softmax,
             topk,
             tree_accept,
-            tree_frontier
+            tree_frontier,
+            tree_select
         );
     };
 }

@@ -36,11 +36,11 @@ impl Kernel for TreeFrontier {
         "tree_frontier"
     }
     /// Node tensors: 0 scores, 1 table, 2 cand_ids, 3 cand_vals, 4 lse, 5 next_ids, 6 next_table, 7 next_scores,
-    /// 8 parents.
+    /// 8 parents, 9 chosen.
     fn dispatches(&self, _: &Caps) -> Vec<Dispatch> {
         vec![Dispatch {
             shader: key(),
-            bindings: (0..9).map(Bind::Tensor).collect(),
+            bindings: (0..10).map(Bind::Tensor).collect(),
             workgroups: [1, 1, 1],
         }]
     }
@@ -57,7 +57,7 @@ impl Kernel for TreeFrontier {
         let n = (self.f * self.k) as u64;
         Cost {
             bytes_read: 12 * n * self.keep as u64 + 4 * (self.f * TREE_W) as u64,
-            bytes_written: (4 * self.keep * (3 + TREE_W)) as u64,
+            bytes_written: (4 * self.keep * (4 + TREE_W)) as u64,
             flops: 2 * n * self.keep as u64,
         }
     }
@@ -75,6 +75,7 @@ impl Kernel for TreeFrontier {
                 Expected::at(6, f(&next.table)),
                 Expected::at(7, next.scores),
                 Expected::at(8, f(&next.parents)),
+                Expected::at(9, f(&next.chosen)),
             ])
         })
     }
@@ -84,13 +85,14 @@ impl Kernel for TreeFrontier {
 }
 
 /// The next frontier's tensors: `ids` `[keep]` u32, `table` `[keep, TREE_W]` u32, `scores` `[keep]` f32, `parents`
-/// `[keep]` u32.
+/// `[keep]` u32 (rows of the last frontier), `chosen` `[keep]` u32 (candidate indices r k + j).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Frontier {
     pub ids: TensorId,
     pub table: TensorId,
     pub scores: TensorId,
     pub parents: TensorId,
+    pub chosen: TensorId,
 }
 
 /// The host's frontier values ([`reference`]).
@@ -100,6 +102,7 @@ pub struct FrontierValues {
     pub table: Vec<u32>,
     pub scores: Vec<f32>,
     pub parents: Vec<u32>,
+    pub chosen: Vec<u32>,
 }
 
 impl Graph {
@@ -107,8 +110,8 @@ impl Graph {
     /// u32, each row's `k` best children `cand_ids` `[F, k]` u32 with their logits `cand_vals` `[F, k]` f32 (best
     /// first, `topk`'s outputs) and the row's log-sum-exp `lse` `[F]` (or `[F, 1]`) f32. Returns the `keep` best
     /// children by score `scores[r] + (logit - lse[r])` (descending in f32's total order, then by index r k + j)
-    /// as the next frontier: their tokens, table rows (the parent's path, then the own slot `slot0 + i`), scores and
-    /// parent rows. `keep` is at most `F k` and [`MAX_TREE_ROWS`]; every parent at most `MAX_TREE_DEPTH - 1` deep.
+    /// as the next frontier: their tokens, table rows (the parent's path, then the own slot `slot0 + i`), scores,
+    /// parent rows and candidate indices. `keep` is at most `F k` and [`MAX_TREE_ROWS`]; every parent at most `MAX_TREE_DEPTH - 1` deep.
     pub fn tree_frontier(
         &mut self,
         (scores, table): (TensorId, TensorId),
@@ -156,6 +159,7 @@ impl Graph {
                 ("tree_frontier.table", &[keep, TREE_W], DType::U32),
                 ("tree_frontier.scores", &[keep], DType::F32),
                 ("tree_frontier.parents", &[keep], DType::U32),
+                ("tree_frontier.chosen", &[keep], DType::U32),
             ],
         )?;
         Ok(Frontier {
@@ -163,6 +167,7 @@ impl Graph {
             table: o[1],
             scores: o[2],
             parents: o[3],
+            chosen: o[4],
         })
     }
 }
@@ -190,6 +195,7 @@ pub fn reference(
         table: Vec::with_capacity(keep * TREE_W),
         scores: Vec::with_capacity(keep),
         parents: Vec::with_capacity(keep),
+        chosen: Vec::with_capacity(keep),
     };
     for (i, &c) in order.iter().take(keep).enumerate() {
         let r = c / k;
@@ -198,6 +204,7 @@ pub fn reference(
         next.ids.push(cand_ids[c]);
         next.scores.push(score(c));
         next.parents.push(r as u32);
+        next.chosen.push(c as u32);
         next.table.push(d as u32 + 1);
         next.table.extend_from_slice(&table[r * TREE_W + 1..=r * TREE_W + 1 + d]);
         next.table.extend(std::iter::repeat_n(own, TREE_W - 2 - d));

@@ -1,4 +1,5 @@
-//! tree_frontier vs CPU: the next frontier's tokens, table rows, scores (bit for bit) and parent rows, over random
+//! tree_frontier vs CPU: the next frontier's tokens, table rows, scores (bit for bit), parent rows and candidate
+//! indices, over random
 //! frontiers (1 to 64 rows, 1 to 10 children each, parents up to 13 deep, keep from 1 to 64); ties in score (the
 //! lower candidate index first), infinities and NaNs (f32's total order); two rounds chained in one plan (the first
 //! round's outputs feed the second), run twice so the second run overwrites the first. The reference itself is
@@ -68,6 +69,7 @@ fn check_meaning(round: &Round, keep: usize, slot0: usize, next: &FrontierValues
             r * k + j.expect("a kept child is one of its parent's candidates")
         })
         .collect();
+    assert_eq!(next.chosen, kept.iter().map(|&c| c as u32).collect::<Vec<_>>(), "candidate indices");
     for w in kept.windows(2) {
         let ord = score(w[1]).total_cmp(&score(w[0])).then(w[0].cmp(&w[1]));
         assert!(ord.is_le() && w[0] != w[1], "kept children in order, each once");
@@ -104,7 +106,7 @@ fn run(gpu: &Gpu, rounds: &[Round], keeps: &[usize], slot0: usize, repeats: usiz
         let vals = g.input(&format!("vals{j}"), &[f, round.k], DType::F32);
         let lse = g.input(&format!("lse{j}"), &[f, 1], DType::F32);
         let next = g.tree_frontier((scores, table), (ids, vals, lse), keep, slot)?;
-        for t in [next.ids, next.table, next.scores, next.parents] {
+        for t in [next.ids, next.table, next.scores, next.parents, next.chosen] {
             g.output(t);
         }
         inputs.push((ids, vals, lse));
@@ -142,10 +144,12 @@ fn run(gpu: &Gpu, rounds: &[Round], keeps: &[usize], slot0: usize, repeats: usiz
             got.extend(plan.read_u32(next.table)?);
             got.extend(plan.read_f32(next.scores)?.iter().map(|v| v.to_bits()));
             got.extend(plan.read_u32(next.parents)?);
+            got.extend(plan.read_u32(next.chosen)?);
             want.extend(&w.ids);
             want.extend(&w.table);
             want.extend(w.scores.iter().map(|v| v.to_bits()));
             want.extend(&w.parents);
+            want.extend(&w.chosen);
             (scores, table) = (w.scores, w.table);
             slot += keep;
         }
