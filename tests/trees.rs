@@ -318,6 +318,13 @@ fn draft_trees_equal_plain_on_smollm2() {
                     st.trees_grown_on_device, grown,
                     "{tag}: draft trees grown on the device"
                 );
+                // Greedy, the head's trees are verified in their draft's submission (drafting, rerank and the
+                // target's tree step with its acceptance: one submission per step).
+                let verified = if params.temperature == 0.0 { grown } else { 0 };
+                assert_eq!(
+                    st.one_submission, verified,
+                    "{tag}: trees verified in their draft's submission"
+                );
                 if source == "self-draft" {
                     assert!(
                         st.verify_steps > 0 && st.accepted > 0,
@@ -339,7 +346,10 @@ fn draft_trees_equal_plain_on_smollm2() {
 /// every round's tree step chained) are the trees grown step by step from the same sessions, node for node:
 /// SmolLM2 drafting for itself (its steps reading top-k and log-sum-exp), an EAGLE head (each row fed its parent's
 /// predicted feature on the device) and the head restricted to 2048 ids (FR-Spec: ids mapped on the device), for
-/// the shapes after histories of several lengths (so the catch-up runs 1 to many tokens).
+/// the shapes after histories of several lengths (so the catch-up runs 1 to many tokens). Grown with the
+/// target's verification in the same submission (`Generator::verify_tree_draft`: the tree reranked on the device
+/// feeds the target's tree step), the trees are the same and the target's choices and accepted path are those of
+/// its own tree step over them.
 #[test]
 fn draft_trees_grown_on_the_device_equal_step_by_step() {
     let smol = Smol::new();
@@ -362,16 +372,22 @@ fn draft_trees_grown_on_the_device_equal_step_by_step() {
     let narrow = narrow.with_head_subset(shaderlm::model::frspec::subset_of(gpu, loaded, ids).unwrap());
     let shapes = [(2, 10, 12), (6, 10, 60), (3, 4, 16)].map(|(depth, topk, size)| TreeShape { depth, topk, size });
     let lengths = [prompt.len() - 9, prompt.len() - 8, prompt.len() - 2, prompt.len()];
-    // Each tree grown both ways from the same history: node for node the same.
-    let compare = |source: &str, device: &mut dyn Drafter, host: &mut dyn Drafter| {
+    // Each tree grown both ways from the same history: node for node the same. Then grown again with the target's
+    // verification in the same submission: the same tree, and the target's rows and accepted path those of its
+    // tree step run after it.
+    let mut compare = |source: &str, device: &mut dyn Drafter, host: &mut dyn Drafter| {
+        target.truncate(0);
+        target.feed(&prompt).unwrap();
         device.observe(0, &target.result);
         host.observe(0, &target.result);
         for shape in shapes {
             for &len in &lengths {
                 let history = &prompt[..len];
-                let (mut a, mut b) = (DraftTree::default(), DraftTree::default());
-                a.reset(*history.last().unwrap());
-                b.reset(*history.last().unwrap());
+                let root = *history.last().unwrap();
+                let (mut a, mut b, mut c) = (DraftTree::default(), DraftTree::default(), DraftTree::default());
+                a.reset(root);
+                b.reset(root);
+                c.reset(root);
                 let on_device = device.propose_tree(history, shape, 64, &mut a).unwrap();
                 let by_rounds = !host.propose_tree(history, shape, 64, &mut b).unwrap();
                 let tag = format!("{source} {shape:?} after {len} tokens");
@@ -381,6 +397,28 @@ fn draft_trees_grown_on_the_device_equal_step_by_step() {
                 );
                 assert!(a.len() > 1, "{tag}: an empty tree");
                 assert_eq!((&a.tokens, &a.parents), (&b.tokens, &b.parents), "{tag}");
+                target.truncate(len - 1);
+                let verified = device
+                    .propose_tree_verified(&mut target, history, shape, 64, &mut c)
+                    .unwrap();
+                assert_eq!(verified, (true, true), "{tag}: grown and verified in one submission");
+                assert_eq!((&c.tokens, &c.parents), (&a.tokens, &a.parents), "{tag}: verified");
+                let (path, rows) = (target.result.tree_path.clone(), target.result.row_argmax.clone());
+                if source == "self-draft" {
+                    assert!(path.len() > 1, "{tag}: the target's own draft keeps a path");
+                }
+                target
+                    .feed_tree_accepting(len - 1, &c.tokens, &c.table().unwrap())
+                    .unwrap();
+                assert_eq!(path, target.result.tree_path, "{tag}: the accepted path");
+                assert_eq!(
+                    rows[..c.len()],
+                    target.result.row_argmax[..],
+                    "{tag}: the rows' choices"
+                );
+                // The tree steps wrote past the history: the prompt's K/V back for the next one.
+                target.truncate(len - 1);
+                target.feed(&prompt[len - 1..]).unwrap();
             }
         }
     };

@@ -2,7 +2,7 @@
 //! the last n-gram, in the prompt or the output so far) and a draft model that shares the target's vocabulary.
 //! A draft only proposes; the target's verification decides, so a bad draft costs time, never correctness.
 
-use super::tree::{grow, DraftTree, TreeShape};
+use super::tree::{grow, grow_verified, DraftTree, TreeShape};
 use super::{Generator, StepResult};
 use crate::error::{Error, Result};
 use crate::model::llama::MAX_CHAIN;
@@ -15,8 +15,23 @@ pub trait Drafter {
     /// (cleared first); none when it has no guess.
     fn propose(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()>;
     /// A tree of drafts after `history` grown as `shape` says, into `tree` (reset to the root, `history`'s last
-    /// token), at most `max_nodes` nodes with the root; true when it grew in one submission on the device
-    /// (`tree::grow`). By default the chain [`Drafter::propose`] gives.
+    /// token), at most `max_nodes` nodes with the root; with `target`, where this source can, also `target`'s greedy
+    /// verification of the tree in the same submission (its tree step accepting on the device,
+    /// [`Generator::verify_tree_draft`]; `target.result` then holds it). Returns (grown in one submission on the
+    /// device (`tree::grow`), verified). By default the chain [`Drafter::propose`] gives, not verified.
+    fn grow_tree(
+        &mut self,
+        _target: Option<&mut Generator<'_>>,
+        history: &[u32],
+        (shape, max_nodes): (TreeShape, usize),
+        tree: &mut DraftTree,
+    ) -> Result<(bool, bool)> {
+        let mut chain = Vec::new();
+        self.propose(history, shape.depth.min(max_nodes.saturating_sub(1)), &mut chain)?;
+        tree.insert(&chain, max_nodes);
+        Ok((false, false))
+    }
+    /// [`Drafter::grow_tree`] without a verification: true when the tree grew in one submission on the device.
     fn propose_tree(
         &mut self,
         history: &[u32],
@@ -24,10 +39,18 @@ pub trait Drafter {
         max_nodes: usize,
         tree: &mut DraftTree,
     ) -> Result<bool> {
-        let mut chain = Vec::new();
-        self.propose(history, shape.depth.min(max_nodes.saturating_sub(1)), &mut chain)?;
-        tree.insert(&chain, max_nodes);
-        Ok(false)
+        self.grow_tree(None, history, (shape, max_nodes), tree).map(|r| r.0)
+    }
+    /// [`Drafter::grow_tree`] with `target`'s verification where this source can: (grown on the device, verified).
+    fn propose_tree_verified(
+        &mut self,
+        target: &mut Generator<'_>,
+        history: &[u32],
+        shape: TreeShape,
+        max_nodes: usize,
+        tree: &mut DraftTree,
+    ) -> Result<(bool, bool)> {
+        self.grow_tree(Some(target), history, (shape, max_nodes), tree)
     }
     /// Draft up to `max` tokens after `history` into `out` and have `target` verify them in the same submission
     /// (its [`Generator::verify`] of `history`'s last token and the drafts), where this source can: true when it
@@ -106,13 +129,13 @@ impl Drafter for Lookup {
     }
     /// The continuations of up to `shape.topk` earlier occurrences of the last n-gram (longest n first, latest
     /// first), each up to `shape.depth` tokens, merged into one tree.
-    fn propose_tree(
+    fn grow_tree(
         &mut self,
+        _target: Option<&mut Generator<'_>>,
         history: &[u32],
-        shape: TreeShape,
-        max_nodes: usize,
+        (shape, max_nodes): (TreeShape, usize),
         tree: &mut DraftTree,
-    ) -> Result<bool> {
+    ) -> Result<(bool, bool)> {
         let len = history.len();
         let mut found = 0;
         for n in (self.ngram_min.max(1)..=self.ngram_max).rev() {
@@ -128,11 +151,11 @@ impl Drafter for Lookup {
                 );
                 found += 1;
                 if found == shape.topk {
-                    return Ok(false);
+                    return Ok((false, false));
                 }
             }
         }
-        Ok(false)
+        Ok((false, false))
     }
 }
 
@@ -314,26 +337,30 @@ impl Drafter for DraftModel<'_> {
     fn name(&self) -> &'static str {
         "draft model"
     }
-    /// EAGLE-2's dynamic tree grown by this model (`tree::grow`), with the catch-up step.
-    fn propose_tree(
+    /// EAGLE-2's dynamic tree grown by this model (`tree::grow`), with the catch-up step; verified by `target` in
+    /// the same submission where it can (`tree::grow_verified`).
+    fn grow_tree(
         &mut self,
+        target: Option<&mut Generator<'_>>,
         history: &[u32],
-        shape: TreeShape,
-        max_nodes: usize,
+        (shape, max_nodes): (TreeShape, usize),
         tree: &mut DraftTree,
-    ) -> Result<bool> {
+    ) -> Result<(bool, bool)> {
         let Some(keep) = self.keep_prefix(history) else {
-            return Ok(false);
+            return Ok((false, false));
         };
-        let size = shape.size.min(max_nodes.saturating_sub(1));
+        let shape = TreeShape {
+            size: shape.size.min(max_nodes.saturating_sub(1)),
+            ..shape
+        };
         let on_device = self.one_submission && self.sampler.is_none();
-        grow(
-            &mut self.gen,
-            (&history[keep..], None),
-            TreeShape { size, ..shape },
-            tree,
-            on_device,
-        )
+        let tokens = (&history[keep..], None);
+        if let Some(target) = target.filter(|_| on_device && shape.size > 0) {
+            if grow_verified(&mut self.gen, target, tokens, shape, tree)? {
+                return Ok((true, true));
+            }
+        }
+        Ok((grow(&mut self.gen, tokens, shape, tree, on_device)?, false))
     }
     fn draft_dists(&self) -> Option<&[Vec<(u32, f32)>]> {
         self.sampler.as_ref().map(|_| self.dists.as_slice())

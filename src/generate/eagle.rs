@@ -4,7 +4,7 @@
 //! node run with its parent's predicted feature.
 
 use super::draft::Drafter;
-use super::tree::{grow, DraftTree, TreeShape};
+use super::tree::{grow, grow_verified, DraftTree, TreeShape};
 use super::{Generator, StepResult};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
@@ -226,28 +226,33 @@ impl Drafter for EagleDraft<'_> {
     fn name(&self) -> &'static str {
         "eagle"
     }
-    /// EAGLE-2's dynamic tree from the head (`tree::grow` with features); needs a session from
-    /// [`EagleDraft::for_trees`].
-    fn propose_tree(
+    /// EAGLE-2's dynamic tree from the head (`tree::grow` with features), verified by `target` in the same
+    /// submission where it can (`tree::grow_verified`); needs a session from [`EagleDraft::for_trees`].
+    fn grow_tree(
         &mut self,
+        target: Option<&mut Generator<'_>>,
         history: &[u32],
-        shape: TreeShape,
-        max_nodes: usize,
+        (shape, max_nodes): (TreeShape, usize),
         tree: &mut DraftTree,
-    ) -> Result<bool> {
+    ) -> Result<(bool, bool)> {
         let size = shape.size.min(max_nodes.saturating_sub(1));
         if size == 0 {
-            return Ok(false);
+            return Ok((false, false));
         }
         let Some((keep, n)) = self.keep(history, shape.depth)? else {
-            return Ok(false);
+            return Ok((false, false));
         };
         // The entries to redo from the target's features, then the tree.
         let h = self.hidden();
         let catch_up = (&history[keep + 1..=n], Some(&self.features[keep * h..n * h]));
-        let on_device = grow(&mut self.gen, catch_up, TreeShape { size, ..shape }, tree, self.chained)?;
+        let shape = TreeShape { size, ..shape };
+        let verified = match target.filter(|_| self.chained) {
+            Some(target) => grow_verified(&mut self.gen, target, catch_up, shape, tree)?,
+            None => false,
+        };
+        let grown = verified || grow(&mut self.gen, catch_up, shape, tree, self.chained)?;
         self.real = n;
-        Ok(on_device)
+        Ok((grown, verified))
     }
     fn observe(&mut self, pos: usize, result: &StepResult) {
         let rows = self.target_rows(result).len() / self.target_width();

@@ -40,8 +40,8 @@ struct Plans {
     mover: Option<crate::model::tree_step::KvMover>,
     /// InfLLM-v2 compressed-key updates over an accepted path, by its length (`Llama::key_compressor`).
     compress: HashMap<usize, Option<crate::graph::Plan>>,
-    /// Draft trees grown on the device by (catch-up tokens, depth, top-k) (`Llama::tree_draft`).
-    tree_draft: HashMap<(usize, usize, usize), crate::model::tree_draft::TreeDraft>,
+    /// Draft trees grown on the device by (catch-up tokens, (depth, top-k, size)) (`Llama::tree_draft`).
+    tree_draft: HashMap<(usize, (usize, usize, usize)), crate::model::tree_draft::TreeDraft>,
 }
 
 impl Plans {
@@ -85,6 +85,20 @@ impl Plans {
         Ok(match self.verify.entry((n, sparse)) {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(e) => e.insert(model.verify_step(gpu, cache, n, outputs, sparse)?),
+        })
+    }
+
+    /// The plan growing a draft tree of (depth, top-k, size) after `m` tokens (`Llama::tree_draft`).
+    fn tree_draft(
+        &mut self,
+        gpu: &Gpu,
+        model: &Llama,
+        cache: &KvCache,
+        (m, shape): (usize, (usize, usize, usize)),
+    ) -> Result<&mut crate::model::tree_draft::TreeDraft> {
+        Ok(match self.tree_draft.entry((m, shape)) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(model.tree_draft(gpu, cache, m, shape)?),
         })
     }
 

@@ -288,14 +288,29 @@ pub fn generate_spec(
             tree.reset(next);
             // A tree step attends densely: past an InfLLM-v2 model's dense length the step verifies a chain.
             let tree_shape = spec.tree.filter(|s| !gen.sparse_at(base + s.depth + 1));
+            // Greedy tree steps accept on the device; a draft model may then grow the tree in the same submission.
+            let accepts_on_device = greedy_on_device(sampler, gen);
+            let mut tree_verified = false;
             if let (true, Some(shape)) = (on, tree_shape) {
                 let t = Instant::now();
                 let max_nodes = (gen.max_ctx() - base).min(MAX_TREE_ROWS).min(shape.size + 1);
                 if max_nodes > 1 {
-                    let grown = drafter.propose_tree(&history, shape, max_nodes, &mut tree)?;
+                    let grown = if accepts_on_device {
+                        let (grown, verified) =
+                            drafter.propose_tree_verified(gen, &history, shape, max_nodes, &mut tree)?;
+                        tree_verified = verified;
+                        grown
+                    } else {
+                        drafter.propose_tree(&history, shape, max_nodes, &mut tree)?
+                    };
                     stats.trees_grown_on_device += usize::from(grown);
+                    stats.one_submission += usize::from(tree_verified);
                 }
-                stats.draft_time += t.elapsed();
+                // Drafting in the verification's submission counts as verification.
+                match tree_verified {
+                    true => stats.verify_time += t.elapsed(),
+                    false => stats.draft_time += t.elapsed(),
+                }
             }
             drafts.clear();
             let mut verified = false;
@@ -303,8 +318,13 @@ pub fn generate_spec(
             let t_step = Instant::now();
             if tree.len() > 1 {
                 let t = Instant::now();
-                let (path, stopped, on_device) =
-                    verify_tree(gen, sampler, &tree, (&mut history, &mut next), &mut emit)?;
+                let (path, stopped, on_device) = verify_tree(
+                    gen,
+                    sampler,
+                    (&tree, tree_verified),
+                    (&mut history, &mut next),
+                    &mut emit,
+                )?;
                 stats.tree_on_device += usize::from(on_device);
                 drafter.observe_path(base, &gen.result, &path);
                 let accepted = path.len() - 1;
@@ -419,22 +439,29 @@ fn keep_on(spec: &SpecOptions, recent: &mut VecDeque<usize>, accepted: usize, st
 /// child is. The accepted tokens go to `history` and `emit`; `next` becomes the target's choice after them. The
 /// cache then holds the root and the accepted path (the last emitted token excepted when the emitter stopped).
 /// Greedy choices over the full vocabulary are accepted on the device, the path's K/V moved in the same submission.
+/// With `fed`, that tree step (accepting on the device) already ran in the draft's submission
+/// (`Drafter::propose_tree_verified`).
 /// Returns the accepted path (its nodes from the root), whether the emitter stopped, and whether the device
 /// accepted.
 fn verify_tree(
     gen: &mut Generator<'_>,
     sampler: &mut Sampler,
-    tree: &DraftTree,
+    (tree, fed): (&DraftTree, bool),
     (history, next): (&mut Vec<u32>, &mut u32),
     emit: &mut Emitter<'_, impl FnMut(&str) -> bool>,
 ) -> Result<(Vec<u32>, bool, bool)> {
     let base = gen.tokens.len();
     // Greedy choices are the rows' argmaxes: the step accepts and moves the path's K/V itself, one submission.
-    let on_device = sampler.params.is_greedy() && !sampler.params.needs_logits() && gen.can_accept_on_device();
-    if on_device {
-        gen.feed_tree_accepting(base, &tree.tokens, &tree.table()?)?;
-    } else {
-        gen.feed_tree(base, &tree.tokens, &tree.table()?, None)?;
+    let on_device = greedy_on_device(sampler, gen);
+    match (fed, on_device) {
+        (true, true) => {}
+        (true, false) => {
+            return Err(crate::error::Error::Invalid(
+                "a draft tree verified in its draft's submission needs greedy acceptance on the device".into(),
+            ))
+        }
+        (false, true) => gen.feed_tree_accepting(base, &tree.tokens, &tree.table()?)?,
+        (false, false) => gen.feed_tree(base, &tree.tokens, &tree.table()?, None)?,
     }
     let mut path = vec![0u32];
     let mut stopped = false;
@@ -467,6 +494,11 @@ fn verify_tree(
         gen.accept_path(base, &tokens, &path[..kept])?;
     }
     Ok((path, stopped, on_device))
+}
+
+/// Whether the target's tree steps accept on the device: greedy choices (the rows' argmaxes) over the full head.
+fn greedy_on_device(sampler: &Sampler, gen: &Generator<'_>) -> bool {
+    sampler.params.is_greedy() && !sampler.params.needs_logits() && gen.can_accept_on_device()
 }
 
 /// Speculative sampling's acceptance test (Leviathan et al., Chen et al. 2023) for a draft `d` drawn from `q`,

@@ -8,9 +8,10 @@
 use super::Generator;
 use crate::error::{Error, Result};
 use crate::graph::StepVars;
-use crate::model::tree_draft::TreeDraftResult;
+use crate::model::tree_draft::{tree_size, TreeDraftResult};
 use crate::ops::attention_decode::{tree_table, MAX_TREE_DEPTH, MAX_TREE_ROWS, TREE_W};
 use crate::ops::tree_frontier::child_score;
+use crate::ops::tree_select;
 use std::collections::hash_map::Entry;
 
 /// How a draft tree grows (CPM.cu's `spec_num_iter`, `spec_topk_per_iter`, `spec_tree_size`): `depth` expansion
@@ -240,30 +241,92 @@ impl Generator<'_> {
         step.run_tree(gpu, ids, table, base, &mut self.result)
     }
 
-    /// Catch up with `ids` (an EAGLE head's with `features` `[n, hidden]`) and grow a draft tree of `depth` rounds
-    /// keeping `topk` nodes each, all in one submission ([`crate::model::Llama::tree_draft`]): `self.tree_result`
-    /// then holds every round's candidates and frontier. The cached tokens are then `ids` after the ones there were;
-    /// the tree's rows wrote K/V past them (later steps overwrite it).
-    pub fn feed_tree_draft(&mut self, ids: &[u32], features: Option<&[f32]>, depth: usize, topk: usize) -> Result<()> {
-        self.check_fits(ids)?;
-        self.check_features(ids, features)?;
-        let pos = self.tokens.len();
-        if !self.tree_draft_fits(ids.len(), depth, topk) {
-            return Err(Error::Invalid(format!(
-                "a draft tree of depth {depth} and top-k {topk} after {} tokens does not fit one step at {pos} of a \
-                 context of {}",
-                ids.len(),
-                self.cache.max_ctx
-            )));
-        }
-        let (gpu, model) = (self.gpu, self.model);
-        let plan = match self.plans.tree_draft.entry((ids.len(), depth, topk)) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => e.insert(model.tree_draft(gpu, &self.cache, ids.len(), depth, topk)?),
-        };
+    /// Catch up with `ids` (an EAGLE head's with `features` `[n, hidden]`) and grow a draft tree of `shape` (its
+    /// `depth` rounds keeping `topk` nodes each, reranked to `size`), all in one submission
+    /// ([`crate::model::Llama::tree_draft`]): `self.tree_result` then holds every round's candidates and frontier,
+    /// and the tree. The cached tokens are then `ids` after the ones there were; the tree's rows wrote K/V past them
+    /// (later steps overwrite it).
+    pub fn feed_tree_draft(&mut self, ids: &[u32], features: Option<&[f32]>, shape: TreeShape) -> Result<()> {
+        let key = self.tree_draft_key(ids, features, shape)?;
+        let (gpu, pos) = (self.gpu, self.tokens.len());
+        let plan = self.plans.tree_draft(gpu, self.model, &self.cache, key)?;
         plan.run(gpu, (ids, features), pos, &mut self.tree_result)?;
         self.tokens.extend_from_slice(ids);
         Ok(())
+    }
+
+    /// [`Generator::feed_tree_draft`] on `draft`, then this session's tree step accepting on the device
+    /// ([`Generator::feed_tree_accepting`]) over the root `root` and the tree's nodes, in one submission: the tree
+    /// reaches the verification's token ids and table on the device. `draft.tree_result` then holds the tree,
+    /// `self.result` the verification's outputs and the accepted path; the cached tokens are not changed
+    /// ([`Generator::keep_moved_path`] keeps what the caller accepts). Both sessions must run on the same device.
+    pub fn verify_tree_draft(
+        &mut self,
+        draft: &mut Generator<'_>,
+        (ids, features): (&[u32], Option<&[f32]>),
+        shape: TreeShape,
+        root: u32,
+    ) -> Result<()> {
+        if !std::ptr::eq(self.gpu, draft.gpu) || !self.can_accept_on_device() {
+            return Err(Error::Invalid(
+                "a draft tree verified in the same submission needs the target's device, its argmax and full head"
+                    .into(),
+            ));
+        }
+        if draft.model.cfg.vocab > self.model.cfg.vocab || root as usize >= self.model.cfg.vocab {
+            return Err(Error::Invalid(format!(
+                "a draft tree from a vocabulary of {} (root {root}) cannot be verified by a model of {}",
+                draft.model.cfg.vocab, self.model.cfg.vocab
+            )));
+        }
+        let base = self.tokens.len();
+        let n = tree_size(shape.depth, shape.topk, shape.size) + 1;
+        if base + n > self.cache.max_ctx || self.sparse_at(base + shape.depth + 1) {
+            return Err(Error::Invalid(format!(
+                "a draft tree of {n} nodes and depth {} at {base} does not fit a dense step of the context of {}",
+                shape.depth, self.cache.max_ctx
+            )));
+        }
+        let (gpu, model) = (self.gpu, self.model);
+        let verify = match self.plans.tree.entry((n, true)) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(model.tree_step(gpu, &self.cache, n, self.outputs, true)?),
+        };
+        let (key, dpos) = (draft.tree_draft_key(ids, features, shape)?, draft.tokens.len());
+        let plan = draft.plans.tree_draft(gpu, draft.model, &draft.cache, key)?;
+        plan.run_then_verify(
+            gpu,
+            (ids, features),
+            dpos,
+            &mut draft.tree_result,
+            (verify, root, base),
+            &mut self.result,
+        )?;
+        draft.tokens.extend_from_slice(ids);
+        Ok(())
+    }
+
+    /// The plan key of [`Generator::feed_tree_draft`] (catch-up tokens, (depth, top-k, size)); an error unless it
+    /// fits.
+    fn tree_draft_key(
+        &self,
+        ids: &[u32],
+        features: Option<&[f32]>,
+        shape: TreeShape,
+    ) -> Result<(usize, (usize, usize, usize))> {
+        self.check_fits(ids)?;
+        self.check_features(ids, features)?;
+        let (depth, topk) = (shape.depth, shape.topk);
+        if !self.tree_draft_fits(ids.len(), depth, topk) {
+            return Err(Error::Invalid(format!(
+                "a draft tree of depth {depth} and top-k {topk} after {} tokens does not fit one step at {} of a \
+                 context of {}",
+                ids.len(),
+                self.tokens.len(),
+                self.cache.max_ctx
+            )));
+        }
+        Ok((ids.len(), (depth, topk, tree_size(depth, topk, shape.size))))
     }
 
     /// Whether a draft tree grown on the device after `m` tokens fits this session: the catch-up within one step
@@ -369,14 +432,9 @@ pub(super) fn grow(
     tree: &mut DraftTree,
     on_device: bool,
 ) -> Result<bool> {
-    let device = on_device
-        && gen.tree_draft_fits(tokens.len(), shape.depth, shape.topk)
-        && gen.model().can_chain()
-        && gen.outputs.topk >= shape.topk
-        && gen.outputs.lse
-        && shape.topk < MAX_TREE_ROWS;
+    let device = on_device && grows_on_device(gen, tokens.len(), shape);
     let cands = if device {
-        gen.feed_tree_draft(tokens, features, shape.depth, shape.topk)?;
+        gen.feed_tree_draft(tokens, features, shape)?;
         grown_on_device(&gen.tree_result, shape)?
     } else {
         match features {
@@ -386,7 +444,67 @@ pub(super) fn grow(
         grow_on_host(gen, shape, features.is_some())?
     };
     select(&cands, shape, tree);
+    if device {
+        same_tree(&gen.tree_result, tree)?;
+    }
     Ok(device)
+}
+
+/// [`grow`] on the device, with `target`'s verification of the tree (root `tree.tokens[0]`, the last of
+/// `tokens`) accepting on the device in the same submission ([`Generator::verify_tree_draft`]); `target.result`
+/// then holds its outputs and accepted path. False, with nothing run, where either session cannot.
+pub(super) fn grow_verified(
+    draft: &mut Generator<'_>,
+    target: &mut Generator<'_>,
+    (tokens, features): (&[u32], Option<&[f32]>),
+    shape: TreeShape,
+    tree: &mut DraftTree,
+) -> Result<bool> {
+    let base = target.tokens.len();
+    let fits = base + tree_size(shape.depth, shape.topk, shape.size) < target.max_ctx()
+        && !target.sparse_at(base + shape.depth + 1);
+    let root = tree.tokens.first().copied();
+    if !fits
+        || !grows_on_device(draft, tokens.len(), shape)
+        || !target.can_accept_on_device()
+        || !std::ptr::eq(draft.gpu(), target.gpu())
+        || tokens.last().copied() != root
+    {
+        return Ok(false);
+    }
+    let root = root.expect("checked");
+    target.verify_tree_draft(draft, (tokens, features), shape, root)?;
+    let cands = grown_on_device(&draft.tree_result, shape)?;
+    select(&cands, shape, tree);
+    same_tree(&draft.tree_result, tree)?;
+    Ok(true)
+}
+
+/// Whether `gen` can grow a tree of `shape` on the device after `m` tokens: greedy steps reading top-k and
+/// log-sum-exp, dense attention, the catch-up within one step, every round within the context.
+fn grows_on_device(gen: &Generator<'_>, m: usize, shape: TreeShape) -> bool {
+    gen.tree_draft_fits(m, shape.depth, shape.topk)
+        && gen.model().can_chain()
+        && gen.outputs.topk >= shape.topk
+        && gen.outputs.lse
+        && shape.topk < MAX_TREE_ROWS
+}
+
+/// An error unless the tree `tree_select` made on the device is `tree` (the rows past its nodes are padding).
+fn same_tree(r: &TreeDraftResult, tree: &DraftTree) -> Result<()> {
+    let n = tree.len();
+    let table = tree.table()?;
+    let same = r.tree_ids.len() + 1 >= n
+        && r.tree_ids[..n - 1] == tree.tokens[1..]
+        && r.tree_table.get(..n * TREE_W) == Some(&table[..]);
+    if !same {
+        return Err(Error::Invalid(
+            "the draft tree reranked on the device differs from the host's rerank of the same candidates (a bug; \
+             please report it)"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The candidates of a tree grown on the device, from its read-backs; an error unless every round ran the
@@ -555,42 +673,25 @@ fn grow_on_host(gen: &mut Generator<'_>, shape: TreeShape, eagle: bool) -> Resul
     Ok(cands)
 }
 
-/// The tree of the `size` best candidates (`tree` holds the root): a node whose parent was not kept (equal
-/// scores) is dropped, and so are its descendants; the spine first, then the others, parents before children.
+/// The tree of the `size` best candidates (`tree` holds the root), as `tree_select` takes it on the device
+/// ([`tree_select::reference`]: a node whose parent was not kept goes, with its descendants; the spine first, then
+/// the others, parents before children).
 fn select(cands: &[Cand], shape: TreeShape, tree: &mut DraftTree) {
-    let mut order: Vec<usize> = (0..cands.len()).collect();
-    by_score(cands, &mut order);
-    let mut keep = vec![false; cands.len()];
-    for &i in order.iter().take(shape.size.min(MAX_TREE_ROWS - 1)) {
-        keep[i] = true;
-    }
-    // A node whose parent was not kept goes too (candidates come after their parents).
-    for i in 0..cands.len() {
-        let p = cands[i].parent;
-        keep[i] &= p == ROOT || keep[p];
-    }
-    // The spine first: from the root, the best kept child each time. The target most often keeps a prefix of it,
-    // and nodes 1..=d already sit at the positions of depths 1..=d: no K/V to move after the verification.
-    let mut spine = Vec::new();
-    let mut at = ROOT;
-    while let Some(best) = (0..cands.len())
-        .filter(|&i| keep[i] && cands[i].parent == at)
-        .min_by(|&a, &b| cands[b].score.total_cmp(&cands[a].score).then(a.cmp(&b)))
-    {
-        spine.push(best);
-        at = best;
-    }
-    let rest: Vec<usize> = (0..cands.len()).filter(|&i| keep[i] && !spine.contains(&i)).collect();
-    // Each candidate's node once placed (a parent is placed before its children in this order).
-    let mut node_of: Vec<Option<usize>> = vec![None; cands.len()];
-    for i in spine.into_iter().chain(rest) {
-        let p = match cands[i].parent {
-            ROOT => Some(0),
-            p => node_of[p],
-        };
-        if let Some(p) = p.filter(|&p| tree.depth(p) < MAX_TREE_DEPTH) {
-            node_of[i] = Some(tree.push(p, cands[i].token));
-        }
+    let rows: Vec<u32> = cands
+        .iter()
+        .flat_map(|c| {
+            let parent = if c.parent == ROOT {
+                tree_select::ROOT
+            } else {
+                c.parent as u32
+            };
+            [c.score.to_bits(), c.token, parent]
+        })
+        .collect();
+    let size = shape.size.min(MAX_TREE_ROWS - 1).min(cands.len());
+    let s = tree_select::reference(&rows, size);
+    for (&c, &p) in s.cands.iter().zip(&s.parents) {
+        tree.push(p, cands[c].token);
     }
 }
 

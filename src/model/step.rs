@@ -237,7 +237,7 @@ impl Step {
         self.plan.dispatch_count(&vars(pos))
     }
 
-    fn write_tokens(&self, gpu: &Gpu, tokens: &[u32]) -> Result<()> {
+    pub(super) fn write_tokens(&self, gpu: &Gpu, tokens: &[u32]) -> Result<()> {
         if tokens.len() != self.n_tokens {
             return Err(Error::Invalid(format!(
                 "{} tokens given to a step of {}",
@@ -248,7 +248,7 @@ impl Step {
         self.plan.write_input(gpu, self.ids, bytemuck::cast_slice(tokens))
     }
 
-    fn read(&self, out: &mut StepResult) -> Result<()> {
+    pub(super) fn read(&self, out: &mut StepResult) -> Result<()> {
         if let Some(id) = self.logits {
             self.plan.read_into(id, &mut out.logits)?;
         }
@@ -309,6 +309,6 @@ impl Step {
     }
 }
 
-fn vars(pos: usize) -> StepVars {
+pub(super) fn vars(pos: usize) -> StepVars {
     StepVars { pos: pos as u32 }
 }
