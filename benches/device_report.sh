@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One run of every adapter-facing figure, for a new GPU (or driver, or backend) in one go: the adapter and its
 # limits, the op suite against its CPU references, decode and prefill throughput with a per-op profile at the
-# published shapes (random weights: no download), speculative verification steps of 4 and 8 rows, and the kernel
+# published shapes (random weights: no download), speculative verification steps of 4 and 8 rows, speculative
+# decoding with the model drafting for itself (a chain and a draft tree, each one submission per step), and the kernel
 # benches (read ceiling, GEMV, GEMM, attention, the few-row GEMMs and tree moves of speculative decoding).
 # Each part is a file in OUT_DIR; a part that fails is reported and the rest still run.
 #
@@ -60,6 +61,20 @@ for rows in 4 8; do
   part "bench-$shape-$ty-verify$rows" "$SHADERLM" bench --synthetic "$shape" --synthetic-type "$ty" -p 0 -n 8 -r 1 \
     --profile --profile-rows "$rows"
 done
+# Speculative decoding against plain decoding in the same run, the model drafting for itself (every draft
+# accepted): a chain of 7 drafted and verified in one submission, and a (6,10,60) tree grown, reranked and
+# verified in one submission.
+if [ -n "${QUICK:-}" ]; then
+  spec_shape="smollm2-135m Q4_1 30"
+else
+  spec_shape="llama-1b Q4_0 16"
+fi
+read -r shape ty layers <<<"$spec_shape"
+for draft in "chain7 --draft-max 7" "tree6-10-60 --spec-tree 6,10,60"; do
+  read -r label flag value <<<"$draft"
+  part "spec-$shape-$ty-$label" "$SHADERLM" bench --synthetic "$shape" --synthetic-type "$ty" --draft-layers "$layers" \
+    "$flag" "$value" -n 64 -r 1 --spec-min-accepted 0
+done
 if [ -z "${QUICK:-}" ]; then
   # Attention decode and the per-op profile at a 4K context, for the 8B shape.
   part "bench-llama-8b-Q4_0-d4096" "$SHADERLM" bench --synthetic llama-8b --synthetic-type Q4_0 -p 0 -n 32 -r 2 --ctx 8192 \
@@ -70,7 +85,7 @@ if [ -n "${QUICK:-}" ]; then
   part op-benches "$OPS_BENCH" read_sum "gemv Q4_0 tiled 576" "attention_decode smollm2"
 else
   part op-benches "$OPS_BENCH" read_sum "gemv Q4_0" "gemv Q4_K" "gemv cold" gemm attention_decode attention_prefill "matmul_q rows" \
-    kv_move tree_accept
+    kv_move tree_accept tree_frontier tree_select
 fi
 
 echo "== written to $out/"

@@ -866,14 +866,24 @@ fn eagle_fit_then_generate_with_the_head() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    // Draft trees: from the head, and from prompt lookup, print the same text; a tree needs a draft source and a
-    // shape of three numbers, and takes no sampled drafts.
+    // Draft trees: from the head, from prompt lookup, from the model drafting for itself (grown, reranked and
+    // verified in one submission) and from its first layer alone (--draft-layers without --draft-model: the
+    // target's own file, cut), print the same text; a tree needs a draft source and a shape of three numbers, and
+    // takes no sampled drafts.
     let h = head.to_str().unwrap();
     for extra in [
         &["--eagle", h, "--spec-tree", "2,4,6"][..],
         &["--spec", "lookup", "--spec-tree", "3,4,16"],
+        &["--draft-model", p, "--spec-tree", "2,4,6"],
+        &["--draft-layers", "1", "--spec-tree", "2,4,6"],
     ] {
-        let tree = gen(&[extra, &["--spec-min-accepted", "0"]].concat());
+        let tree = gen(&[extra, &["--spec-min-accepted", "0", "--stats"]].concat());
+        let one = String::from_utf8_lossy(&tree.stderr).contains("in the verification's submission");
+        assert!(
+            one || extra[0] != "--draft-model",
+            "{extra:?}: the self-draft's trees verify in their submission: {}",
+            String::from_utf8_lossy(&tree.stderr)
+        );
         assert!(
             tree.status.success(),
             "{extra:?}: {}",

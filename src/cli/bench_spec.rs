@@ -104,7 +104,11 @@ pub fn run(
     };
     let mut rows = Vec::new();
     for (pname, text) in prompts(set) {
-        let ids = tok.encode_chat(&[Message::new("user", &text)], true)?;
+        // A model without a chat template (a synthetic one) gets the prompt as plain text.
+        let ids = match tok.chat_template {
+            Some(_) => tok.encode_chat(&[Message::new("user", &text)], true)?,
+            None => tok.encode(&text, true)?,
+        };
         let mut m = Measured {
             name: pname,
             tokens: 0,

@@ -49,8 +49,8 @@ pub struct SpecArgs {
     /// --spec eagle).
     #[arg(long, value_name = "DIR", conflicts_with = "draft_model")]
     pub eagle: Option<PathBuf>,
-    /// The draft model keeps only its first N layers (with the target's own file as --draft-model: a
-    /// layer-skipping self-draft).
+    /// The draft model keeps only its first N layers; without --draft-model the draft is the target's own file so
+    /// cut (a layer-skipping self-draft; implies --spec draft; all its layers: a draft that is always accepted).
     #[arg(long, value_name = "N")]
     pub draft_layers: Option<usize>,
     /// Draft tokens per verification step (1..=7), or the most with --draft-adaptive. The default, 3, makes a
@@ -115,7 +115,10 @@ impl SpecArgs {
         if let Some(t) = &self.spec_tree {
             TreeShape::parse(t)?;
             anyhow::ensure!(
-                self.spec.is_some() || self.draft_model.is_some() || self.eagle.is_some(),
+                self.spec.is_some()
+                    || self.draft_model.is_some()
+                    || self.draft_layers.is_some()
+                    || self.eagle.is_some(),
                 "--spec-tree grows a tree of drafts: it needs a draft source (--spec lookup, --draft-model or --eagle)"
             );
             anyhow::ensure!(
@@ -125,23 +128,32 @@ impl SpecArgs {
             );
         }
         anyhow::ensure!(
-            self.draft_layers.is_none() || self.draft_model.is_some(),
-            "--draft-layers cuts a draft model: it needs --draft-model PATH"
+            self.draft_layers.is_none() || self.eagle.is_none(),
+            "--draft-layers cuts a draft model, not an EAGLE head"
         );
         anyhow::ensure!(
-            self.frspec_vocab.is_none() || self.draft_model.is_some() || self.eagle.is_some(),
-            "--frspec-vocab restricts a draft head: it needs --draft-model PATH or --eagle DIR"
+            self.frspec_vocab.is_none()
+                || self.draft_model.is_some()
+                || self.draft_layers.is_some()
+                || self.eagle.is_some(),
+            "--frspec-vocab restricts a draft head: it needs --draft-model PATH, --draft-layers N or --eagle DIR"
         );
-        match (self.spec, &self.draft_model, &self.eagle) {
-            (Some(SpecKind::Draft), None, _) => anyhow::bail!("--spec draft needs --draft-model PATH"),
+        // A draft model: --draft-model, or --draft-layers alone (the target's own file, cut).
+        let model = self.draft_model.is_some() || self.draft_layers.is_some();
+        match (self.spec, model, &self.eagle) {
+            (Some(SpecKind::Draft), false, _) => {
+                anyhow::bail!("--spec draft needs --draft-model PATH or --draft-layers N")
+            }
             (Some(SpecKind::Eagle), _, None) => anyhow::bail!("--spec eagle needs --eagle DIR"),
-            (Some(SpecKind::Lookup | SpecKind::Eagle), Some(_), _) => {
-                anyhow::bail!("--draft-model drafts with a model: use --spec draft (or leave --spec out)")
+            (Some(SpecKind::Lookup | SpecKind::Eagle), true, _) => {
+                anyhow::bail!(
+                    "--draft-model and --draft-layers draft with a model: use --spec draft (or leave --spec out)"
+                )
             }
             (Some(SpecKind::Lookup | SpecKind::Draft), _, Some(_)) => {
                 anyhow::bail!("--eagle drafts with an EAGLE head: use --spec eagle (or leave --spec out)")
             }
-            (None, Some(_), _) => Ok(Some(SpecKind::Draft)),
+            (None, true, _) => Ok(Some(SpecKind::Draft)),
             (None, _, Some(_)) => Ok(Some(SpecKind::Eagle)),
             (kind, _, _) => Ok(kind),
         }
@@ -210,10 +222,8 @@ impl SpecArgs {
         if self.kind()? != Some(SpecKind::Draft) {
             return Ok(None);
         }
-        let path = self
-            .draft_model
-            .as_ref()
-            .context("--spec draft needs --draft-model PATH")?;
+        // --draft-layers alone: the target's own file.
+        let path = self.draft_model.as_ref().unwrap_or(&target.path);
         let opts = LoadOptions {
             ctx: target.ctx,
             layers: self.draft_layers,
