@@ -2,7 +2,7 @@
 //! the last n-gram, in the prompt or the output so far) and a draft model that shares the target's vocabulary.
 //! A draft only proposes; the target's verification decides, so a bad draft costs time, never correctness.
 
-use super::tree::{grow, grow_verified, DraftTree, TreeShape};
+use super::tree::{grow, DraftTree, TreeShape};
 use super::{Generator, StepResult};
 use crate::error::{Error, Result};
 use crate::model::llama::MAX_CHAIN;
@@ -337,8 +337,8 @@ impl Drafter for DraftModel<'_> {
     fn name(&self) -> &'static str {
         "draft model"
     }
-    /// EAGLE-2's dynamic tree grown by this model (`tree::grow`), with the catch-up step; verified by `target` in
-    /// the same submission where it can (`tree::grow_verified`).
+    /// EAGLE-2's dynamic tree grown by this model (`tree::grow`, verified by `target` in the same submission where
+    /// it can), with the catch-up step.
     fn grow_tree(
         &mut self,
         target: Option<&mut Generator<'_>>,
@@ -354,13 +354,7 @@ impl Drafter for DraftModel<'_> {
             ..shape
         };
         let on_device = self.one_submission && self.sampler.is_none();
-        let tokens = (&history[keep..], None);
-        if let Some(target) = target.filter(|_| on_device && shape.size > 0) {
-            if grow_verified(&mut self.gen, target, tokens, shape, tree)? {
-                return Ok((true, true));
-            }
-        }
-        Ok((grow(&mut self.gen, tokens, shape, tree, on_device)?, false))
+        grow(&mut self.gen, target, (&history[keep..], None), shape, tree, on_device)
     }
     fn draft_dists(&self) -> Option<&[Vec<(u32, f32)>]> {
         self.sampler.as_ref().map(|_| self.dists.as_slice())

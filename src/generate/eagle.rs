@@ -4,7 +4,7 @@
 //! node run with its parent's predicted feature.
 
 use super::draft::Drafter;
-use super::tree::{grow, grow_verified, DraftTree, TreeShape};
+use super::tree::{grow, DraftTree, TreeShape};
 use super::{Generator, StepResult};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
@@ -226,8 +226,8 @@ impl Drafter for EagleDraft<'_> {
     fn name(&self) -> &'static str {
         "eagle"
     }
-    /// EAGLE-2's dynamic tree from the head (`tree::grow` with features), verified by `target` in the same
-    /// submission where it can (`tree::grow_verified`); needs a session from [`EagleDraft::for_trees`].
+    /// EAGLE-2's dynamic tree from the head (`tree::grow` with features, verified by `target` in the same
+    /// submission where it can); needs a session from [`EagleDraft::for_trees`].
     fn grow_tree(
         &mut self,
         target: Option<&mut Generator<'_>>,
@@ -246,13 +246,9 @@ impl Drafter for EagleDraft<'_> {
         let h = self.hidden();
         let catch_up = (&history[keep + 1..=n], Some(&self.features[keep * h..n * h]));
         let shape = TreeShape { size, ..shape };
-        let verified = match target.filter(|_| self.chained) {
-            Some(target) => grow_verified(&mut self.gen, target, catch_up, shape, tree)?,
-            None => false,
-        };
-        let grown = verified || grow(&mut self.gen, catch_up, shape, tree, self.chained)?;
+        let grown = grow(&mut self.gen, target, catch_up, shape, tree, self.chained)?;
         self.real = n;
-        Ok((grown, verified))
+        Ok(grown)
     }
     fn observe(&mut self, pos: usize, result: &StepResult) {
         let rows = self.target_rows(result).len() / self.target_width();

@@ -424,14 +424,22 @@ fn by_score(c: &[Cand], v: &mut [usize]) {
 /// cumulative log-probability; finally the `size` best nodes of all (parents before children) form `tree`. With
 /// `on_device` and where the session can (greedy, dense attention, the catch-up within one step, every round within
 /// the context), the catch-up and every round run in one submission (`Llama::tree_draft`), else step by step; both
-/// take the same nodes. The draft's cached tokens are then `tokens` after the ones it had.
+/// take the same nodes (reranked on the device too, and checked against the host's rerank). With `target` too (and
+/// `on_device`), where both sessions can, `target` verifies the tree in the same submission ([`grow_verified`]).
+/// The draft's cached tokens are then `tokens` after the ones it had. Returns (grown on the device, verified).
 pub(super) fn grow(
     gen: &mut Generator<'_>,
+    target: Option<&mut Generator<'_>>,
     (tokens, features): (&[u32], Option<&[f32]>),
     shape: TreeShape,
     tree: &mut DraftTree,
     on_device: bool,
-) -> Result<bool> {
+) -> Result<(bool, bool)> {
+    if let Some(target) = target.filter(|_| on_device) {
+        if grow_verified(gen, target, (tokens, features), shape, tree)? {
+            return Ok((true, true));
+        }
+    }
     let device = on_device && grows_on_device(gen, tokens.len(), shape);
     let cands = if device {
         gen.feed_tree_draft(tokens, features, shape)?;
@@ -447,22 +455,21 @@ pub(super) fn grow(
     if device {
         same_tree(&gen.tree_result, tree)?;
     }
-    Ok(device)
+    Ok((device, false))
 }
 
 /// [`grow`] on the device, with `target`'s verification of the tree (root `tree.tokens[0]`, the last of
 /// `tokens`) accepting on the device in the same submission ([`Generator::verify_tree_draft`]); `target.result`
 /// then holds its outputs and accepted path. False, with nothing run, where either session cannot.
-pub(super) fn grow_verified(
+fn grow_verified(
     draft: &mut Generator<'_>,
     target: &mut Generator<'_>,
     (tokens, features): (&[u32], Option<&[f32]>),
     shape: TreeShape,
     tree: &mut DraftTree,
 ) -> Result<bool> {
-    let base = target.tokens.len();
-    let fits = base + tree_size(shape.depth, shape.topk, shape.size) < target.max_ctx()
-        && !target.sparse_at(base + shape.depth + 1);
+    let (base, size) = (target.tokens.len(), tree_size(shape.depth, shape.topk, shape.size));
+    let fits = size > 0 && base + size < target.max_ctx() && !target.sparse_at(base + shape.depth + 1);
     let root = tree.tokens.first().copied();
     if !fits
         || !grows_on_device(draft, tokens.len(), shape)
