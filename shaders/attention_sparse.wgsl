@@ -27,6 +27,9 @@
 // Dispatch 2 (COMBINE): bindings 0 part_o | 1 part_ml | 2 out [n_tokens, n_heads, HD] (written). Grid
 //   ceil(n_tokens * n_heads * HD / 4 / 64) workgroups of 64 (folded into y), one invocation per output vec4.
 // A row without any visible selected key (an empty selection) gets output 0.
+// TREE (dispatch 1 without DIRECT: a speculative draft tree's step, lib/attn_tree.wgsl): binding 6 tree [n_tokens,
+//   TREE_W] u32; token t sits at position pos + its depth and reads the keys at positions >= pos through its path's
+//   slots, so each row equals the one-query step at that position over a cache holding its path in order.
 
 const HD4: u32 = HD / 4u;
 const WG: u32 = 64u;
@@ -77,6 +80,15 @@ var<workgroup> blk: array<u32, 2>;
 var<workgroup> lsum: array<f32, ROWS>;            // [ROWS] final softmax sums, for the normalization
 #endif
 
+// Absolute position of query token t.
+fn position(t: u32) -> u32 {
+#if TREE
+    return p.pos + min(tree_depth(t), TREE_W - 2u);
+#else
+    return p.pos + t;
+#endif
+}
+
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let split = wg.x;
@@ -84,7 +96,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let tok = wg.z / p.row_blocks;
     let r0 = (wg.z % p.row_blocks) * ROWS;
     let nr = min(ROWS, p.group - r0);
-    let kv_end = min(p.pos + tok + 1u, p.max_ctx);
+    set_tree_row(tok);
+    let kv_end = min(position(tok) + 1u, p.max_ctx);
     let last_block = (kv_end - 1u) / p.block_size;  // selected ids past it hold no visible key
     let s_begin = min(split * p.slots_per_split, p.budget);
     let s_end = min(s_begin + p.slots_per_split, p.budget);

@@ -30,6 +30,8 @@
 //   invocation i takes C1 window w_lo + i (the host sizes tiles so that their windows fit in 64) and sums the
 //   group's terms for each token (0 for a token that does not see it); (3) max-pools the windows into the tile's
 //   blocks. A tile none of the workgroup's tokens sees a window of writes zeros and skips (1) and (2).
+// TREE (a speculative draft tree's step): binding 4 tree [n_tokens, TREE_W] u32 in both dispatches; token t sits at
+//   position pos + its depth tree[t * TREE_W] (attention_decode's tree table) instead of pos + t.
 
 const HD4: u32 = HD / 4;
 const WG: u32 = 64u;
@@ -65,7 +67,44 @@ struct Params {
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;              // [n_tokens, n_heads, HD]
 #endif
 @group(0) @binding(1) var<storage, read> c1: array<vec4<f32>>;             // [n_kv, n1, HD]
+#if TREE
+@group(0) @binding(4) var<storage, read> tree: array<u32>;                 // [n_tokens, TREE_W]
+#endif
 @group(1) @binding(0) var<uniform> p: Params;
+
+// Absolute position of query token t (clamped to the last token).
+fn position(t: u32) -> u32 {
+    let tc = min(t, p.n_tokens - 1u);
+#if TREE
+    return p.pos + min(tree[tc * TREE_W], TREE_W - 2u);
+#else
+    return p.pos + tc;
+#endif
+}
+
+// Keys the tokens t0 .. t0 + nt see at most (the last one's; TREE: the deepest one's) and at least (the first's).
+fn most_keys(t0: u32, nt: u32) -> u32 {
+#if TREE
+    var m = 0u;
+    for (var t = t0; t < t0 + nt; t++) {
+        m = max(m, position(t));
+    }
+    return m + 1u;
+#else
+    return p.pos + t0 + nt;
+#endif
+}
+fn least_keys(t0: u32, nt: u32) -> u32 {
+#if TREE
+    var m = 0xffffffffu;
+    for (var t = t0; t < t0 + nt; t++) {
+        m = min(m, position(t));
+    }
+    return m + 1u;
+#else
+    return p.pos + t0 + 1u;
+#endif
+}
 
 // Windows of (size, stride) complete within the first len positions.
 fn complete(len: u32, size: u32, stride: u32) -> u32 {
@@ -124,7 +163,7 @@ var<workgroup> sc: array<f32, BATCH * WG>;  // [BATCH rows, 64 windows] scores o
 // `fallback`, so the common path carries no second key.
 fn lse_tile(x: u32, kvh: u32, t0: u32, nt: u32, lid: u32, sl: u32, fallback: bool) {
     let j = x * WG + lid;
-    let last = p.pos + t0 + nt;  // keys the last token sees
+    let last = most_keys(t0, nt);  // keys the last (TREE: deepest) token sees
     var c2r: array<vec4<f32>, HD4>;
     if (j < min(complete(last, p.size2, p.stride2), p.n2)) {
         for (var d = 0u; d < HD4; d++) {
@@ -143,7 +182,7 @@ fn lse_tile(x: u32, kvh: u32, t0: u32, nt: u32, lid: u32, sl: u32, fallback: boo
     var vis2 = false;  // this invocation's C2 window is visible to token tt
     var vis1 = false;  // token tt sees no C2 window but this invocation's C1 window
     {
-        let len = p.pos + t0 + 1u;
+        let len = position(t0) + 1u;
         let v2 = min(complete(len, p.size2, p.stride2), p.n2);
         vis2 = j < v2;
         vis1 = fallback && v2 == 0u && lid < min(complete(len, p.size1, p.stride1), p.n1);
@@ -163,7 +202,7 @@ fn lse_tile(x: u32, kvh: u32, t0: u32, nt: u32, lid: u32, sl: u32, fallback: boo
             if (g == p.group) {
                 g = 0u;
                 tt += 1u;
-                let len = p.pos + t0 + tt + 1u;
+                let len = position(t0 + tt) + 1u;
                 let v2 = min(complete(len, p.size2, p.stride2), p.n2);
                 vis2 = j < v2;
                 vis1 = fallback && v2 == 0u && lid < min(complete(len, p.size1, p.stride1), p.n1);
@@ -208,7 +247,7 @@ fn main(
     if (x >= p.n_active) {
         return;
     }
-    if (x == 0u && p.pos + t0 + 1u < p.size2) {
+    if (x == 0u && least_keys(t0, nt) < p.size2) {
         lse_tile(x, wg.y, t0, nt, lid, sl, true);
     } else {
         lse_tile(x, wg.y, t0, nt, lid, sl, false);
@@ -246,7 +285,7 @@ fn main(
     let nbt = min(p.tile_blocks, p.n_blocks - b0);
     // The tile's windows [w_lo, w_hi): those overlapping its blocks that the workgroup's last token sees.
     let w_lo = complete(b0 * p.block, p.size1, p.stride1);
-    let w_hi = min(min(block_end(b0 + nbt - 1u), p.n1), complete(p.pos + t0 + nt, p.size1, p.stride1));
+    let w_hi = min(min(block_end(b0 + nbt - 1u), p.n1), complete(most_keys(t0, nt), p.size1, p.stride1));
     if (w_lo < w_hi) {
         // (1) Each row's normalizer from the tile partials.
         for (var r = lid; r < nt * p.group; r += WG) {
@@ -276,7 +315,7 @@ fn main(
             for (var g = 0u; g < p.group; g++) {
                 acc += exp2(qdot(row + g, &cr, sl) - lse[tt * p.group + g]);
             }
-            sc[tt * WG + lid] = select(0.0, acc, w < complete(p.pos + t0 + tt + 1u, p.size1, p.stride1));
+            sc[tt * WG + lid] = select(0.0, acc, w < complete(position(t0 + tt) + 1u, p.size1, p.stride1));
         }
         workgroupBarrier();
     }
@@ -284,7 +323,7 @@ fn main(
     for (var i = lid; i < nt * nbt; i += WG) {
         let tt = i / nbt;
         let b = b0 + i % nbt;
-        let end = min(block_end(b), min(w_hi, complete(p.pos + t0 + tt + 1u, p.size1, p.stride1)));
+        let end = min(block_end(b), min(w_hi, complete(position(t0 + tt) + 1u, p.size1, p.stride1)));
         var best = 0.0;
         for (var w = complete(b * p.block, p.size1, p.stride1); w < end; w++) {
             best = max(best, sc[tt * WG + w - w_lo]);

@@ -6,8 +6,10 @@
 //
 // Bindings: 0 scores [rows, nb] f32 (rows = n_tokens * n_kv, row = token * n_kv + kv head; only blocks < qb - local
 //           are read) | 1 sel [rows, budget] u32 (written)
+// TREE (a speculative draft tree's step): 2 tree [n_tokens, TREE_W] u32, token t at position pos + its depth
+//           tree[t * TREE_W] (attention_decode's tree table) instead of pos + t.
 // Params: rows, n_kv, nb, budget, block_size, init_blocks, local_blocks, pos (absolute position of token 0).
-// Method: query block qb = min((pos + token) / block_size, nb - 1). Forced: b < init_blocks and qb - local_blocks
+// Method: query block qb = min(position / block_size, nb - 1). Forced: b < init_blocks and qb - local_blocks
 //   <= b <= qb (clipped to 0 ..= qb). Candidates: init_blocks <= b < qb - local_blocks. k = min(budget - forced,
 //   candidates) of them are taken, by (score desc, id asc): a radix select over order keys (a monotone map of the
 //   f32 bits to u32, NaN lowest) finds the k-th largest key t in 8 passes of 4 bits (a 16-bin histogram each);
@@ -37,7 +39,19 @@ struct Params {
 
 @group(0) @binding(0) var<storage, read> scores: array<f32>;    // [rows, nb]
 @group(0) @binding(1) var<storage, read_write> sel: array<u32>; // [rows, budget]
+#if TREE
+@group(0) @binding(2) var<storage, read> tree: array<u32>;      // [n_tokens, TREE_W]
+#endif
 @group(1) @binding(0) var<uniform> p: Params;
+
+// Absolute position of query token t.
+fn position(t: u32) -> u32 {
+#if TREE
+    return p.pos + min(tree[t * TREE_W], TREE_W - 2u);
+#else
+    return p.pos + t;
+#endif
+}
 
 // Monotone map of f32 bits to u32 keys: a larger number gets a larger key; NaN -> 1 (below -inf); -0 -> the key of
 // +0. Candidate keys are all >= 1.
@@ -66,7 +80,7 @@ struct Row {
 
 fn row_of(row: u32) -> Row {
     let token = row / p.n_kv;
-    let qb = min((p.pos + token) / p.block_size, p.nb - 1u);
+    let qb = min(position(token) / p.block_size, p.nb - 1u);
     let local_lo = qb - min(qb, p.local_blocks);
     let cand_lo = min(p.init_blocks, local_lo);
     let n_cand = local_lo - cand_lo;

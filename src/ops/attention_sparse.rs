@@ -14,7 +14,7 @@
 //! the splits that can hold a selected block at this step (counts set per step, like `attention_decode`); prefill
 //! (longer chunks) runs one workgroup per (token, KV head, group of up to 16 query heads) over the whole selection.
 
-use super::attention_decode::CombineParams;
+use super::attention_decode::{CombineParams, MAX_TREE_DEPTH, MAX_TREE_ROWS, TREE_W};
 use super::attention_prefill::{kv_elem_bytes, kv_f16, AttnShape, HEAD_DIMS};
 use super::block_topk::query_block;
 use crate::error::{Error, Result};
@@ -75,14 +75,22 @@ pub struct AttentionSparse {
     split: Option<SlotSplit>,
     /// The caches hold f16 (lib/kv_cache.wgsl).
     kv_f16: bool,
+    /// A draft tree's step (the decode variant; node tensor 4 the tree table, the outputs after it).
+    tree: bool,
 }
 
-fn main_key(head_dim: usize, direct: bool, kv_f16: bool) -> ShaderKey {
-    ShaderKey::new("attention_sparse")
+fn main_key(head_dim: usize, direct: bool, kv_f16: bool, tree: bool) -> ShaderKey {
+    let key = ShaderKey::new("attention_sparse")
         .def("HD", format!("{head_dim}u"))
         .def("ROWS", format!("{ROWS}u"))
         .flag("DIRECT", direct)
         .flag("KV_F16", kv_f16)
+        .flag("TREE", tree);
+    if tree {
+        key.def("TREE_W", format!("{TREE_W}u"))
+    } else {
+        key
+    }
 }
 
 fn combine_key(head_dim: usize) -> ShaderKey {
@@ -92,6 +100,15 @@ fn combine_key(head_dim: usize) -> ShaderKey {
 }
 
 impl AttentionSparse {
+    /// Node tensor of slot `i` (0 q, 1 k_cache, 2 v_cache, 3 sel, 4 out, 5 partial_o, 6 partial_ml): the outputs
+    /// come after a tree step's table.
+    fn at(&self, i: usize) -> usize {
+        if i >= 4 && self.tree {
+            i + 1
+        } else {
+            i
+        }
+    }
     fn row_blocks(&self) -> usize {
         self.shape.group().div_ceil(ROWS)
     }
@@ -117,25 +134,30 @@ impl Kernel for AttentionSparse {
     fn name(&self) -> &'static str {
         "attention_sparse"
     }
-    /// Node tensors: 0 q, 1 k_cache, 2 v_cache, 3 sel, 4 out, then (decode) 5 partial_o, 6 partial_ml.
+    /// Node tensors: 0 q, 1 k_cache, 2 v_cache, 3 sel, (a tree step: 4 tree), then out and (decode) partial_o,
+    /// partial_ml.
     fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
         let s = &self.shape;
         let z = (s.n_tokens * self.row_blocks()) as u32;
         match self.split {
             None => vec![Dispatch {
-                shader: main_key(s.head_dim, true, self.kv_f16),
+                shader: main_key(s.head_dim, true, self.kv_f16, false),
                 bindings: (0..5).map(Bind::Tensor).collect(),
                 workgroups: [1, s.n_kv as u32, z],
             }],
             Some(split) => vec![
                 Dispatch {
-                    shader: main_key(s.head_dim, false, self.kv_f16),
-                    bindings: [0, 1, 2, 3, 5, 6].map(Bind::Tensor).to_vec(),
+                    shader: main_key(s.head_dim, false, self.kv_f16, self.tree),
+                    bindings: [0, 1, 2, 3, 5, 6]
+                        .map(|i| Bind::Tensor(self.at(i)))
+                        .into_iter()
+                        .chain(self.tree.then_some(Bind::Tensor(4)))
+                        .collect(),
                     workgroups: [split.splits as u32, s.n_kv as u32, z],
                 },
                 Dispatch {
                     shader: combine_key(s.head_dim),
-                    bindings: [5, 6, 4].map(Bind::Tensor).to_vec(),
+                    bindings: [5, 6, 4].map(|i| Bind::Tensor(self.at(i))).to_vec(),
                     workgroups: grid(s.n_tokens * s.n_heads * s.head_dim / 4, 64, caps.max_workgroups_per_dim),
                 },
             ],
@@ -199,13 +221,18 @@ impl Kernel for AttentionSparse {
             flops: 4 * keys * (s.n_tokens * s.n_heads * s.head_dim) as u64,
         }
     }
-    /// Node tensors: 0 q, 1 k_cache, 2 v_cache, 3 sel, 4 out (the decode variant's partials are scratch).
+    /// Node tensors: 0 q, 1 k_cache, 2 v_cache, 3 sel, (4 tree), then out (the decode variant's partials are
+    /// scratch).
     fn reference(&self, io: &[HostIo], vars: &StepVars) -> Option<Result<Vec<Expected>>> {
         expect(|| {
             let (q, k, v) = (io[0].f32()?, io[1].f32()?, io[2].f32()?);
-            let pos = vars.pos as usize;
-            let y = reference(&q, &k, &v, &io[3].u32(), self.shape, self.block_size, pos, self.scale);
-            Ok(vec![Expected::at(4, y)])
+            let (pos, sel) = (vars.pos as usize, io[3].u32());
+            let (s, b, scale) = (self.shape, self.block_size, self.scale);
+            let y = match self.tree {
+                true => reference_tree(&q, (&k, &v), &sel, (s, b), (pos, &io[4].u32()), scale),
+                false => reference(&q, &k, &v, &sel, s, b, pos, scale),
+            };
+            Ok(vec![Expected::at(self.at(4), y)])
         })
     }
 }
@@ -223,6 +250,32 @@ impl Graph {
         sel: TensorId,
         block_size: usize,
         scale: f32,
+    ) -> Result<TensorId> {
+        self.attention_sparse_impl(q, (k_cache, v_cache), sel, (block_size, scale), None)
+    }
+
+    /// [`Graph::attention_sparse`] for the nodes of a draft tree: row r at position `vars.pos + depth(r)` seeing
+    /// its selected blocks of the keys before `vars.pos` and of its path, in the slots `tree` `[n, TREE_W]` u32
+    /// (`attention_decode`'s tree table) names. Row r equals the one-query step at its position over a cache
+    /// holding its path in order, bit for bit. At most `MAX_TREE_ROWS` rows.
+    pub fn attention_sparse_tree(
+        &mut self,
+        q: TensorId,
+        (k_cache, v_cache): (TensorId, TensorId),
+        sel: TensorId,
+        (block_size, scale): (usize, f32),
+        tree: TensorId,
+    ) -> Result<TensorId> {
+        self.attention_sparse_impl(q, (k_cache, v_cache), sel, (block_size, scale), Some(tree))
+    }
+
+    fn attention_sparse_impl(
+        &mut self,
+        q: TensorId,
+        (k_cache, v_cache): (TensorId, TensorId),
+        sel: TensorId,
+        (block_size, scale): (usize, f32),
+        tree: Option<TensorId>,
     ) -> Result<TensorId> {
         let op = "attention_sparse";
         let shape = AttnShape::check(self, op, q, k_cache, v_cache)?;
@@ -261,7 +314,20 @@ impl Graph {
             ));
         }
         let (n, h, d) = (shape.n_tokens, shape.n_heads, shape.head_dim);
-        let split = (n <= MAX_TOKENS).then(|| split_for(budget));
+        if let Some(t) = tree {
+            if n > MAX_TREE_ROWS || self.shape(t) != [n, TREE_W] || self.dtype(t) != DType::U32 {
+                return Err(Error::shape(
+                    op,
+                    format!(
+                        "tree {:?} {:?} for {n} queries: want u32 [n, {TREE_W}], n <= {MAX_TREE_ROWS}",
+                        self.shape(t),
+                        self.dtype(t)
+                    ),
+                ));
+            }
+        }
+        // A tree's rows take the decode variant, as a one-query step does.
+        let split = (n <= MAX_TOKENS || tree.is_some()).then(|| split_for(budget));
         let kernel = AttentionSparse {
             shape,
             budget,
@@ -269,8 +335,9 @@ impl Graph {
             scale,
             split,
             kv_f16: kv_f16(self, k_cache),
+            tree: tree.is_some(),
         };
-        let inputs = [q, k_cache, v_cache, sel];
+        let inputs: Vec<TensorId> = [q, k_cache, v_cache, sel].into_iter().chain(tree).collect();
         let outs = match split {
             Some(sp) => self.add_node(
                 kernel,
@@ -301,11 +368,49 @@ pub fn reference(
     pos: usize,
     scale: f32,
 ) -> Vec<f32> {
+    let rows = |t: usize| (pos + t, None);
+    reference_rows(q, (k_cache, v_cache), sel, (s, block_size), rows, scale)
+}
+
+/// [`reference`] for a draft tree's step: row r at position `pos + depth(r)`, its keys at positions `>= pos` in
+/// the slots of its path (`table` `[n_tokens, TREE_W]`, `attention_decode`'s tree table).
+pub fn reference_tree(
+    q: &[f32],
+    (k_cache, v_cache): (&[f32], &[f32]),
+    sel: &[u32],
+    (s, block_size): (AttnShape, usize),
+    (pos, table): (usize, &[u32]),
+    scale: f32,
+) -> Vec<f32> {
+    let rows = |t: usize| {
+        let row = &table[t * TREE_W..(t + 1) * TREE_W];
+        (pos + (row[0] as usize).min(MAX_TREE_DEPTH), Some(row))
+    };
+    reference_rows(q, (k_cache, v_cache), sel, (s, block_size), rows, scale)
+}
+
+/// The reference with row t at `rows(t).0`, its keys at positions `>= pos` through the tree row `rows(t).1`.
+fn reference_rows<'a>(
+    q: &[f32],
+    (k_cache, v_cache): (&[f32], &[f32]),
+    sel: &[u32],
+    (s, block_size): (AttnShape, usize),
+    rows: impl Fn(usize) -> (usize, Option<&'a [u32]>),
+    scale: f32,
+) -> Vec<f32> {
     let (hd, ctx) = (s.head_dim, s.max_ctx);
     let budget = sel.len() / (s.n_tokens * s.n_kv).max(1);
     let mut out = vec![0f32; s.n_tokens * s.n_heads * hd];
     for t in 0..s.n_tokens {
-        let end = (pos + t + 1).min(ctx);
+        let (at, tree_row) = rows(t);
+        let end = (at + 1).min(ctx);
+        // The cache slot of the key at position j: a tree row's path keys sit in its slots.
+        let depth = tree_row.map_or(0, |r| (r[0] as usize).min(MAX_TREE_DEPTH));
+        let base = at - depth;
+        let slot = |j: usize| match tree_row {
+            Some(r) if j >= base => (base + r[1 + j - base] as usize).min(ctx - 1),
+            _ => j,
+        };
         for kvh in 0..s.n_kv {
             let mut blocks: Vec<usize> = sel[(t * s.n_kv + kvh) * budget..][..budget]
                 .iter()
@@ -317,6 +422,7 @@ pub fn reference(
             let keys: Vec<usize> = blocks
                 .iter()
                 .flat_map(|&b| b * block_size..((b + 1) * block_size).min(end))
+                .map(slot)
                 .collect();
             for h in kvh * s.group()..(kvh + 1) * s.group() {
                 let qr = &q[(t * s.n_heads + h) * hd..][..hd];
@@ -352,7 +458,7 @@ pub fn variants() -> Vec<ShaderKey> {
         .flat_map(|&d| {
             [false, true]
                 .into_iter()
-                .flat_map(move |f| [main_key(d, false, f), main_key(d, true, f)])
+                .flat_map(move |f| [main_key(d, false, f, false), main_key(d, true, f, false), main_key(d, false, f, true)])
                 .chain([combine_key(d)])
         })
         .collect()

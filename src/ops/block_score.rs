@@ -31,7 +31,9 @@
 //! blocks, KV head, group of tokens) combines them, scores the tile's C1 windows and max-pools them into blocks.
 //! See `shaders/block_score.wgsl`.
 
+use super::attention_decode::TREE_W;
 use super::attention_prefill::HEAD_DIMS;
+use super::block_topk::tree_positions;
 use super::kv_compress::Window;
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
@@ -140,18 +142,36 @@ pub struct BlockScore {
     tile_blocks: usize,
     tokens_per_wg: usize,
     scale: f32,
+    /// A draft tree's step: token t at `pos` + its depth in the tree table (node tensor 3, the outputs after it).
+    tree: bool,
 }
 
-/// `sg`: subgroup broadcasts of the query; `qu`: the query is read from a uniform array.
-fn key(head_dim: usize, lse: bool, sg: bool, qu: bool) -> ShaderKey {
-    ShaderKey::new("block_score")
+/// `sg`: subgroup broadcasts of the query; `qu`: the query is read from a uniform array; `tree`: a draft tree's
+/// step.
+fn key(head_dim: usize, lse: bool, sg: bool, qu: bool, tree: bool) -> ShaderKey {
+    let key = ShaderKey::new("block_score")
         .def("HD", head_dim)
         .flag("LSE", lse)
         .flag("SUBGROUPS", sg)
         .flag("QU", qu)
+        .flag("TREE", tree);
+    if tree {
+        key.def("TREE_W", format!("{TREE_W}u"))
+    } else {
+        key
+    }
 }
 
 impl BlockScore {
+    /// Node tensor of slot `i` (0 q, 1 c1, 2 c2, 3 scores, 4 lse partials): the outputs come after a tree step's
+    /// table.
+    fn at(&self, i: usize) -> usize {
+        if i >= 3 && self.tree {
+            i + 1
+        } else {
+            i
+        }
+    }
     /// C2 tiles the step's last token sees (at least 1: tile 0 also holds the C1 fallback).
     fn active_tiles(&self, vars: &StepVars) -> usize {
         let s = &self.shape;
@@ -168,12 +188,15 @@ impl BlockScore {
         let bytes = (4 * s.n_tokens * s.n_heads * s.head_dim) as u64;
         bytes <= UNIFORM_ARRAY_BYTES && UNIFORM_ARRAY_BYTES <= caps.max_uniform_binding
     }
-    /// Bindings of a dispatch over node tensors `slots`, the query (slot 0) as a uniform when it is one.
+    /// Bindings of a dispatch over node tensors `slots`, the query (slot 0) as a uniform when it is one, then a
+    /// tree step's table.
     fn bindings(&self, caps: &Caps, slots: [usize; 4]) -> Vec<Bind> {
         let q = self.q_uniform(caps);
         slots
-            .map(|s| if s == 0 && q { Bind::Uniform(0) } else { Bind::Tensor(s) })
-            .to_vec()
+            .map(|s| if s == 0 && q { Bind::Uniform(0) } else { Bind::Tensor(self.at(s)) })
+            .into_iter()
+            .chain(self.tree.then_some(Bind::Tensor(3)))
+            .collect()
     }
 }
 
@@ -181,18 +204,18 @@ impl Kernel for BlockScore {
     fn name(&self) -> &'static str {
         "block_score"
     }
-    /// Node tensors: 0 q, 1 c1, 2 c2, 3 scores, 4 lse partials.
+    /// Node tensors: 0 q, 1 c1, 2 c2, (a tree step: 3 tree), then scores and lse partials.
     fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
         let s = &self.shape;
         let token_groups = s.n_tokens.div_ceil(self.tokens_per_wg) as u32;
         vec![
             Dispatch {
-                shader: key(s.head_dim, true, Self::subgroups(caps), self.q_uniform(caps)),
+                shader: key(s.head_dim, true, Self::subgroups(caps), self.q_uniform(caps), self.tree),
                 bindings: self.bindings(caps, [0, 1, 2, 4]),
                 workgroups: [self.tiles as u32, s.n_kv as u32, token_groups],
             },
             Dispatch {
-                shader: key(s.head_dim, false, Self::subgroups(caps), self.q_uniform(caps)),
+                shader: key(s.head_dim, false, Self::subgroups(caps), self.q_uniform(caps), self.tree),
                 bindings: self.bindings(caps, [0, 1, 4, 3]),
                 workgroups: [
                     s.n_blocks().div_ceil(self.tile_blocks) as u32,
@@ -242,12 +265,17 @@ impl Kernel for BlockScore {
             flops: 2 * (s.n_tokens * s.n_heads * (s.n1() + s.n2()) * s.head_dim) as u64,
         }
     }
-    /// Node tensors: q, c1, c2, scores, partial log-sum-exps (scratch, not checked).
+    /// Node tensors: q, c1, c2, (tree), scores, partial log-sum-exps (scratch, not checked).
     fn reference(&self, io: &[HostIo], vars: &StepVars) -> Option<Result<Vec<Expected>>> {
         expect(|| {
             let (q, c1, c2) = (io[0].f32()?, io[1].f32()?, io[2].f32()?);
             let pos = vars.pos as usize;
-            Ok(vec![Expected::at(3, reference(&q, &c1, &c2, self.shape, pos, self.scale))])
+            let positions = match self.tree {
+                true => tree_positions(&io[3].u32(), pos),
+                false => (pos..pos + self.shape.n_tokens).collect(),
+            };
+            let scores = reference_at(&q, (&c1, &c2), self.shape, &positions, self.scale);
+            Ok(vec![Expected::at(self.at(3), scores)])
         })
     }
 }
@@ -264,6 +292,31 @@ impl Graph {
         c2: TensorId,
         cfg: ScoreConfig,
         scale: f32,
+    ) -> Result<TensorId> {
+        self.block_score_impl(q, (c1, c2), cfg, scale, None)
+    }
+
+    /// [`Graph::block_score`] for a draft tree's step: token t at position `vars.pos` plus its depth in `tree`
+    /// `[n_tokens, TREE_W]` u32 (`attention_decode`'s tree table). The compressed keys must hold every window the
+    /// deepest token sees.
+    pub fn block_score_tree(
+        &mut self,
+        q: TensorId,
+        (c1, c2): (TensorId, TensorId),
+        cfg: ScoreConfig,
+        scale: f32,
+        tree: TensorId,
+    ) -> Result<TensorId> {
+        self.block_score_impl(q, (c1, c2), cfg, scale, Some(tree))
+    }
+
+    fn block_score_impl(
+        &mut self,
+        q: TensorId,
+        (c1, c2): (TensorId, TensorId),
+        cfg: ScoreConfig,
+        scale: f32,
+        tree: Option<TensorId>,
     ) -> Result<TensorId> {
         let (qs, c1s, c2s) = (self.shape(q).to_vec(), self.shape(c1).to_vec(), self.shape(c2).to_vec());
         let bad = |why: &str| {
@@ -323,6 +376,9 @@ impl Graph {
         if !grid_ok {
             return bad("too many blocks or tokens for one dispatch");
         }
+        if let Some(t) = tree.filter(|&t| self.shape(t) != [shape.n_tokens, TREE_W] || self.dtype(t) != DType::U32) {
+            return bad(&format!("tree {:?}: expected u32 [n_tokens, {TREE_W}]", self.shape(t)));
+        }
         let (n, h, nb) = (shape.n_tokens, shape.n_heads, shape.n_blocks());
         let kernel = BlockScore {
             shape,
@@ -330,10 +386,12 @@ impl Graph {
             tile_blocks,
             tokens_per_wg,
             scale,
+            tree: tree.is_some(),
         };
+        let inputs: Vec<TensorId> = [q, c1, c2].into_iter().chain(tree).collect();
         let outs = self.add_node(
             kernel,
-            &[q, c1, c2],
+            &inputs,
             &[
                 ("block_scores", &[n, shape.n_kv, nb], DType::F32),
                 ("block_lse_partial", &[n, h, tiles, 2], DType::F32),
@@ -356,12 +414,18 @@ fn logsumexp(xs: &[f64]) -> f64 {
 /// head_dim]` and `c2` `[n_kv, n2, head_dim]` (as `kv_compress` stores them). Returns `[n_tokens, n_kv,
 /// n_blocks]` with the conventions of the module doc, natural-log domain.
 pub fn reference(q: &[f32], c1: &[f32], c2: &[f32], s: ScoreShape, pos: usize, scale: f32) -> Vec<f32> {
+    let positions: Vec<usize> = (pos..pos + s.n_tokens).collect();
+    reference_at(q, (c1, c2), s, &positions, scale)
+}
+
+/// [`reference`] with token t at `positions[t]`.
+pub fn reference_at(q: &[f32], (c1, c2): (&[f32], &[f32]), s: ScoreShape, positions: &[usize], scale: f32) -> Vec<f32> {
     let (hd, g, nb) = (s.head_dim, s.group(), s.n_blocks());
     let (n1, n2) = (s.n1(), s.n2());
     let scale = scale as f64;
     let mut out = vec![0f32; s.n_tokens * s.n_kv * nb];
-    for t in 0..s.n_tokens {
-        let len = pos + t + 1;
+    for (t, &at) in positions.iter().enumerate() {
+        let len = at + 1;
         let (v1, v2) = (s.cfg.fine.count(len).min(n1), s.cfg.coarse.count(len).min(n2));
         if v1 == 0 {
             continue;
@@ -399,7 +463,9 @@ pub fn variants() -> Vec<ShaderKey> {
         for lse in [true, false] {
             for sg in [false, true] {
                 for qu in [false, true] {
-                    v.push(key(d, lse, sg, qu));
+                    for tree in [false, true] {
+                        v.push(key(d, lse, sg, qu, tree));
+                    }
                 }
             }
         }

@@ -21,6 +21,7 @@
 //! builds that configuration. Short contexts (below `dense_len`) use dense attention in those implementations;
 //! that switch belongs to the model, and with `budget >= qb + 1` this op selects every block `0 ..= qb` anyway.
 
+use super::attention_decode::{MAX_TREE_DEPTH, TREE_W};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::check::{expect, Expected, HostIo};
@@ -100,6 +101,8 @@ pub struct BlockTopk {
     sel: BlockSelection,
     /// `None`: by adapter.
     variant: Option<TopkVariant>,
+    /// A draft tree's step: token t at `pos` + its depth in the tree table (node tensor 1).
+    tree: bool,
 }
 
 impl BlockTopk {
@@ -128,24 +131,34 @@ pub enum TopkVariant {
 const WG_SERIAL: usize = 8;
 const WG_ROW: usize = 64;
 
-fn key(variant: TopkVariant) -> ShaderKey {
+fn key(variant: TopkVariant, tree: bool) -> ShaderKey {
     let serial = variant == TopkVariant::Serial;
-    ShaderKey::new("block_topk")
+    let key = ShaderKey::new("block_topk")
         .def("WG", format!("{}u", if serial { WG_SERIAL } else { WG_ROW }))
         .flag("SERIAL", serial)
+        .flag("TREE", tree);
+    if tree {
+        key.def("TREE_W", format!("{TREE_W}u"))
+    } else {
+        key
+    }
 }
 
 impl Kernel for BlockTopk {
     fn name(&self) -> &'static str {
         "block_topk"
     }
-    /// Node tensors: 0 scores, 1 sel.
+    /// Node tensors: 0 scores, 1 sel; a tree step's: 0 scores, 1 tree, 2 sel.
     fn dispatches(&self, caps: &Caps) -> Vec<Dispatch> {
         let variant = self.variant(caps);
         let per = if variant == TopkVariant::Serial { WG_SERIAL } else { 1 };
+        let bindings = match self.tree {
+            true => vec![Bind::Tensor(0), Bind::Tensor(2), Bind::Tensor(1)],
+            false => vec![Bind::Tensor(0), Bind::Tensor(1)],
+        };
         vec![Dispatch {
-            shader: key(variant),
-            bindings: vec![Bind::Tensor(0), Bind::Tensor(1)],
+            shader: key(variant, self.tree),
+            bindings,
             workgroups: grid(self.n_tokens * self.n_kv, per, caps.max_workgroups_per_dim),
         }]
     }
@@ -172,13 +185,17 @@ impl Kernel for BlockTopk {
             flops: 10 * rows * self.nb as u64,
         }
     }
-    /// Node tensors: 0 scores, 1 sel. The rule fixes ties (to the lower id), so the selection from the node's own
-    /// scores is one list.
+    /// Node tensors: 0 scores, 1 sel (a tree step's: 1 tree, 2 sel). The rule fixes ties (to the lower id), so the
+    /// selection from the node's own scores is one list.
     fn reference(&self, io: &[HostIo], vars: &StepVars) -> Option<Result<Vec<Expected>>> {
         expect(|| {
-            let (t, kv, nb) = (self.n_tokens, self.n_kv, self.nb);
-            let sel = reference(&io[0].f32()?, t, kv, nb, self.sel, vars.pos as usize);
-            Ok(vec![Expected::at(1, sel.iter().map(|&b| b as f32).collect())])
+            let (kv, nb, pos) = (self.n_kv, self.nb, vars.pos as usize);
+            let positions = match self.tree {
+                true => tree_positions(&io[1].u32(), pos),
+                false => (pos..pos + self.n_tokens).collect(),
+            };
+            let sel = reference_at(&io[0].f32()?, kv, nb, self.sel, &positions);
+            Ok(vec![Expected::at(1 + usize::from(self.tree), sel.iter().map(|&b| b as f32).collect())])
         })
     }
     /// Exact, as the op tests: the kernel compares keys and copies ids.
@@ -192,12 +209,29 @@ impl Graph {
     /// positions `vars.pos ..`): `sel` `[n_tokens, n_kv, sel.budget]` u32, ascending block ids padded with
     /// [`EMPTY`], by the rule of the module doc.
     pub fn block_topk(&mut self, scores: TensorId, sel: BlockSelection) -> Result<TensorId> {
-        self.block_topk_impl(scores, sel, None)
+        self.block_topk_impl(scores, sel, None, None)
+    }
+
+    /// [`Graph::block_topk`] for a draft tree's step: token t at position `vars.pos` plus its depth in `tree`
+    /// `[n_tokens, TREE_W]` u32 (`attention_decode`'s tree table).
+    pub fn block_topk_tree(&mut self, scores: TensorId, sel: BlockSelection, tree: TensorId) -> Result<TensorId> {
+        self.block_topk_impl(scores, sel, None, Some(tree))
+    }
+
+    /// [`Graph::block_topk_tree`] with the kernel variant forced.
+    pub fn block_topk_tree_variant(
+        &mut self,
+        scores: TensorId,
+        sel: BlockSelection,
+        tree: TensorId,
+        v: TopkVariant,
+    ) -> Result<TensorId> {
+        self.block_topk_impl(scores, sel, Some(v), Some(tree))
     }
 
     /// [`Graph::block_topk`] with the kernel variant forced (tests and benches run both on one adapter).
     pub fn block_topk_variant(&mut self, scores: TensorId, sel: BlockSelection, v: TopkVariant) -> Result<TensorId> {
-        self.block_topk_impl(scores, sel, Some(v))
+        self.block_topk_impl(scores, sel, Some(v), None)
     }
 
     fn block_topk_impl(
@@ -205,6 +239,7 @@ impl Graph {
         scores: TensorId,
         sel: BlockSelection,
         variant: Option<TopkVariant>,
+        tree: Option<TensorId>,
     ) -> Result<TensorId> {
         let shape = self.shape(scores).to_vec();
         if shape.len() != 3 || self.dtype(scores) != DType::F32 || shape.contains(&0) {
@@ -224,15 +259,23 @@ impl Graph {
                 format!("scores {shape:?} with budget {}: too large", sel.budget),
             ));
         }
+        if let Some(t) = tree.filter(|&t| self.shape(t) != [n_tokens, TREE_W] || self.dtype(t) != DType::U32) {
+            return Err(Error::shape(
+                "block_topk",
+                format!("tree {:?}: expected u32 [{n_tokens}, {TREE_W}]", self.shape(t)),
+            ));
+        }
         let kernel = BlockTopk {
             n_tokens,
             n_kv,
             nb,
             sel,
             variant,
+            tree: tree.is_some(),
         };
         let out = [n_tokens, n_kv, sel.budget];
-        Ok(self.add_node(kernel, &[scores], &[("block_sel", &out, DType::U32)])?[0])
+        let inputs: Vec<TensorId> = std::iter::once(scores).chain(tree).collect();
+        Ok(self.add_node(kernel, &inputs, &[("block_sel", &out, DType::U32)])?[0])
     }
 }
 
@@ -241,12 +284,23 @@ pub fn query_block(p: usize, block_size: usize, nb: usize) -> usize {
     (p / block_size.max(1)).min(nb.saturating_sub(1))
 }
 
+/// The positions of a tree step's tokens: `pos` plus each row's depth in `table` `[n, TREE_W]`.
+pub fn tree_positions(table: &[u32], pos: usize) -> Vec<usize> {
+    table.chunks(TREE_W).map(|row| pos + (row[0] as usize).min(MAX_TREE_DEPTH)).collect()
+}
+
 /// CPU reference: `scores` `[n_tokens, n_kv, nb]` of the tokens at positions `pos ..` -> `sel` `[n_tokens, n_kv,
 /// budget]`, straight from the rule of the module doc (forced blocks, then a stable sort of the candidates).
 pub fn reference(scores: &[f32], n_tokens: usize, n_kv: usize, nb: usize, s: BlockSelection, pos: usize) -> Vec<u32> {
-    let mut out = Vec::with_capacity(n_tokens * n_kv * s.budget);
-    for t in 0..n_tokens {
-        let qb = query_block(pos + t, s.block_size, nb);
+    let positions: Vec<usize> = (pos..pos + n_tokens).collect();
+    reference_at(scores, n_kv, nb, s, &positions)
+}
+
+/// [`reference`] with token t at `positions[t]`.
+pub fn reference_at(scores: &[f32], n_kv: usize, nb: usize, s: BlockSelection, positions: &[usize]) -> Vec<u32> {
+    let mut out = Vec::with_capacity(positions.len() * n_kv * s.budget);
+    for (t, &p) in positions.iter().enumerate() {
+        let qb = query_block(p, s.block_size, nb);
         let local_lo = qb.saturating_sub(s.local_blocks);
         for h in 0..n_kv {
             let row = &scores[(t * n_kv + h) * nb..][..nb];
@@ -265,5 +319,8 @@ pub fn reference(scores: &[f32], n_tokens: usize, n_kv: usize, nb: usize, s: Blo
 }
 
 pub fn variants() -> Vec<ShaderKey> {
-    vec![key(TopkVariant::Serial), key(TopkVariant::Workgroup)]
+    [false, true]
+        .into_iter()
+        .flat_map(|tree| [key(TopkVariant::Serial, tree), key(TopkVariant::Workgroup, tree)])
+        .collect()
 }

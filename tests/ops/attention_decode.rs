@@ -409,6 +409,30 @@ fn tree_run(gpu: &Gpu, s: AttnShape, pos: usize, (seed, kv): (u64, DType), windo
     })
 }
 
+/// The caches `[n_kv, max_ctx, hd]` of a tree step (its nodes' K/V side by side from `pos`) as plain decoding of
+/// one node's `path` (its slots from the root) would have left them: the path's K/V in order at `pos ..`, NaN after.
+pub fn path_caches((kc, vc): (&[f32], &[f32]), s: AttnShape, pos: usize, path: &[u32]) -> (Vec<f32>, Vec<f32>) {
+    let hd = s.head_dim;
+    let (mut k1, mut v1) = (kc.to_vec(), vc.to_vec());
+    for h in 0..s.n_kv {
+        for p in pos..s.max_ctx {
+            let dst = (h * s.max_ctx + p) * hd;
+            match path.get(p - pos) {
+                Some(&slot) => {
+                    let src = (h * s.max_ctx + pos + slot as usize) * hd;
+                    k1[dst..dst + hd].copy_from_slice(&kc[src..src + hd]);
+                    v1[dst..dst + hd].copy_from_slice(&vc[src..src + hd]);
+                }
+                None => {
+                    k1[dst..dst + hd].fill(f32::NAN);
+                    v1[dst..dst + hd].fill(f32::NAN);
+                }
+            }
+        }
+    }
+    (k1, v1)
+}
+
 /// Tree form, bitwise: row r of a tree step equals the one-query step at `pos + depth(r)` over a cache holding the
 /// prefix and then r's path in order (what plain decoding of that path would have cached).
 pub fn tree_rows(
@@ -425,24 +449,7 @@ pub fn tree_rows(
     let got: Vec<u32> = t.out.iter().map(|v| v.to_bits()).collect();
     let mut want = Vec::with_capacity(got.len());
     for (r, path) in t.paths.iter().enumerate() {
-        // The path in order at pos .., NaN after it.
-        let (mut k1, mut v1) = (kc.clone(), vc.clone());
-        for h in 0..s.n_kv {
-            for p in pos..s.max_ctx {
-                let dst = (h * s.max_ctx + p) * hd;
-                match path.get(p - pos) {
-                    Some(&slot) => {
-                        let src = (h * s.max_ctx + pos + slot as usize) * hd;
-                        k1[dst..dst + hd].copy_from_slice(&kc[src..src + hd]);
-                        v1[dst..dst + hd].copy_from_slice(&vc[src..src + hd]);
-                    }
-                    None => {
-                        k1[dst..dst + hd].fill(f32::NAN);
-                        v1[dst..dst + hd].fill(f32::NAN);
-                    }
-                }
-            }
-        }
+        let (k1, v1) = path_caches((kc, vc), s, pos, path);
         let kt1 = upload_cache(gpu, "k_cache", &cache_shape, &k1, kv)?;
         let vt1 = upload_cache(gpu, "v_cache", &cache_shape, &v1, kv)?;
         let mut g = Graph::new();

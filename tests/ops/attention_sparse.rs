@@ -3,14 +3,18 @@
 //! 1 to 100 (a block longer than a tile), lengths that are not multiples of 64; selections as block_topk makes
 //! them (forced blocks, scored ones, padding). Also: a selection of every block equals the dense attention ops'
 //! output, an empty selection gives 0, one plan reused across decode steps (shrinking contexts leave stale
-//! partials that must be ignored), and block_topk feeding attention_sparse in one graph.
+//! partials that must be ignored), and block_topk feeding attention_sparse in one graph. Tree form (a draft tree's
+//! step: row r at position pos + its depth, its path's keys in the slots of the tree table): against its reference,
+//! and every row bit for bit the one-token step at its position over a cache holding its path in order.
 //!
 //! Metric: NMSE with the bound of attention_prefill (`NMSE_MAX`, reason there): the kernel does the same f32
 //! arithmetic as attention_decode over a subset of the keys. Caches hold NaN past the step's last key, so a read
 //! past a query's visible keys (or of a block past its own) fails the case.
 
+use crate::attention_decode::{path_caches, random_tree};
 use crate::attention_prefill::{caches, shape, AMP, NMSE_MAX};
-use crate::common::{nmse, Case, Check, Rng};
+use crate::common::{exact, nmse, Case, Check, Rng};
+use shaderlm::ops::attention_decode::{tree_table, TREE_W};
 use shaderlm::gpu::{DType, Gpu, GpuTensor};
 use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan, TensorId};
@@ -172,8 +176,75 @@ fn bsel(block_size: usize, init_blocks: usize, local_blocks: usize, budget: usiz
     }
 }
 
+/// The tree form over a random tree of `s.n_tokens` nodes at `pos` (their K/V side by side from `pos`, NaN past
+/// them), each row's selection by block_topk's rule at its position: against `reference_tree` (`bitwise` false), or
+/// each row bit for bit against the one-token step at its position over a cache holding its path in order.
+fn tree(gpu: &Gpu, s: AttnShape, bs: BlockSelection, pos: usize, seed: u64, bitwise: bool) -> shaderlm::Result<Check> {
+    let mut rng = Rng::new(seed);
+    let (n, hd, ctx) = (s.n_tokens, s.head_dim, s.max_ctx);
+    let scale = 1.0 / (hd as f32).sqrt();
+    let paths = random_tree(&mut rng, n);
+    let table = tree_table(paths.iter().map(Vec::as_slice))?;
+    let positions = block_topk::tree_positions(&table, pos);
+    let q = rng.vec(n * s.n_heads * hd, AMP);
+    let (kc, vc) = caches(&mut rng, s, pos + n, AMP);
+    let nb = ctx.div_ceil(bs.block_size);
+    let ids = block_topk::reference_at(&rng.vec(n * s.n_kv * nb, 1.0), s.n_kv, nb, bs, &positions);
+    let cache_shape = [s.n_kv, ctx, hd];
+    let kt = GpuTensor::upload_f32(gpu, "k_cache", &cache_shape, &kc)?;
+    let vt = GpuTensor::upload_f32(gpu, "v_cache", &cache_shape, &vc)?;
+    let mut g = Graph::new();
+    let tq = g.input("q", &[n, s.n_heads, hd], DType::F32);
+    let tsel = g.input("sel", &[n, s.n_kv, bs.budget], DType::U32);
+    let tt = g.input("tree", &[n, TREE_W], DType::U32);
+    let (tk, tv) = (g.external(&kt), g.external(&vt));
+    let o = g.attention_sparse_tree(tq, (tk, tv), tsel, (bs.block_size, scale), tt)?;
+    g.output(o);
+    let mut plan = Plan::new(gpu, g)?;
+    plan.write_input(gpu, tq, bytemuck::cast_slice(&q))?;
+    plan.write_input(gpu, tsel, bytemuck::cast_slice(&ids))?;
+    plan.write_input(gpu, tt, bytemuck::cast_slice(&table))?;
+    plan.run(gpu, &StepVars { pos: pos as u32 })?;
+    let got = plan.read_f32(o)?;
+    if !bitwise {
+        let want = attention_sparse::reference_tree(&q, (&kc, &vc), &ids, (s, bs.block_size), (pos, &table), scale);
+        return Ok(nmse(&got, &want, NMSE_MAX));
+    }
+    let (row, sel_row) = (s.n_heads * hd, s.n_kv * bs.budget);
+    let mut want = Vec::with_capacity(got.len());
+    for (r, path) in paths.iter().enumerate() {
+        let (k1, v1) = path_caches((&kc, &vc), s, pos, path);
+        let kt1 = GpuTensor::upload_f32(gpu, "k_cache", &cache_shape, &k1)?;
+        let vt1 = GpuTensor::upload_f32(gpu, "v_cache", &cache_shape, &v1)?;
+        let mut g = Graph::new();
+        let tq = g.input("q", &[1, s.n_heads, hd], DType::F32);
+        let tsel = g.input("sel", &[1, s.n_kv, bs.budget], DType::U32);
+        let (tk, tv) = (g.external(&kt1), g.external(&vt1));
+        let o1 = g.attention_sparse(tq, tk, tv, tsel, bs.block_size, scale)?;
+        g.output(o1);
+        let mut one = Plan::new(gpu, g)?;
+        one.write_input(gpu, tq, bytemuck::cast_slice(&q[r * row..(r + 1) * row]))?;
+        one.write_input(gpu, tsel, bytemuck::cast_slice(&ids[r * sel_row..(r + 1) * sel_row]))?;
+        one.run(gpu, &StepVars { pos: positions[r] as u32 })?;
+        want.extend(one.read_f32(o1)?.iter().map(|v| v.to_bits()));
+    }
+    Ok(exact(&got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), &want))
+}
+
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
+    // Tree form: (nodes, heads, kv heads, head dim, root position, block size); blocks of 16 so that paths cross
+    // block boundaries, 3 local blocks and budget 6 so that the selection drops blocks.
+    for (n, h, kv, hd, pos, b) in [(9, 9, 3, 64, 200, 16), (23, 4, 1, 64, 301, 16), (61, 8, 2, 128, 150, 32)] {
+        let s = shape(n, h, kv, hd, pos + n + 19);
+        for bitwise in [false, true] {
+            let what = if bitwise { "rows_equal_one_token_steps" } else { "vs_reference" };
+            let name = format!("tree_{what}_n{n}_h{h}_kv{kv}_d{hd}_pos{pos}_b{b}");
+            v.push(Case::new("attention_sparse", name, move |gpu| {
+                tree(gpu, s, bsel(b, 1, 3, 6), pos, 8500 + n as u64, bitwise)
+            }));
+        }
+    }
     let mut seed = 8000u64;
     // The grid: blocks of 64, 1 init + 2 local + up to 4 scored blocks (budget 8), 19 NaN slots past the step.
     let heads = [(1usize, 1usize), (3, 1), (8, 2), (14, 2), (16, 1), (32, 2)];

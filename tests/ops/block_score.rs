@@ -10,8 +10,12 @@
 //! the exponent (f32 dot products of head_dim terms and the split log-sum-exp, about 1e-6 * (|x| + 1) here) is a
 //! relative error e of the term, kept by the sum over the group and by the max; atol covers scores below 1e-9,
 //! which no top-k can tell from 0. Blocks with no visible window must be exactly 0.
+//! Tree form (a draft tree's step, token t at position pos + its depth): against the reference at those positions,
+//! and every row bit for bit the one-token step at its position (windows completing within the tree included).
 
-use crate::common::{gpu_fallback, rel_abs, Case, Check, Rng};
+use crate::attention_decode::random_tree;
+use crate::common::{exact, gpu_fallback, rel_abs, Case, Check, Rng};
+use shaderlm::ops::attention_decode::{tree_table, TREE_W};
 use shaderlm::gpu::{DType, Gpu, GpuTensor};
 use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan, TensorId};
@@ -85,6 +89,53 @@ fn run(gpu: &Gpu, s: ScoreShape, pos: usize, amp: f32, seed: u64) -> shaderlm::R
     plan.run(gpu, &StepVars { pos: pos as u32 })?;
     let want = block_score::reference(&q, &c1, &c2, s, pos, scale(hd));
     Ok(rel_abs(&plan.read_f32(out)?, &want, RTOL, ATOL))
+}
+
+/// The tree form over a random tree of `s.n_tokens` nodes at `pos`: against the reference at each row's position
+/// (`bitwise` false), or each row bit for bit against the one-token step at its position (`bitwise`).
+fn tree(gpu: &Gpu, s: ScoreShape, pos: usize, seed: u64, bitwise: bool) -> shaderlm::Result<Check> {
+    let mut rng = Rng::new(seed);
+    let (hd, ctx, n) = (s.head_dim, s.cfg.max_ctx, s.n_tokens);
+    let paths = random_tree(&mut rng, n);
+    let table = tree_table(paths.iter().map(Vec::as_slice))?;
+    let positions: Vec<usize> = paths.iter().map(|p| pos + p.len() - 1).collect();
+    let len = positions.iter().max().map_or(pos, |&p| p + 1);
+    let k = keys(&mut rng, s.n_kv, ctx, hd, len, AMP);
+    let c1 = compress(&k, s.n_kv, ctx, hd, s.cfg.fine, len);
+    let c2 = compress(&k, s.n_kv, ctx, hd, s.cfg.coarse, len);
+    let q = rng.vec(n * s.n_heads * hd, AMP);
+    let c1t = GpuTensor::upload_f32(gpu, "c1", &[s.n_kv, s.n1(), hd], &c1)?;
+    let c2t = GpuTensor::upload_f32(gpu, "c2", &[s.n_kv, s.n2(), hd], &c2)?;
+    let mut g = Graph::new();
+    let tq = g.input("q", &[n, s.n_heads, hd], DType::F32);
+    let tt = g.input("tree", &[n, TREE_W], DType::U32);
+    let (t1, t2) = (g.external(&c1t), g.external(&c2t));
+    let out = g.block_score_tree(tq, (t1, t2), s.cfg, scale(hd), tt)?;
+    g.output(out);
+    let mut plan = Plan::new(gpu, g)?;
+    plan.write_input(gpu, tq, bytemuck::cast_slice(&q))?;
+    plan.write_input(gpu, tt, bytemuck::cast_slice(&table))?;
+    plan.run(gpu, &StepVars { pos: pos as u32 })?;
+    let got = plan.read_f32(out)?;
+    if !bitwise {
+        let want = block_score::reference_at(&q, (&c1, &c2), s, &positions, scale(hd));
+        return Ok(rel_abs(&got, &want, RTOL, ATOL));
+    }
+    let one_shape = ScoreShape { n_tokens: 1, ..s };
+    let mut g = Graph::new();
+    let tq = g.input("q", &[1, s.n_heads, hd], DType::F32);
+    let (t1, t2) = (g.external(&c1t), g.external(&c2t));
+    let o1 = g.block_score(tq, t1, t2, one_shape.cfg, scale(hd))?;
+    g.output(o1);
+    let mut one = Plan::new(gpu, g)?;
+    let row = s.n_heads * hd;
+    let mut want = Vec::with_capacity(got.len());
+    for (r, &at) in positions.iter().enumerate() {
+        one.write_input(gpu, tq, bytemuck::cast_slice(&q[r * row..(r + 1) * row]))?;
+        one.run(gpu, &StepVars { pos: at as u32 })?;
+        want.extend(one.read_f32(o1)?.iter().map(|v| v.to_bits()));
+    }
+    Ok(exact(&got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), &want))
 }
 
 /// A plan per step size with kv_write, kv_compress (C1 and C2) and block_score, sharing the caches; steps of
@@ -161,6 +212,23 @@ type Extra = (&'static str, usize, usize, usize, usize, usize, ScoreConfig, f32)
 
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
+    // Tree form: (nodes, heads, kv heads, root position, max_ctx): before any C2 window (the C1 fallback), around
+    // the first C2 window, and a long context; 61 nodes (tokens in several workgroups).
+    for (n, h, kv, pos, ctx) in [(9, 9, 3, 100, 512), (23, 4, 2, 120, 512), (61, 9, 3, 1000, 1100), (16, 32, 2, 700, 800)] {
+        let hd = if h >= 16 { 128 } else { 64 };
+        let s = ScoreShape {
+            n_tokens: n,
+            n_heads: h,
+            n_kv: kv,
+            head_dim: hd,
+            cfg: cfg(ctx),
+        };
+        for bitwise in [false, true] {
+            let what = if bitwise { "rows_equal_one_token_steps" } else { "vs_reference" };
+            let name = format!("tree_{what}_n{n}_h{h}_kv{kv}_pos{pos}");
+            v.push(Case::new("block_score", name, move |gpu| tree(gpu, s, pos, 7900 + n as u64, bitwise)));
+        }
+    }
     let mut seed = 7000u64;
     let mut push = |v: &mut Vec<Case>, name: String, s: ScoreShape, pos: usize, amp: f32| {
         seed += 1;

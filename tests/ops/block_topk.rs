@@ -9,7 +9,9 @@
 //! query blocks, a budget above the blocks available, a position past the cache (query block clamped), the
 //! MiniCPM4 configuration at 32K and 128K, and one plan reused across decode steps.
 
+use crate::attention_decode::random_tree;
 use crate::common::{exact, Case, Check, Rng};
+use shaderlm::ops::attention_decode::{tree_table, TREE_W};
 use shaderlm::gpu::{DType, Gpu};
 use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
@@ -105,6 +107,28 @@ fn run(gpu: &Gpu, sh: &Shape, s: BlockSelection, v: TopkVariant, positions: &[us
 
 type R = shaderlm::Result<Check>;
 
+/// The tree form: a random tree of `sh.n_tokens` nodes at `pos`, token t at `pos` + its depth, against the
+/// reference at those positions.
+fn tree(gpu: &Gpu, sh: &Shape, s: BlockSelection, v: TopkVariant, pos: usize, seed: u64) -> R {
+    let mut rng = Rng::new(seed);
+    let paths = random_tree(&mut rng, sh.n_tokens);
+    let table = tree_table(paths.iter().map(Vec::as_slice))?;
+    let mut g = Graph::new();
+    let ts = g.input("scores", &[sh.n_tokens, sh.n_kv, sh.nb], DType::F32);
+    let tt = g.input("tree", &[sh.n_tokens, TREE_W], DType::U32);
+    let sel = g.block_topk_tree_variant(ts, s, tt, v)?;
+    g.output(sel);
+    let mut plan = Plan::new(gpu, g)?;
+    let x = scores(&mut rng, sh.n_tokens * sh.n_kv * sh.nb, Scores::Levels(4));
+    plan.write_input(gpu, ts, bytemuck::cast_slice(&x))?;
+    plan.write_input(gpu, tt, bytemuck::cast_slice(&table))?;
+    plan.run(gpu, &StepVars { pos: pos as u32 })?;
+    let positions = block_topk::tree_positions(&table, pos);
+    assert!(positions.iter().any(|&p| p / s.block_size != pos / s.block_size), "the tree crosses a block");
+    let want = block_topk::reference_at(&x, sh.n_kv, sh.nb, s, &positions);
+    Ok(exact(&plan.read_u32(sel)?, &want))
+}
+
 /// The case on both kernels: `serial/name` (CPU adapters' default) and `workgroup/name` (GPUs').
 fn both(v: &mut Vec<Case>, name: &str, sh: Shape, s: BlockSelection, positions: &[usize], kind: Scores, seed: u64) {
     for (prefix, variant) in [("serial", TopkVariant::Serial), ("workgroup", TopkVariant::Workgroup)] {
@@ -137,6 +161,17 @@ type Named = (
 
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
+    // Tree form on both kernels: trees whose rows straddle a block boundary (blocks of 16, the root 2 keys before one).
+    for (n, n_kv, nb) in [(23usize, 2usize, 40usize), (61, 1, 97)] {
+        for (prefix, variant) in [("serial", TopkVariant::Serial), ("workgroup", TopkVariant::Workgroup)] {
+            let sh = Shape { n_tokens: n, n_kv, nb };
+            let s = selection(16, 1, 2, 8);
+            let pos = (nb - 3) * 16 - 2;
+            v.push(Case::new("block_topk", format!("{prefix}/tree_n{n}_kv{n_kv}_nb{nb}"), move |gpu| {
+                tree(gpu, &sh, s, variant, pos, 8100 + n as u64)
+            }));
+        }
+    }
     let mut seed = 7000u64;
     // The grid: nb (not multiples of 64 or of anything but 512 and 2048), selections from a small one to MiniCPM4's,
     // one decode token and small chunks, the last token's block near the end of the scores.
