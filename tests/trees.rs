@@ -447,11 +447,78 @@ fn draft_trees_on_a_sparse_model_cross_its_dense_length() {
     assert!(loaded.model.cfg.sparse.is_some());
     // A prompt that repeats itself, so that prompt lookup finds matches.
     let prompt: Vec<u32> = tokens(12, t.vocab, 21).repeat(3);
-    let follow = tokens(5, t.vocab, 22);
+    let st = lookup_trees_equal_plain(&loaded, &prompt, &tokens(5, t.vocab, 22));
+    assert!(prompt.len() + 40 > 48, "the generation crosses dense_len");
+    assert!(st.verify_steps > 0, "nothing was drafted: {st:?}");
+    // Below dense_len the greedy tree steps accepted on the device (compressed keys updated in the same submission).
+    assert!(st.tree_on_device > 0, "no tree step accepted on the device: {st:?}");
+    println!(
+        "{} verification steps ({} tree steps accepted on the device), {}/{} drafts accepted",
+        st.verify_steps, st.tree_on_device, st.accepted, st.drafted
+    );
+}
+
+/// Draft trees past an InfLLM-v2 model's dense length (C1 windows of 16 every 8 keys, blocks of 16, 3 of them
+/// selected): where no window completes within the tree's positions, the tree step attends sparsely (block scores,
+/// selection and attention at each row's own position, its path's keys through the tree table) and every row
+/// equals plain decoding along its path, bit for bit, as do the steps after the accepted path; where a window
+/// completes within them the step is refused (a chain verifies instead); prompt lookup's trees from a prompt already
+/// past the dense length give plain decoding's tokens and follow-up turn.
+#[test]
+fn draft_trees_past_the_dense_length_attend_sparsely() {
+    let gpu = gpu();
+    let dir = tempfile::tempdir().unwrap();
+    let sparse = serde_json::json!({"kernel_size": 16, "kernel_stride": 8, "block_size": 16, "init_blocks": 1,
+        "window_size": 16, "topk": 2, "use_nope": false, "dense_len": 48});
+    let t = write_minicpm(dir.path(), 39, Some(sparse));
+    let model = weights(dir.path());
+    assert!(model.cfg.sparse.is_some());
+    // Windows complete at positions 15, 23, 31, ... (7 mod 8): a tree at 64 (6 deep: positions 64 ..= 70) sees none
+    // complete; its 65 to 71 keys are more than the 48 the selection keeps.
+    let prompt = tokens(64, t.vocab, 8);
+    tree_rows_then(
+        "minicpm sparse past dense_len",
+        &model,
+        &prompt,
+        9,
+        &tokens(20, t.vocab, 16),
+    );
+    // At 68 the tree's positions hold 71, where a window completes.
+    let mut gen = Generator::new(gpu, &model, 128, LOGITS_AND_ARGMAX).unwrap();
+    gen.feed(&tokens(68, t.vocab, 8)).unwrap();
+    let mut tree = DraftTree::default();
+    tree.reset(3);
+    let mut node = 0;
+    for t in [4, 5, 6, 7] {
+        node = tree.push(node, t);
+    }
+    let e = gen
+        .feed_tree(68, &tree.tokens, &tree.table().unwrap(), None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("verify a chain instead"), "{e}");
+    // Generation with prompt lookup trees, every step past dense_len.
+    let loaded = LoadedModel::open(gpu, dir.path(), &LoadOptions::with_ctx(256), |_, _| {}).unwrap();
+    let prompt: Vec<u32> = tokens(12, t.vocab, 21).repeat(5);
+    let st = lookup_trees_equal_plain(&loaded, &prompt, &tokens(5, t.vocab, 22));
+    let tree_steps = st.verify_steps - st.steps_by_drafts.iter().sum::<usize>();
+    assert!(tree_steps > 0, "no tree step past dense_len: {st:?}");
+    println!(
+        "{} verification steps, {tree_steps} of them tree steps past dense_len, {}/{} drafts accepted",
+        st.verify_steps, st.accepted, st.drafted
+    );
+}
+
+/// Greedy generation of 40 tokens after `prompt`, then `follow`, with prompt lookup's (3,4,16) trees: both turns
+/// equal plain decoding's. Returns the speculation's counts.
+fn lookup_trees_equal_plain(
+    loaded: &LoadedModel,
+    prompt: &[u32],
+    follow: &[u32],
+) -> shaderlm::generate::spec::SpecStats {
     let params = SamplingParams::greedy();
-    let mut target = Generator::new(gpu, &loaded.model, 256, LOGITS_AND_ARGMAX).unwrap();
-    let (p1, p2, _) = run(&mut target, &loaded, &params, &prompt, &follow, 40, None);
-    let mut lookup = Lookup::default();
+    let mut target = Generator::new(gpu(), &loaded.model, 256, LOGITS_AND_ARGMAX).unwrap();
+    let (p1, p2, _) = run(&mut target, loaded, &params, prompt, follow, 40, None);
     target.truncate(0);
     let opts = SpecOptions {
         min_accepted: 0.0,
@@ -462,22 +529,16 @@ fn draft_trees_on_a_sparse_model_cross_its_dense_length() {
         }),
         ..Default::default()
     };
+    let mut lookup = Lookup::default();
     let (s1, s2, st) = run_with(
         &mut target,
-        &loaded,
+        loaded,
         &params,
-        (&prompt, &follow),
+        (prompt, follow),
         40,
         Some((&mut lookup, opts)),
     );
     assert_eq!(s1.generated, p1.generated, "first turn");
     assert_eq!(s2.generated, p2.generated, "follow-up turn");
-    assert!(prompt.len() + 40 > 48, "the generation crosses dense_len");
-    assert!(st.verify_steps > 0, "nothing was drafted: {st:?}");
-    // Below dense_len the greedy tree steps accepted on the device (compressed keys updated in the same submission).
-    assert!(st.tree_on_device > 0, "no tree step accepted on the device: {st:?}");
-    println!(
-        "{} verification steps ({} tree steps accepted on the device), {}/{} drafts accepted",
-        st.verify_steps, st.tree_on_device, st.accepted, st.drafted
-    );
+    st
 }

@@ -46,7 +46,7 @@ pub fn benches() -> Vec<Bench> {
                         g.attention_prefill(q, k, vv, scale)?;
                     } else {
                         let cc = sparse::compress(&mut g, &s, &keys, k, n)?;
-                        sparse::attention(&mut g, &s, q, k, vv, cc, ctx, scale)?;
+                        sparse::attention(&mut g, &s, q, k, vv, cc, ctx, scale, None)?;
                     }
                     let plan = Plan::new(gpu, g)?;
                     fill_inputs(gpu, &plan, &[(q, n * N_HEADS * HD, DType::F32)])?;

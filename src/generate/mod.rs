@@ -34,9 +34,9 @@ struct Plans {
     verify: HashMap<(usize, bool), Step>,
     /// Chained greedy draft steps by (tokens of the first link, links).
     chain: HashMap<(usize, usize), Step>,
-    /// Draft-tree steps by (nodes, whether they accept greedily on the device), and the plan that moves an
-    /// accepted path's K/V into place.
-    tree: HashMap<(usize, bool), Step>,
+    /// Draft-tree steps by (nodes, whether they accept greedily on the device, sparse attention), and the plan that
+    /// moves an accepted path's K/V into place.
+    tree: HashMap<(usize, bool, bool), Step>,
     mover: Option<crate::model::tree_step::KvMover>,
     /// InfLLM-v2 compressed-key updates over an accepted path, by its length (`Llama::key_compressor`).
     compress: HashMap<usize, Option<crate::graph::Plan>>,
@@ -168,6 +168,23 @@ impl<'a> Generator<'a> {
     /// Whether a step reaching KV length `kv_len` attends sparsely.
     fn sparse_at(&self, kv_len: usize) -> bool {
         self.cache.sparse_at(&self.model.cfg, kv_len)
+    }
+
+    /// How a draft tree's step after `base` cached tokens, its nodes at most `depth` deep, attends where it equals
+    /// plain decoding along every path: densely (Some(false)) where plain decoding at the deepest position would,
+    /// sparsely (Some(true)) where it would at the root's position already and no InfLLM-v2 window (C1 or C2)
+    /// completes within the tree's positions `base ..= base + depth` (the tree step reads the compressed keys as the
+    /// cached tokens left them); None where neither holds (the step then verifies a chain).
+    pub(super) fn tree_attends(&self, base: usize, depth: usize) -> Option<bool> {
+        if !self.sparse_at(base + depth + 1) {
+            return Some(false);
+        }
+        let sparse = self.model.cfg.sparse.as_ref()?;
+        let (fine, coarse) = sparse.windows();
+        let no_window = [fine, coarse]
+            .iter()
+            .all(|w| w.count(base) == w.count(base + depth + 1));
+        (self.sparse_at(base + 1) && no_window).then_some(true)
     }
 
     /// The plan of a step of `n` tokens after `pos` cached ones, dense or sparse as the KV length it reaches asks.

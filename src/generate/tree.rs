@@ -216,14 +216,14 @@ impl Generator<'_> {
                 self.cache.max_ctx
             )));
         }
-        // Plain decoding at the deepest row's position must attend densely too (InfLLM-v2 switches by position).
-        if self.sparse_at(base + deepest + 1) {
+        // Every row attends as plain decoding at its position would (InfLLM-v2 switches by position).
+        let Some(sparse) = self.tree_attends(base, deepest) else {
             return Err(Error::Invalid(format!(
-                "a draft tree reaching position {} attends densely, but this model attends sparsely there \
-                 (InfLLM-v2 past its dense length): verify a chain instead",
+                "a draft tree from position {base} to {} crosses this model's dense length or completes an InfLLM-v2 \
+                 window: verify a chain instead",
                 base + deepest
             )));
-        }
+        };
         let (gpu, model) = (self.gpu, self.model);
         if model.is_eagle() != features.is_some() || features.is_some_and(|f| f.len() != n * model.cfg.hidden) {
             return Err(Error::Invalid(format!(
@@ -231,9 +231,9 @@ impl Generator<'_> {
                 model.cfg.hidden
             )));
         }
-        let step = match self.plans.tree.entry((n, accept)) {
+        let step = match self.plans.tree.entry((n, accept, sparse)) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => e.insert(model.tree_step(gpu, &self.cache, n, self.outputs, accept)?),
+            Entry::Vacant(e) => e.insert(model.tree_step(gpu, &self.cache, n, self.outputs, accept, sparse)?),
         };
         if let Some(f) = features {
             step.write_features(gpu, f)?;
@@ -281,16 +281,20 @@ impl Generator<'_> {
         }
         let base = self.tokens.len();
         let n = tree_size(shape.depth, shape.topk, shape.size) + 1;
-        if base + n > self.cache.max_ctx || self.sparse_at(base + shape.depth + 1) {
+        let sparse = self
+            .tree_attends(base, shape.depth)
+            .filter(|_| base + n <= self.cache.max_ctx);
+        let Some(sparse) = sparse else {
             return Err(Error::Invalid(format!(
-                "a draft tree of {n} nodes and depth {} at {base} does not fit a dense step of the context of {}",
+                "a draft tree of {n} nodes and depth {} at {base} does not fit one step of the context of {} (or \
+                 crosses the dense length or an InfLLM-v2 window)",
                 shape.depth, self.cache.max_ctx
             )));
-        }
+        };
         let (gpu, model) = (self.gpu, self.model);
-        let verify = match self.plans.tree.entry((n, true)) {
+        let verify = match self.plans.tree.entry((n, true, sparse)) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => e.insert(model.tree_step(gpu, &self.cache, n, self.outputs, true)?),
+            Entry::Vacant(e) => e.insert(model.tree_step(gpu, &self.cache, n, self.outputs, true, sparse)?),
         };
         let (key, dpos) = (draft.tree_draft_key(ids, features, shape)?, draft.tokens.len());
         let plan = draft.plans.tree_draft(gpu, draft.model, &draft.cache, key)?;
@@ -469,7 +473,7 @@ fn grow_verified(
     tree: &mut DraftTree,
 ) -> Result<bool> {
     let (base, size) = (target.tokens.len(), tree_size(shape.depth, shape.topk, shape.size));
-    let fits = size > 0 && base + size < target.max_ctx() && !target.sparse_at(base + shape.depth + 1);
+    let fits = size > 0 && base + size < target.max_ctx() && target.tree_attends(base, shape.depth).is_some();
     let root = tree.tokens.first().copied();
     if !fits
         || !grows_on_device(draft, tokens.len(), shape)
@@ -628,8 +632,11 @@ fn grow_on_host(gen: &mut Generator<'_>, shape: TreeShape, eagle: bool) -> Resul
         .collect();
     let mut frontier: Vec<usize> = (0..cands.len()).collect();
     let mut fed = 0u32;
-    for _ in 1..shape.depth {
-        if frontier.is_empty() || base + 1 + fed as usize + frontier.len() >= gen.max_ctx() {
+    for depth in 1..shape.depth {
+        // Round `depth`'s rows sit at that depth: the context must hold them, and (an InfLLM-v2 draft) their tree
+        // step must attend as plain decoding would; else the tree stops growing here.
+        let fits = base + 1 + fed as usize + frontier.len() < gen.max_ctx() && gen.tree_attends(base, depth).is_some();
+        if frontier.is_empty() || !fits {
             break;
         }
         let mut paths = Vec::with_capacity(frontier.len());

@@ -92,6 +92,12 @@ pub fn new_caches(
     (0..n_layers).map(layer).collect::<Result<Vec<_>>>().map(Some)
 }
 
+/// The C1/C2 caches' ids as they are (a draft tree's step reads them without updating them: their windows assume a
+/// sequence, not a tree's slots).
+pub fn caches(g: &mut Graph, keys: &CompressedKeys) -> (TensorId, TensorId) {
+    (g.external(&keys.c1), g.external(&keys.c2))
+}
+
 /// Records the C1/C2 updates of a step of `n_tokens` (after its `kv_write`); returns the caches' ids.
 pub fn compress(
     g: &mut Graph,
@@ -101,13 +107,16 @@ pub fn compress(
     n_tokens: usize,
 ) -> Result<(TensorId, TensorId)> {
     let (fine, coarse) = s.windows();
-    let (c1, c2) = (g.external(&keys.c1), g.external(&keys.c2));
+    let (c1, c2) = caches(g, keys);
     g.kv_compress(k_cache, c1, n_tokens, fine)?;
     g.kv_compress(k_cache, c2, n_tokens, coarse)?;
     Ok((c1, c2))
 }
 
-/// Sparse attention of `q` `[n, n_heads, head_dim]` over the caches: scores, selection, attention.
+/// Sparse attention of `q` `[n, n_heads, head_dim]` over the caches: scores, selection, attention. With `tree` (a
+/// draft tree's table `[n, TREE_W]`), row r sits at position `pos + depth(r)` and reads its path's keys through the
+/// table: each row as the one-token step along its path computes it, where the compressed keys already hold every
+/// window that step would see.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     g: &mut Graph,
@@ -118,10 +127,17 @@ pub fn attention(
     (c1, c2): (TensorId, TensorId),
     max_ctx: usize,
     scale: f32,
+    tree: Option<TensorId>,
 ) -> Result<TensorId> {
-    let scores = g.block_score(q, c1, c2, s.score_config(max_ctx), scale)?; // [n, n_kv, blocks]
-    let sel = g.block_topk(scores, s.selection())?; // [n, n_kv, budget] u32
-    g.attention_sparse(q, k_cache, v_cache, sel, s.block_size, scale)
+    let cfg = s.score_config(max_ctx);
+    let Some(tree) = tree else {
+        let scores = g.block_score(q, c1, c2, cfg, scale)?; // [n, n_kv, blocks]
+        let sel = g.block_topk(scores, s.selection())?; // [n, n_kv, budget] u32
+        return g.attention_sparse(q, k_cache, v_cache, sel, s.block_size, scale);
+    };
+    let scores = g.block_score_tree(q, (c1, c2), cfg, scale, tree)?;
+    let sel = g.block_topk_tree(scores, s.selection(), tree)?;
+    g.attention_sparse_tree(q, (k_cache, v_cache), sel, (s.block_size, scale), tree)
 }
 
 /// The CPU counterpart of one layer's sparse attention for the reference forward: `q` `[n, n_heads, head_dim]`

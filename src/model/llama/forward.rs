@@ -442,14 +442,15 @@ impl Llama {
     ) -> Result<TensorId> {
         let c = &self.cfg;
         let compressed = match s.sparse_keys {
+            // A tree step reads the compressed keys as the cached tokens left them.
+            Some((sc, keys)) if s.tree.is_some() => Some((sc, sparse::caches(g, &keys[i]))),
             Some((sc, keys)) => Some((sc, sparse::compress(g, sc, &keys[i], kc, s.n_tokens)?)),
             None => None,
         };
-        if let Some(tree) = s.tree {
-            return g.attention_decode_tree(q, kc, vc, c.attn_scale, c.layer_window(i), tree);
-        }
-        match (s.sparse, compressed) {
-            (true, Some((sc, cc))) => sparse::attention(g, sc, q, kc, vc, cc, s.seqs[0].cache.max_ctx, c.attn_scale),
+        let max_ctx = s.seqs[0].cache.max_ctx;
+        match (s.sparse, compressed, s.tree) {
+            (true, Some((sc, cc)), tree) => sparse::attention(g, sc, q, kc, vc, cc, max_ctx, c.attn_scale, tree),
+            (_, _, Some(tree)) => g.attention_decode_tree(q, kc, vc, c.attn_scale, c.layer_window(i), tree),
             _ if s.n_tokens <= crate::ops::attention_decode::MAX_TOKENS => {
                 g.attention_decode_window(q, kc, vc, c.attn_scale, c.layer_window(i))
             }
