@@ -187,6 +187,12 @@ impl<'a> Generator<'a> {
         (self.sparse_at(base + 1) && no_window).then_some(true)
     }
 
+    /// The deepest draft tree, at most `depth` deep, whose step after `base` cached tokens attends as plain
+    /// decoding would ([`Generator::tree_attends`]); None where not even one level does.
+    pub(super) fn tree_depth(&self, base: usize, depth: usize) -> Option<usize> {
+        (1..=depth).rev().find(|&d| self.tree_attends(base, d).is_some())
+    }
+
     /// The plan of a step of `n` tokens after `pos` cached ones, dense or sparse as the KV length it reaches asks.
     fn plan(&mut self, n: usize, pos: usize) -> Result<&mut Step> {
         let sparse = self.sparse_at(pos + n);

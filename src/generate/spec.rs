@@ -286,10 +286,13 @@ pub fn generate_spec(
                 .min(room)
                 .min(emit.budget().saturating_sub(1));
             tree.reset(next);
-            // A tree step attends as plain decoding would at each row's position where it can; where it cannot (an
-            // InfLLM-v2 model crossing its dense length, or a window completing within the tree) the step verifies a
-            // chain.
-            let tree_shape = spec.tree.filter(|s| gen.tree_attends(base, s.depth).is_some());
+            // A tree step must attend as plain decoding would at each row's position: on an InfLLM-v2 model the tree
+            // is cut short of its dense length, or of a window completing within it, and where not even one level
+            // can run the step verifies a chain.
+            let tree_shape = spec.tree.and_then(|s| {
+                let depth = gen.tree_depth(base, s.depth)?;
+                Some(TreeShape { depth, ..s })
+            });
             // Greedy tree steps accept on the device; a draft model may then grow the tree in the same submission.
             let accepts_on_device = greedy_on_device(sampler, gen);
             let mut tree_verified = false;
