@@ -459,7 +459,7 @@ fn draft_trees_on_a_sparse_model_cross_its_dense_length() {
 }
 
 /// Draft trees past an InfLLM-v2 model's dense length (C1 windows of 16 every 8 keys, blocks of 16, 3 of them
-/// selected): where no window completes within the tree's positions, the tree step attends sparsely (block scores,
+/// selected): where no window completes at its nodes past the root, the tree step attends sparsely (block scores,
 /// selection and attention at each row's own position, its path's keys through the tree table) and every row
 /// equals plain decoding along its path, bit for bit, as do the steps after the accepted path; where a window
 /// completes within them the step is refused (a chain verifies instead); prompt lookup's trees from a prompt already
@@ -469,7 +469,7 @@ fn draft_trees_past_the_dense_length_attend_sparsely() {
     let gpu = gpu();
     let dir = tempfile::tempdir().unwrap();
     let sparse = serde_json::json!({"kernel_size": 16, "kernel_stride": 8, "block_size": 16, "init_blocks": 1,
-        "window_size": 16, "topk": 2, "use_nope": false, "dense_len": 48});
+        "window_size": 16, "topk": 3, "use_nope": false, "dense_len": 48});
     let t = write_minicpm(dir.path(), 39, Some(sparse));
     let model = weights(dir.path());
     assert!(model.cfg.sparse.is_some());
@@ -483,7 +483,17 @@ fn draft_trees_past_the_dense_length_attend_sparsely() {
         9,
         &tokens(20, t.vocab, 16),
     );
-    // At 68 the tree's positions hold 71, where a window completes.
+    // At 63 the root completes the first C2 window, the normalizer of every score after it (the tree step updates
+    // the compressed keys for its root); 64 ..= 69 complete none.
+    let prompt = tokens(63, t.vocab, 10);
+    tree_rows_then(
+        "minicpm sparse, a window at the root",
+        &model,
+        &prompt,
+        11,
+        &tokens(12, t.vocab, 17),
+    );
+    // At 68 the tree's nodes past the root hold 71, where a window completes.
     let mut gen = Generator::new(gpu, &model, 128, LOGITS_AND_ARGMAX).unwrap();
     gen.feed(&tokens(68, t.vocab, 8)).unwrap();
     let mut tree = DraftTree::default();

@@ -173,8 +173,8 @@ impl<'a> Generator<'a> {
     /// How a draft tree's step after `base` cached tokens, its nodes at most `depth` deep, attends where it equals
     /// plain decoding along every path: densely (Some(false)) where plain decoding at the deepest position would,
     /// sparsely (Some(true)) where it would at the root's position already and no InfLLM-v2 window (C1 or C2)
-    /// completes within the tree's positions `base ..= base + depth` (the tree step reads the compressed keys as the
-    /// cached tokens left them); None where neither holds (the step then verifies a chain).
+    /// completes within the positions of the tree's nodes past the root, `base + 1 ..= base + depth` (the tree step
+    /// updates the compressed keys for its root alone); None where neither holds.
     pub(super) fn tree_attends(&self, base: usize, depth: usize) -> Option<bool> {
         if !self.sparse_at(base + depth + 1) {
             return Some(false);
@@ -183,7 +183,7 @@ impl<'a> Generator<'a> {
         let (fine, coarse) = sparse.windows();
         let no_window = [fine, coarse]
             .iter()
-            .all(|w| w.count(base) == w.count(base + depth + 1));
+            .all(|w| w.count(base + 1) == w.count(base + depth + 1));
         (self.sparse_at(base + 1) && no_window).then_some(true)
     }
 

@@ -92,12 +92,6 @@ pub fn new_caches(
     (0..n_layers).map(layer).collect::<Result<Vec<_>>>().map(Some)
 }
 
-/// The C1/C2 caches' ids as they are (a draft tree's step reads them without updating them: their windows assume a
-/// sequence, not a tree's slots).
-pub fn caches(g: &mut Graph, keys: &CompressedKeys) -> (TensorId, TensorId) {
-    (g.external(&keys.c1), g.external(&keys.c2))
-}
-
 /// Records the C1/C2 updates of a step of `n_tokens` (after its `kv_write`); returns the caches' ids.
 pub fn compress(
     g: &mut Graph,
@@ -107,7 +101,7 @@ pub fn compress(
     n_tokens: usize,
 ) -> Result<(TensorId, TensorId)> {
     let (fine, coarse) = s.windows();
-    let (c1, c2) = caches(g, keys);
+    let (c1, c2) = (g.external(&keys.c1), g.external(&keys.c2));
     g.kv_compress(k_cache, c1, n_tokens, fine)?;
     g.kv_compress(k_cache, c2, n_tokens, coarse)?;
     Ok((c1, c2))

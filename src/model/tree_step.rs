@@ -17,12 +17,12 @@ impl Llama {
     /// A step over the `n_tokens` nodes of a draft tree ([`Step::run_tree`]): row r at position `pos + depth(r)`,
     /// its K/V cached in slot `pos + slot(r)`, attending to the keys before `pos` and to its path. Outputs cover
     /// every row, each equal bit for bit to the one-token step of plain decoding along that path (the kernels are
-    /// batch invariant, and the attention walks the path in order). Without InfLLM-v2's compressed-key updates
-    /// (their windows assume a sequence, not a tree's slots): [`Llama::key_compressor`] brings the compressed keys up
-    /// to date once the accepted path is in place. With `sparse` (a model with a `sparse_config`, every row past
-    /// `dense_len`) the rows attend sparsely, reading the compressed keys as the cached tokens left them: equal to
-    /// plain decoding where no window completes within the tree's positions (`pos ..= pos + depth`; the caller's
-    /// condition). At most `MAX_TREE_ROWS` rows.
+    /// batch invariant, and the attention walks the path in order). InfLLM-v2's compressed keys are updated for the
+    /// root (row 0, at `pos`) alone (the other rows' windows assume a sequence, not a tree's slots):
+    /// [`Llama::key_compressor`] brings them up to date once the accepted path is in place. With `sparse` (a model
+    /// with a `sparse_config`, every row past `dense_len`) the rows attend sparsely over those compressed keys: equal
+    /// to plain decoding where no window completes at the positions of the nodes past the root (`pos + 1 ..= pos +
+    /// depth`; the caller's condition). At most `MAX_TREE_ROWS` rows.
     ///
     /// With `accept`, the step also accepts greedily on the device (`tree_accept` over the rows' argmax) and moves
     /// the accepted path's K/V to consecutive positions in every layer, in the same submission; the path is read

@@ -441,10 +441,11 @@ impl Llama {
         vc: TensorId,
     ) -> Result<TensorId> {
         let c = &self.cfg;
+        // A tree step updates the compressed keys for its root alone (row 0, at its position): the other rows sit
+        // side by side in slots, not in sequence.
+        let compressed_rows = if s.tree.is_some() { 1 } else { s.n_tokens };
         let compressed = match s.sparse_keys {
-            // A tree step reads the compressed keys as the cached tokens left them.
-            Some((sc, keys)) if s.tree.is_some() => Some((sc, sparse::caches(g, &keys[i]))),
-            Some((sc, keys)) => Some((sc, sparse::compress(g, sc, &keys[i], kc, s.n_tokens)?)),
+            Some((sc, keys)) => Some((sc, sparse::compress(g, sc, &keys[i], kc, compressed_rows)?)),
             None => None,
         };
         let max_ctx = s.seqs[0].cache.max_ctx;
