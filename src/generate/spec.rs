@@ -98,16 +98,27 @@ impl SpecStats {
             .map(|(&d, &a)| format!("{:.2}", a as f64 / d.max(1) as f64))
             .collect();
         let ms = |d: Duration, n: usize| d.as_secs_f64() * 1e3 / n.max(1) as f64;
+        // Where every step drafted in the verification's submission, there is no drafting time of its own.
+        let times = if self.one_submission > 0 && self.one_submission == self.verify_steps {
+            format!(
+                "draft and verify {:.2} ms/step",
+                ms(self.verify_time, self.verify_steps)
+            )
+        } else {
+            format!(
+                "draft {:.2} ms/step, verify {:.2} ms/step",
+                ms(self.draft_time, self.verify_steps),
+                ms(self.verify_time, self.verify_steps)
+            )
+        };
         let mut s = format!(
             "speculation ({source}): {} verification steps, {} tokens per step, {}/{} drafts accepted; \
-             acceptance by depth [{}]\n  draft {:.2} ms/step, verify {:.2} ms/step, plain {:.2} ms/step ({} plain steps)",
+             acceptance by depth [{}]\n  {times}, plain {:.2} ms/step ({} plain steps)",
             self.verify_steps,
             format_args!("{:.2}", self.mean_accepted_len()),
             self.accepted,
             self.drafted,
             per_depth.join(", "),
-            ms(self.draft_time, self.verify_steps),
-            ms(self.verify_time, self.verify_steps),
             ms(self.plain_time, self.plain_steps),
             self.plain_steps,
         );
