@@ -421,6 +421,11 @@ fn draft_trees_grown_on_the_device_equal_step_by_step() {
                 target.feed(&prompt[len - 1..]).unwrap();
             }
         }
+        // Room for the root alone: no tree, and no error.
+        let mut root_only = DraftTree::default();
+        root_only.reset(*prompt.last().unwrap());
+        device.propose_tree(&prompt, shapes[0], 1, &mut root_only).unwrap();
+        assert_eq!(root_only.len(), 1, "{source}: a tree of one node");
     };
     let (mut device, mut host) = (smol.self_draft(outputs), smol.self_draft(outputs));
     host.one_submission = false;

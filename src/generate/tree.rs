@@ -491,10 +491,12 @@ fn grow_verified(
     Ok(true)
 }
 
-/// Whether `gen` can grow a tree of `shape` on the device after `m` tokens: greedy steps reading top-k and
-/// log-sum-exp, dense attention, the catch-up within one step, every round within the context.
+/// Whether `gen` can grow a tree of `shape` on the device after `m` tokens: a tree of at least one node, greedy
+/// steps reading top-k and log-sum-exp, dense attention, the catch-up within one step, every round within the
+/// context.
 fn grows_on_device(gen: &Generator<'_>, m: usize, shape: TreeShape) -> bool {
-    gen.tree_draft_fits(m, shape.depth, shape.topk)
+    tree_size(shape.depth, shape.topk, shape.size) > 0
+        && gen.tree_draft_fits(m, shape.depth, shape.topk)
         && gen.model().can_chain()
         && gen.outputs.topk >= shape.topk
         && gen.outputs.lse
