@@ -88,6 +88,20 @@ impl Plans {
         })
     }
 
+    /// The plan of a tree step over `n` nodes, accepting greedily on the device or not, attending sparsely or not
+    /// (`Llama::tree_step`).
+    fn tree_step(
+        &mut self,
+        (gpu, model, cache): (&Gpu, &Llama, &KvCache),
+        outputs: StepOutputs,
+        (n, accept, sparse): (usize, bool, bool),
+    ) -> Result<&mut Step> {
+        Ok(match self.tree.entry((n, accept, sparse)) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(model.tree_step(gpu, cache, n, outputs, accept, sparse)?),
+        })
+    }
+
     /// The plan growing a draft tree of (depth, top-k, size) after `m` tokens (`Llama::tree_draft`).
     fn tree_draft(
         &mut self,

@@ -231,10 +231,9 @@ impl Generator<'_> {
                 model.cfg.hidden
             )));
         }
-        let step = match self.plans.tree.entry((n, accept, sparse)) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => e.insert(model.tree_step(gpu, &self.cache, n, self.outputs, accept, sparse)?),
-        };
+        let step = self
+            .plans
+            .tree_step((gpu, model, &self.cache), self.outputs, (n, accept, sparse))?;
         if let Some(f) = features {
             step.write_features(gpu, f)?;
         }
@@ -267,35 +266,27 @@ impl Generator<'_> {
         shape: TreeShape,
         root: u32,
     ) -> Result<()> {
-        if !std::ptr::eq(self.gpu, draft.gpu) || !self.can_accept_on_device() {
-            return Err(Error::Invalid(
-                "a draft tree verified in the same submission needs the target's device, its argmax and full head"
-                    .into(),
-            ));
-        }
-        if draft.model.cfg.vocab > self.model.cfg.vocab || root as usize >= self.model.cfg.vocab {
+        let Some(sparse) = self
+            .verifies_tree_draft(draft, shape)
+            .filter(|_| (root as usize) < self.model.cfg.vocab)
+        else {
             return Err(Error::Invalid(format!(
-                "a draft tree from a vocabulary of {} (root {root}) cannot be verified by a model of {}",
-                draft.model.cfg.vocab, self.model.cfg.vocab
-            )));
-        }
-        let base = self.tokens.len();
-        let n = tree_size(shape.depth, shape.topk, shape.size) + 1;
-        let sparse = self
-            .tree_attends(base, shape.depth)
-            .filter(|_| base + n <= self.cache.max_ctx);
-        let Some(sparse) = sparse else {
-            return Err(Error::Invalid(format!(
-                "a draft tree of {n} nodes and depth {} at {base} does not fit one step of the context of {} (or \
-                 crosses the dense length or an InfLLM-v2 window)",
-                shape.depth, self.cache.max_ctx
+                "a draft tree of depth {} and size {} (root {root}, a draft vocabulary of {}) cannot be verified in \
+                 its draft's submission at {} of a context of {}: it needs the draft's device, an argmax read back \
+                 over the full vocabulary of {}, and a tree step that fits and attends as plain decoding would",
+                shape.depth,
+                shape.size,
+                draft.model.cfg.vocab,
+                self.tokens.len(),
+                self.cache.max_ctx,
+                self.model.cfg.vocab
             )));
         };
+        let (base, n) = (self.tokens.len(), tree_size(shape.depth, shape.topk, shape.size) + 1);
         let (gpu, model) = (self.gpu, self.model);
-        let verify = match self.plans.tree.entry((n, true, sparse)) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => e.insert(model.tree_step(gpu, &self.cache, n, self.outputs, true, sparse)?),
-        };
+        let verify = self
+            .plans
+            .tree_step((gpu, model, &self.cache), self.outputs, (n, true, sparse))?;
         let (key, dpos) = (draft.tree_draft_key(ids, features, shape)?, draft.tokens.len());
         let plan = draft.plans.tree_draft(gpu, draft.model, &draft.cache, key)?;
         plan.run_then_verify(
@@ -308,6 +299,20 @@ impl Generator<'_> {
         )?;
         draft.tokens.extend_from_slice(ids);
         Ok(())
+    }
+
+    /// Whether this session can verify `draft`'s tree of `shape` in the draft's submission
+    /// ([`Generator::verify_tree_draft`]), and then whether the tree step attends sparsely: the same device, the
+    /// argmax read back over the full head, a vocabulary holding the draft's, and a tree step of at least one node
+    /// after the root that fits the context and attends as plain decoding would ([`Generator::tree_attends`]).
+    fn verifies_tree_draft(&self, draft: &Generator<'_>, shape: TreeShape) -> Option<bool> {
+        let (base, size) = (self.tokens.len(), tree_size(shape.depth, shape.topk, shape.size));
+        let able = std::ptr::eq(self.gpu, draft.gpu)
+            && self.can_accept_on_device()
+            && draft.model.cfg.vocab <= self.model.cfg.vocab
+            && size > 0
+            && base + size < self.cache.max_ctx;
+        able.then(|| self.tree_attends(base, shape.depth)).flatten()
     }
 
     /// The plan key of [`Generator::feed_tree_draft`] (catch-up tokens, (depth, top-k, size)); an error unless it
@@ -428,9 +433,10 @@ fn by_score(c: &[Cand], v: &mut [usize]) {
 /// cumulative log-probability; finally the `size` best nodes of all (parents before children) form `tree`. With
 /// `on_device` and where the session can (greedy, dense attention, the catch-up within one step, every round within
 /// the context), the catch-up and every round run in one submission (`Llama::tree_draft`), else step by step; both
-/// take the same nodes (reranked on the device too, and checked against the host's rerank). With `target` too (and
-/// `on_device`), where both sessions can, `target` verifies the tree in the same submission ([`grow_verified`]).
-/// The draft's cached tokens are then `tokens` after the ones it had. Returns (grown on the device, verified).
+/// take the same nodes (reranked on the device too, and checked against the host's rerank). With `target` too, where
+/// the tree grows on the device and `target` can verify it there, it does so in the same submission
+/// ([`Generator::verify_tree_draft`]; `target.result` then holds its outputs and accepted path). The draft's cached
+/// tokens are then `tokens` after the ones it had. Returns (grown on the device, verified).
 pub(super) fn grow(
     gen: &mut Generator<'_>,
     target: Option<&mut Generator<'_>>,
@@ -439,56 +445,35 @@ pub(super) fn grow(
     tree: &mut DraftTree,
     on_device: bool,
 ) -> Result<(bool, bool)> {
-    if let Some(target) = target.filter(|_| on_device) {
-        if grow_verified(gen, target, (tokens, features), shape, tree)? {
-            return Ok((true, true));
-        }
-    }
     let device = on_device && grows_on_device(gen, tokens.len(), shape);
-    let cands = if device {
-        gen.feed_tree_draft(tokens, features, shape)?;
-        grown_on_device(&gen.tree_result, shape)?
-    } else {
-        match features {
-            Some(f) => gen.feed_with(tokens, f)?,
-            None => gen.feed(tokens)?,
+    // The target verifies in the same submission where it can (the root is the last token the draft catches up on).
+    let root = tree.tokens.first().copied().filter(|r| tokens.last() == Some(r));
+    let verifier = target
+        .zip(root)
+        .filter(|(t, _)| device && t.verifies_tree_draft(gen, shape).is_some());
+    let verified = verifier.is_some();
+    let cands = match verifier {
+        Some((target, root)) => {
+            target.verify_tree_draft(gen, (tokens, features), shape, root)?;
+            grown_on_device(&gen.tree_result, shape)?
         }
-        grow_on_host(gen, shape, features.is_some())?
+        None if device => {
+            gen.feed_tree_draft(tokens, features, shape)?;
+            grown_on_device(&gen.tree_result, shape)?
+        }
+        None => {
+            match features {
+                Some(f) => gen.feed_with(tokens, f)?,
+                None => gen.feed(tokens)?,
+            }
+            grow_on_host(gen, shape, features.is_some())?
+        }
     };
     select(&cands, shape, tree);
     if device {
         same_tree(&gen.tree_result, tree)?;
     }
-    Ok((device, false))
-}
-
-/// [`grow`] on the device, with `target`'s verification of the tree (root `tree.tokens[0]`, the last of
-/// `tokens`) accepting on the device in the same submission ([`Generator::verify_tree_draft`]); `target.result`
-/// then holds its outputs and accepted path. False, with nothing run, where either session cannot.
-fn grow_verified(
-    draft: &mut Generator<'_>,
-    target: &mut Generator<'_>,
-    (tokens, features): (&[u32], Option<&[f32]>),
-    shape: TreeShape,
-    tree: &mut DraftTree,
-) -> Result<bool> {
-    let (base, size) = (target.tokens.len(), tree_size(shape.depth, shape.topk, shape.size));
-    let fits = size > 0 && base + size < target.max_ctx() && target.tree_attends(base, shape.depth).is_some();
-    let root = tree.tokens.first().copied();
-    if !fits
-        || !grows_on_device(draft, tokens.len(), shape)
-        || !target.can_accept_on_device()
-        || !std::ptr::eq(draft.gpu(), target.gpu())
-        || tokens.last().copied() != root
-    {
-        return Ok(false);
-    }
-    let root = root.expect("checked");
-    target.verify_tree_draft(draft, (tokens, features), shape, root)?;
-    let cands = grown_on_device(&draft.tree_result, shape)?;
-    select(&cands, shape, tree);
-    same_tree(&draft.tree_result, tree)?;
-    Ok(true)
+    Ok((device, verified))
 }
 
 /// Whether `gen` can grow a tree of `shape` on the device after `m` tokens: a tree of at least one node, greedy
