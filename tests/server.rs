@@ -169,6 +169,19 @@ impl Server {
     fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
+
+    /// The server's log once it holds `needle` (its lines arrive through a reader thread, and a request's last
+    /// line may come after the metrics that count it), or as it is after `timeout`.
+    fn log_with(&self, needle: &str, timeout: Duration) -> String {
+        let t0 = Instant::now();
+        loop {
+            let log = self.log_text();
+            if log.contains(needle) || t0.elapsed() > timeout {
+                return log;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
 
 impl Drop for Server {
@@ -368,7 +381,7 @@ fn greedy_answers_equal_generate_whole_streamed_and_cut_at_stop_strings() {
     );
 
     // One log line per generation, with its tokens and speeds.
-    let log = server.log_text();
+    let log = server.log_with("POST /v1/chat/completions (stream) 200", Duration::from_secs(30));
     assert!(
         log.contains("POST /v1/chat/completions (stream) 200") && log.contains("generated at"),
         "{log}"
@@ -471,7 +484,7 @@ fn bad_requests_get_openai_errors_and_do_not_disturb_the_server() {
         (count("400"), count("404"), count("405"), count("413"), count("200")),
         (10.0, 1.0, 1.0, 1.0, 1.0)
     );
-    let log = server.log_text();
+    let log = server.log_with("over the server's limit", Duration::from_secs(30));
     assert!(log.contains("413") && log.contains("over the server's limit"), "{log}");
 }
 
@@ -567,7 +580,7 @@ fn sessions_reuse_prefixes_queue_and_free_on_disconnect_behind_an_api_key() {
         generated < 1000.0,
         "the disconnected stream kept generating: {generated} tokens"
     );
-    let log = server.log_text();
+    let log = server.log_with("the client disconnected", Duration::from_secs(30));
     assert!(log.contains("the client disconnected"), "{log}");
 }
 
