@@ -2,11 +2,20 @@
 // size); its compressed key is the mean of those keys (InfLLM-V2, arXiv 2509.24663; MiniCPM4 `CompressK`).
 // This kernel computes the windows completed by one step: first .. first + count (the host derives them from pos
 // and the step's token count, see kv_compress.rs), after the step's kv_write.
-// Bindings: 0 k_cache [n_kv, max_ctx, head_dim] f32 or (KV_F16) f16 pairs (lib/kv_cache.wgsl) | 1 c_cache [n_kv, n_windows, head_dim] f32 (written).
-// Params: n_kv, hd4 (head_dim / 4), max_ctx, n_windows, size, stride, first, count, inv_size (1 / size).
-// Grid: ceil(max windows per step * n_kv * hd4 / 64) workgroups of 64 (folded into y past 65535); one invocation
-// per (window, head, vec4 column), the column fastest, so consecutive invocations read consecutive 16-byte columns
-// of a key row and write consecutive columns of one compressed row. Invocations past count exit.
+// TREE (a draft tree's step, attention_decode's tree table): each row's own copy of window `first` (the first one
+// its root does not complete), the mean over the keys of the row's path: position t < pos from cache slot t, t >=
+// pos from the slot the row's path names (lib/attn_tree.wgsl's key_slot); zeros for rows too shallow to complete
+// it. The same sums in the same order as the plain form, so a row's window equals the one plain decoding along
+// its path would cache, bit for bit.
+// Bindings: 0 k_cache [n_kv, max_ctx, head_dim] f32 or (KV_F16) f16 pairs (lib/kv_cache.wgsl) | 1 c_cache [n_kv,
+//   n_windows, head_dim] f32 (written); TREE: 1 tree [rows, TREE_W] u32 | 2 rows' windows [rows, n_kv, head_dim]
+//   f32 (written).
+// Params: n_kv, hd4 (head_dim / 4), max_ctx, n_windows, size, stride, first, count (TREE: rows), inv_size (1 /
+// size), pos (TREE: the root's position).
+// Grid: ceil(max windows per step (TREE: rows) * n_kv * hd4 / 64) workgroups of 64 (folded into y past 65535); one
+// invocation per (window or row, head, vec4 column), the column fastest, so consecutive invocations read
+// consecutive 16-byte columns of a key row and write consecutive columns of one compressed row. Invocations past
+// count exit.
 
 #include "lib/kv_cache.wgsl"
 
@@ -20,11 +29,29 @@ struct Params {
     first: u32,
     count: u32,
     inv_size: f32,
+    pos: u32,
 }
 
 @group(0) @binding(0) var<storage, read> k_cache: array<kv4>;              // [n_kv, max_ctx, head_dim]
-@group(0) @binding(1) var<storage, read_write> c_cache: array<vec4<f32>>;  // [n_kv, n_windows, head_dim]
+#if TREE
+@group(0) @binding(1) var<storage, read> tree: array<u32>;                 // [rows, TREE_W]
+@group(0) @binding(2) var<storage, read_write> c_out: array<vec4<f32>>;    // [rows, n_kv, head_dim]
+#else
+@group(0) @binding(1) var<storage, read_write> c_out: array<vec4<f32>>;    // [n_kv, n_windows, head_dim]
+#endif
 @group(1) @binding(0) var<uniform> p: Params;
+
+// The cache slot of the key at position t for tree row r (the identity without TREE).
+fn slot(r: u32, t: u32) -> u32 {
+#if TREE
+    if (t < p.pos) {
+        return t;
+    }
+    return p.pos + tree[r * TREE_W + 1u + min(t - p.pos, TREE_W - 2u)];
+#else
+    return t;
+#endif
+}
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -34,18 +61,32 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     }
     let c = i % p.hd4;
     let h = (i / p.hd4) % p.n_kv;
+#if TREE
+    let r = i / (p.hd4 * p.n_kv);
+    let w = p.first;
+    let out = (r * p.n_kv + h) * p.hd4 + c;
+    // Row r reaches position pos + depth; window w is complete there when it ends at or before it.
+    if (p.pos + min(tree[r * TREE_W], TREE_W - 2u) + 1u < w * p.stride + p.size) {
+        c_out[out] = vec4<f32>(0.0);
+        return;
+    }
+#else
+    let r = 0u;
     let w = p.first + i / (p.hd4 * p.n_kv);
-    let base = (h * p.max_ctx + w * p.stride) * p.hd4 + c;
+    let out = (h * p.n_windows + w) * p.hd4 + c;
+#endif
+    let head = h * p.max_ctx;
+    let start = w * p.stride;
     // Two running sums halve the dependency chain of the adds.
     var a = vec4<f32>(0.0);
     var b = vec4<f32>(0.0);
     var j = 0u;
     for (; j + 1u < p.size; j += 2u) {
-        a += kv_load(k_cache[base + j * p.hd4]);
-        b += kv_load(k_cache[base + (j + 1u) * p.hd4]);
+        a += kv_load(k_cache[(head + slot(r, start + j)) * p.hd4 + c]);
+        b += kv_load(k_cache[(head + slot(r, start + j + 1u)) * p.hd4 + c]);
     }
     if (j < p.size) {
-        a += kv_load(k_cache[base + j * p.hd4]);
+        a += kv_load(k_cache[(head + slot(r, start + j)) * p.hd4 + c]);
     }
-    c_cache[(h * p.n_windows + w) * p.hd4 + c] = (a + b) * p.inv_size;
+    c_out[out] = (a + b) * p.inv_size;
 }

@@ -15,6 +15,8 @@
 //! current in dense and sparse steps alike. Steps must cover positions in order without gaps (as decoding does);
 //! then incremental updates equal one computation over the whole prefix.
 
+use super::attention_decode::TREE_W;
+use super::block_topk::tree_positions;
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::check::{expect, Expected, HostIo};
@@ -93,6 +95,8 @@ struct CompressParams {
     first: u32,
     count: u32,
     inv_size: f32,
+    /// The tree form's root position (unused by the plain form).
+    pos: u32,
 }
 
 #[derive(Debug)]
@@ -103,8 +107,12 @@ pub struct KvCompress {
     kv_f16: bool,
 }
 
-fn key(kv_f16: bool) -> ShaderKey {
-    ShaderKey::new("kv_compress").flag("KV_F16", kv_f16)
+fn key(kv_f16: bool, tree: bool) -> ShaderKey {
+    let key = ShaderKey::new("kv_compress").flag("KV_F16", kv_f16).flag("TREE", tree);
+    match tree {
+        true => key.def("TREE_W", format!("{TREE_W}u")),
+        false => key,
+    }
 }
 
 impl KvCompress {
@@ -127,7 +135,7 @@ impl Kernel for KvCompress {
     /// Node tensors: 0 k_cache, 1 c_cache.
     fn dispatches(&self, _: &Caps) -> Vec<Dispatch> {
         vec![Dispatch {
-            shader: key(self.kv_f16),
+            shader: key(self.kv_f16, false),
             bindings: vec![Bind::Tensor(0), Bind::Tensor(1)],
             workgroups: grid(self.items(self.max_windows()), WG, MAX_PER_DIM),
         }]
@@ -147,6 +155,7 @@ impl Kernel for KvCompress {
             // The grid covers max_windows(); a step never completes more (a guard all the same).
             count: (end - first).min(self.max_windows()) as u32,
             inv_size: 1.0 / s.window.size as f32,
+            pos: vars.pos,
         })
     }
     /// The most a step computes: `max_windows` windows of `size` keys read, one row written each.
@@ -167,6 +176,62 @@ impl Kernel for KvCompress {
             let mut c = io[1].f32()?;
             reference(&io[0].f32()?, &mut c, self.shape, vars.pos as usize, self.n_tokens);
             Ok(vec![Expected::at(1, c)])
+        })
+    }
+}
+
+/// The tree form: each row of a draft tree's step its own copy of the window its path completes past the root.
+#[derive(Debug)]
+pub struct KvCompressTree {
+    shape: CompressShape,
+    rows: usize,
+    kv_f16: bool,
+}
+
+impl Kernel for KvCompressTree {
+    fn name(&self) -> &'static str {
+        "kv_compress_tree"
+    }
+    /// Node tensors: 0 k_cache, 1 tree, 2 the rows' windows.
+    fn dispatches(&self, _: &Caps) -> Vec<Dispatch> {
+        let s = &self.shape;
+        vec![Dispatch {
+            shader: key(self.kv_f16, true),
+            bindings: vec![Bind::Tensor(0), Bind::Tensor(1), Bind::Tensor(2)],
+            workgroups: grid(self.rows * s.n_kv * s.head_dim / 4, WG, MAX_PER_DIM),
+        }]
+    }
+    fn params(&self, _: usize, vars: &StepVars) -> Params {
+        let s = &self.shape;
+        Params::of(&CompressParams {
+            n_kv: s.n_kv as u32,
+            hd4: (s.head_dim / 4) as u32,
+            max_ctx: s.max_ctx as u32,
+            n_windows: s.n_windows() as u32,
+            size: s.window.size as u32,
+            stride: s.window.stride as u32,
+            first: s.window.count(vars.pos as usize + 1) as u32,
+            count: self.rows as u32,
+            inv_size: 1.0 / s.window.size as f32,
+            pos: vars.pos,
+        })
+    }
+    /// Every row completing its window: `size` keys read and one row written per row and head.
+    fn cost(&self) -> Cost {
+        let s = &self.shape;
+        let rows = (self.rows * s.n_kv) as u64;
+        let key_bytes = super::attention_prefill::kv_elem_bytes(self.kv_f16) * s.head_dim as u64;
+        Cost {
+            bytes_read: rows * s.window.size as u64 * key_bytes,
+            bytes_written: rows * 4 * s.head_dim as u64,
+            flops: rows * (s.window.size * s.head_dim) as u64,
+        }
+    }
+    /// Node tensors: k_cache, tree, the rows' windows.
+    fn reference(&self, io: &[HostIo], vars: &StepVars) -> Option<Result<Vec<Expected>>> {
+        expect(|| {
+            let out = reference_tree(&io[0].f32()?, &io[1].u32(), self.shape, vars.pos as usize);
+            Ok(vec![Expected::at(2, out)])
         })
     }
 }
@@ -212,6 +277,40 @@ impl Graph {
         let kv_f16 = super::attention_prefill::kv_f16(self, k_cache);
         self.add_effect(KvCompress { shape, n_tokens, kv_f16 }, &[k_cache, c_cache])
     }
+
+    /// For a draft tree's step at `vars.pos` (its keys written, row r's in slot `pos + r`): each row's own copy of
+    /// the first `window` its root does not complete (index `window.count(pos + 1)`), from the keys of its path
+    /// (`tree` `[rows, TREE_W]` u32, attention_decode's table), or zeros where the row is too shallow to complete
+    /// it. Returns `[rows, n_kv, head_dim]` f32: what `kv_compress` would cache for that window along the row's path.
+    pub fn kv_compress_tree(&mut self, k_cache: TensorId, tree: TensorId, window: Window) -> Result<TensorId> {
+        window.check("kv_compress_tree")?;
+        let (ks, ts) = (self.shape(k_cache).to_vec(), self.shape(tree).to_vec());
+        let kf = matches!(self.dtype(k_cache), DType::F32 | DType::F16);
+        let ok = ks.len() == 3 && kf && ks[0] > 0 && ks[2] > 0 && ks[2].is_multiple_of(4);
+        if !ok || ts.len() != 2 || ts[0] == 0 || ts[1] != TREE_W || self.dtype(tree) != DType::U32 {
+            return Err(Error::shape(
+                "kv_compress_tree",
+                format!(
+                    "k_cache {ks:?}, tree {ts:?}: expected k_cache [n_kv, max_ctx, head_dim] f32 or f16 (head_dim a \
+                     multiple of 4) and tree u32 [rows, {TREE_W}]"
+                ),
+            ));
+        }
+        let shape = CompressShape {
+            n_kv: ks[0],
+            max_ctx: ks[1],
+            head_dim: ks[2],
+            window,
+        };
+        let rows = ts[0];
+        let kv_f16 = super::attention_prefill::kv_f16(self, k_cache);
+        let out = self.add_node(
+            KvCompressTree { shape, rows, kv_f16 },
+            &[k_cache, tree],
+            &[("tree_windows", &[rows, shape.n_kv, shape.head_dim], DType::F32)],
+        )?;
+        Ok(out[0])
+    }
 }
 
 /// CPU reference (means in f64, stored as f32): write into `c_cache` `[n_kv, n_windows, head_dim]` the windows of
@@ -232,6 +331,34 @@ pub fn reference(k_cache: &[f32], c_cache: &mut [f32], s: CompressShape, pos: us
     }
 }
 
+/// CPU reference of [`Graph::kv_compress_tree`] (means in f64, stored as f32): `k_cache` `[n_kv, max_ctx,
+/// head_dim]`, `table` `[rows, TREE_W]`, the root at `pos`. Returns `[rows, n_kv, head_dim]`.
+pub fn reference_tree(k_cache: &[f32], table: &[u32], s: CompressShape, pos: usize) -> Vec<f32> {
+    let (hd, w) = (s.head_dim, s.window);
+    let first = w.count(pos + 1);
+    let positions = tree_positions(table, pos);
+    let mut out = vec![0f32; positions.len() * s.n_kv * hd];
+    for (r, &at) in positions.iter().enumerate() {
+        if w.count(at + 1) <= first {
+            continue;
+        }
+        let row = &table[r * TREE_W..(r + 1) * TREE_W];
+        let slot = |t: usize| if t < pos { t } else { pos + row[1 + (t - pos).min(TREE_W - 2)] as usize };
+        for h in 0..s.n_kv {
+            for d in 0..hd {
+                let sum: f64 = (0..w.size)
+                    .map(|j| k_cache[(h * s.max_ctx + slot(first * w.stride + j)) * hd + d] as f64)
+                    .sum();
+                out[(r * s.n_kv + h) * hd + d] = (sum / w.size as f64) as f32;
+            }
+        }
+    }
+    out
+}
+
 pub fn variants() -> Vec<ShaderKey> {
-    vec![key(false), key(true)]
+    [false, true]
+        .into_iter()
+        .flat_map(|tree| [key(false, tree), key(true, tree)])
+        .collect()
 }

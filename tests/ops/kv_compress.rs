@@ -6,8 +6,13 @@
 //! Metric: rel+abs, rtol 1e-5, atol 1e-5 (keys in [-1, 1]): the kernel sums `size` f32 keys in two running sums
 //! (error at most about size/2 * 2^-24 * max|k| = 4e-6 for size 128) and scales by 1/size; untouched windows must
 //! match exactly, which the bound also accepts only for bit-equal random values.
+//! Tree form (each row of a draft tree's step its own copy of the window its path completes past the root): against
+//! the reference, and every row bit for bit the window the plain form computes over a cache holding the row's path
+//! in order (zeros for rows too shallow to complete it); roots where some, all or no rows complete a window.
 
-use crate::common::{rel_abs, Case, Check, Rng};
+use crate::attention_decode::random_tree;
+use crate::common::{exact, rel_abs, Case, Check, Rng};
+use shaderlm::ops::attention_decode::{tree_table, MAX_TREE_DEPTH, TREE_W};
 use shaderlm::gpu::{DType, Gpu, GpuTensor};
 use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan, TensorId};
@@ -54,6 +59,64 @@ fn run(gpu: &Gpu, s: CompressShape, chunks: &[usize], seed: u64) -> shaderlm::Re
         }
     }
     Ok(worst)
+}
+
+/// The tree form over a random tree of `rows` nodes rooted at `pos` (keys in slots `pos ..`, NaN past them):
+/// against the reference (`bitwise` false), or each row bit for bit against the plain form's window over a cache
+/// holding the prefix and then the row's path in order.
+fn tree(gpu: &Gpu, s: CompressShape, pos: usize, rows: usize, seed: u64, bitwise: bool) -> shaderlm::Result<Check> {
+    let mut rng = Rng::new(seed);
+    let (n_kv, hd, ctx) = (s.n_kv, s.head_dim, s.max_ctx);
+    let paths = random_tree(&mut rng, rows);
+    let table = tree_table(paths.iter().map(Vec::as_slice))?;
+    let mut k = rng.vec(n_kv * ctx * hd, 1.0);
+    for h in 0..n_kv {
+        k[(h * ctx + pos + rows) * hd..(h + 1) * ctx * hd].fill(f32::NAN);
+    }
+    let mut g = Graph::new();
+    let tk = g.input("k_cache", &[n_kv, ctx, hd], DType::F32);
+    let tt = g.input("tree", &[rows, TREE_W], DType::U32);
+    let out = g.kv_compress_tree(tk, tt, s.window)?;
+    g.output(out);
+    let mut plan = Plan::new(gpu, g)?;
+    plan.write_input(gpu, tk, bytemuck::cast_slice(&k))?;
+    plan.write_input(gpu, tt, bytemuck::cast_slice(&table))?;
+    plan.run(gpu, &StepVars { pos: pos as u32 })?;
+    let got = plan.read_f32(out)?;
+    if !bitwise {
+        return Ok(rel_abs(&got, &kv_compress::reference_tree(&k, &table, s, pos), RTOL, ATOL));
+    }
+    // The plain form over a step covering the deepest a tree reaches, the row's path in place.
+    let steps = (MAX_TREE_DEPTH + 1).min(ctx - pos);
+    let ct = GpuTensor::zeros(gpu, "c_cache", &[n_kv, s.n_windows(), hd], DType::F32)?;
+    let mut g = Graph::new();
+    let tk = g.input("k_cache", &[n_kv, ctx, hd], DType::F32);
+    let tc = g.external(&ct);
+    g.kv_compress(tk, tc, steps, s.window)?;
+    let mut one = Plan::new(gpu, g)?;
+    let first = s.window.count(pos + 1);
+    let mut want = Vec::with_capacity(got.len());
+    for path in &paths {
+        let mut kp = k.clone();
+        for h in 0..n_kv {
+            for (j, &slot) in path.iter().enumerate() {
+                let (dst, src) = ((h * ctx + pos + j) * hd, (h * ctx + pos + slot as usize) * hd);
+                kp.copy_within(src..src + hd, dst);
+            }
+        }
+        if s.window.count(pos + path.len()) <= first {
+            want.extend(std::iter::repeat_n(0f32.to_bits(), n_kv * hd));
+            continue;
+        }
+        one.write_input(gpu, tk, bytemuck::cast_slice(&kp))?;
+        one.run(gpu, &StepVars { pos: pos as u32 })?;
+        let c = ct.download_f32(gpu)?;
+        for h in 0..n_kv {
+            let at = (h * s.n_windows() + first) * hd;
+            want.extend(c[at..at + hd].iter().map(|v| v.to_bits()));
+        }
+    }
+    Ok(exact(&got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), &want))
 }
 
 /// (name, n_kv, head_dim, max_ctx, window (size, stride), step sizes from position 0)
@@ -116,7 +179,29 @@ pub fn cases() -> Vec<Case> {
     for (n_kv, hd) in [(1usize, 32usize), (8, 80), (4, 96), (2, 128)] {
         grid.push(("head_dims", n_kv, hd, 300, fine, vec![19, 1, 60, 13]));
     }
-    grid.into_iter()
+    // Tree form: (n_kv, head_dim, max_ctx, window, root position, rows). Windows end at 47 (fine, root 44: rows 3
+    // deep and more complete it), 191 (coarse, root 186), 63 (16/8, root 60), never within 14 of root 48 (fine).
+    let trees = [
+        (2, 64, 256, fine, 44, 23),
+        (3, 128, 512, coarse, 186, 40),
+        (1, 32, 128, (16, 8), 60, 9),
+        (2, 64, 256, fine, 48, 30),
+    ];
+    let mut v: Vec<Case> = Vec::new();
+    for (i, (n_kv, hd, ctx, (size, stride), pos, rows)) in trees.into_iter().enumerate() {
+        let s = CompressShape {
+            n_kv,
+            max_ctx: ctx,
+            head_dim: hd,
+            window: Window { size, stride },
+        };
+        for bitwise in [false, true] {
+            let what = if bitwise { "rows_equal_plain_form_on_their_paths" } else { "vs_reference" };
+            let label = format!("tree_{what}_kv{n_kv}_d{hd}_w{size}s{stride}_pos{pos}_rows{rows}");
+            v.push(Case::new("kv_compress", label, move |gpu| tree(gpu, s, pos, rows, 5100 + i as u64, bitwise)));
+        }
+    }
+    v.extend(grid.into_iter()
         .enumerate()
         .map(|(i, (name, n_kv, hd, ctx, (size, stride), chunks))| {
             let s = CompressShape {
@@ -127,6 +212,6 @@ pub fn cases() -> Vec<Case> {
             };
             let label = format!("{name}_kv{n_kv}_d{hd}_ctx{ctx}_w{size}s{stride}");
             Case::new("kv_compress", label, move |gpu| run(gpu, s, &chunks, 5000 + i as u64))
-        })
-        .collect()
+        }));
+    v
 }
