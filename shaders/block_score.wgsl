@@ -31,7 +31,11 @@
 //   group's terms for each token (0 for a token that does not see it); (3) max-pools the windows into the tile's
 //   blocks. A tile none of the workgroup's tokens sees a window of writes zeros and skips (1) and (2).
 // TREE (a speculative draft tree's step): binding 4 tree [n_tokens, TREE_W] u32 in both dispatches; token t sits at
-//   position pos + its depth tree[t * TREE_W] (attention_decode's tree table) instead of pos + t.
+//   position pos + its depth tree[t * TREE_W] (attention_decode's tree table) instead of pos + t. Binding 5 x1
+//   [n_tokens, n_kv, HD] (both dispatches) and 6 x2 (LSE only): each token's own copy of C1 window e1 and C2 window
+//   e2, the first ones the root does not complete (kv_compress's tree form, from the token's path); a token that
+//   sees window e1 (e2) takes its own copy instead of the cache's, which holds another path's or nothing. Windows
+//   past e1 (e2) come from the caches: the host keeps trees shallower than a second window.
 
 const HD4: u32 = HD / 4;
 const WG: u32 = 64u;
@@ -59,6 +63,8 @@ struct Params {
     tile_blocks: u32,  // blocks per workgroup of dispatch 2
     tokens_per_wg: u32,
     scale: f32,        // softmax scale * log2(e)
+    e1: u32,           // TREE: the C1 window each token has its own copy of (x1), and the C2 one (x2)
+    e2: u32,
 }
 
 #if QU
@@ -69,6 +75,14 @@ struct Params {
 @group(0) @binding(1) var<storage, read> c1: array<vec4<f32>>;             // [n_kv, n1, HD]
 #if TREE
 @group(0) @binding(4) var<storage, read> tree: array<u32>;                 // [n_tokens, TREE_W]
+@group(0) @binding(5) var<storage, read> x1: array<vec4<f32>>;             // [n_tokens, n_kv, HD]
+
+// Token t's own copy of C1 window e1 (KV head kvh) into c.
+fn own_x1(t: u32, kvh: u32, c: ptr<function, array<vec4<f32>, HD4>>) {
+    for (var d = 0u; d < HD4; d++) {
+        (*c)[d] = x1[(t * p.n_kv + kvh) * HD4 + d];
+    }
+}
 #endif
 @group(1) @binding(0) var<uniform> p: Params;
 
@@ -154,6 +168,16 @@ fn qdot(row: u32, c: ptr<function, array<vec4<f32>, HD4>>, sl: u32) -> f32 {
 #if LSE
 @group(0) @binding(2) var<storage, read> c2: array<vec4<f32>>;             // [n_kv, n2, HD]
 @group(0) @binding(3) var<storage, read_write> part: array<vec2<f32>>;     // [n_tokens, n_heads, tiles, 2]
+#if TREE
+@group(0) @binding(6) var<storage, read> x2: array<vec4<f32>>;             // [n_tokens, n_kv, HD]
+
+// Token t's own copy of C2 window e2 (KV head kvh) into c.
+fn own_x2(t: u32, kvh: u32, c: ptr<function, array<vec4<f32>, HD4>>) {
+    for (var d = 0u; d < HD4; d++) {
+        (*c)[d] = x2[(t * p.n_kv + kvh) * HD4 + d];
+    }
+}
+#endif
 
 var<workgroup> sc: array<f32, BATCH * WG>;  // [BATCH rows, 64 windows] scores of the current batch
 
@@ -186,6 +210,14 @@ fn lse_tile(x: u32, kvh: u32, t0: u32, nt: u32, lid: u32, sl: u32, fallback: boo
         let v2 = min(complete(len, p.size2, p.stride2), p.n2);
         vis2 = j < v2;
         vis1 = fallback && v2 == 0u && lid < min(complete(len, p.size1, p.stride1), p.n1);
+#if TREE
+        if (vis2 && j == p.e2) {
+            own_x2(t0, kvh, &c2r);
+        }
+        if (vis1 && lid == p.e1) {
+            own_x1(t0, kvh, &c1r);
+        }
+#endif
     }
     let rows = nt * p.group;
     for (var r0 = 0u; r0 < rows; r0 += BATCH) {
@@ -206,6 +238,15 @@ fn lse_tile(x: u32, kvh: u32, t0: u32, nt: u32, lid: u32, sl: u32, fallback: boo
                 let v2 = min(complete(len, p.size2, p.stride2), p.n2);
                 vis2 = j < v2;
                 vis1 = fallback && v2 == 0u && lid < min(complete(len, p.size1, p.stride1), p.n1);
+#if TREE
+                // The next token's own copies of the windows its path completes (past the last token: unused).
+                if (vis2 && j == p.e2 && tt < nt) {
+                    own_x2(t0 + tt, kvh, &c2r);
+                }
+                if (vis1 && lid == p.e1 && tt < nt) {
+                    own_x1(t0 + tt, kvh, &c1r);
+                }
+#endif
             }
         }
         workgroupBarrier();
@@ -311,6 +352,12 @@ fn main(
         }
         for (var tt = 0u; tt < nt; tt++) {
             let row = (t0 + tt) * p.n_heads + kvh * p.group;
+#if TREE
+            // A token that sees window e1 takes its own copy of it.
+            if (w == p.e1 && w < complete(position(t0 + tt) + 1u, p.size1, p.stride1)) {
+                own_x1(t0 + tt, kvh, &cr);
+            }
+#endif
             var acc = 0.0;
             for (var g = 0u; g < p.group; g++) {
                 acc += exp2(qdot(row + g, &cr, sl) - lse[tt * p.group + g]);

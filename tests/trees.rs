@@ -463,12 +463,14 @@ fn draft_trees_on_a_sparse_model_cross_its_dense_length() {
     );
 }
 
-/// Draft trees past an InfLLM-v2 model's dense length (C1 windows of 16 every 8 keys, blocks of 16, 3 of them
-/// selected): where no window completes at its nodes past the root, the tree step attends sparsely (block scores,
-/// selection and attention at each row's own position, its path's keys through the tree table) and every row
-/// equals plain decoding along its path, bit for bit, as do the steps after the accepted path; where a window
-/// completes within them the step is refused (a chain verifies instead); prompt lookup's trees from a prompt already
-/// past the dense length give plain decoding's tokens and follow-up turn.
+/// Draft trees past an InfLLM-v2 model's dense length (C1 windows of 16 every 8 keys, C2 of 64 every 32, blocks of
+/// 16, 3 of them selected): the tree step attends sparsely (block scores, selection and attention at each row's own
+/// position, its path's keys through the tree table, its own copy of a window its path completes) and every row
+/// equals plain decoding along its path, bit for bit, as do the steps after the accepted path: with no window
+/// completing at its nodes past the root, a window completing at the root, a C1 window completing 3 deep, and a C1
+/// and a C2 window completing 3 deep; where two windows of a kind complete within it the step is refused (a chain
+/// verifies instead); prompt lookup's trees from a prompt already past the dense length give plain decoding's
+/// tokens and follow-up turn.
 #[test]
 fn draft_trees_past_the_dense_length_attend_sparsely() {
     let gpu = gpu();
@@ -498,13 +500,32 @@ fn draft_trees_past_the_dense_length_attend_sparsely() {
         11,
         &tokens(12, t.vocab, 17),
     );
-    // At 68 the tree's nodes past the root hold 71, where a window completes.
+    // At 68 the tree's nodes past the root hold 71, where a C1 window completes: each row 3 deep or more scores
+    // with its own copy of it.
+    let prompt = tokens(68, t.vocab, 12);
+    tree_rows_then(
+        "minicpm sparse, a C1 window within the tree",
+        &model,
+        &prompt,
+        13,
+        &tokens(12, t.vocab, 18),
+    );
+    // At 92 the nodes hold 95, where a C1 and a C2 window complete (the C2 window normalizes every score after it).
+    let prompt = tokens(92, t.vocab, 14);
+    tree_rows_then(
+        "minicpm sparse, a C1 and a C2 window within the tree",
+        &model,
+        &prompt,
+        15,
+        &tokens(6, t.vocab, 19),
+    );
+    // At 68 a path 11 deep holds 71 and 79, two C1 windows.
     let mut gen = Generator::new(gpu, &model, 128, LOGITS_AND_ARGMAX).unwrap();
     gen.feed(&tokens(68, t.vocab, 8)).unwrap();
     let mut tree = DraftTree::default();
     tree.reset(3);
     let mut node = 0;
-    for t in [4, 5, 6, 7] {
+    for t in 4..15 {
         node = tree.push(node, t);
     }
     let e = gen

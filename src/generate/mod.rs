@@ -186,19 +186,20 @@ impl<'a> Generator<'a> {
 
     /// How a draft tree's step after `base` cached tokens, its nodes at most `depth` deep, attends where it equals
     /// plain decoding along every path: densely (Some(false)) where plain decoding at the deepest position would,
-    /// sparsely (Some(true)) where it would at the root's position already and no InfLLM-v2 window (C1 or C2)
-    /// completes within the positions of the tree's nodes past the root, `base + 1 ..= base + depth` (the tree step
-    /// updates the compressed keys for its root alone); None where neither holds.
+    /// sparsely (Some(true)) where it would at the root's position already and at most one InfLLM-v2 window of each
+    /// kind (C1, C2) completes within the positions of the tree's nodes past the root, `base + 1 ..= base + depth`
+    /// (the tree step updates the compressed keys for its root and gives each row its own copy of the next window of
+    /// each kind); None where neither holds.
     pub(super) fn tree_attends(&self, base: usize, depth: usize) -> Option<bool> {
         if !self.sparse_at(base + depth + 1) {
             return Some(false);
         }
         let sparse = self.model.cfg.sparse.as_ref()?;
         let (fine, coarse) = sparse.windows();
-        let no_window = [fine, coarse]
+        let one_window = [fine, coarse]
             .iter()
-            .all(|w| w.count(base + 1) == w.count(base + depth + 1));
-        (self.sparse_at(base + 1) && no_window).then_some(true)
+            .all(|w| w.count(base + depth + 1) <= w.count(base + 1) + 1);
+        (self.sparse_at(base + 1) && one_window).then_some(true)
     }
 
     /// The deepest draft tree, at most `depth` deep, whose step after `base` cached tokens attends as plain

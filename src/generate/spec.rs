@@ -298,8 +298,8 @@ pub fn generate_spec(
                 .min(emit.budget().saturating_sub(1));
             tree.reset(next);
             // A tree step must attend as plain decoding would at each row's position: on an InfLLM-v2 model the tree
-            // is cut short of its dense length, or of a window completing within it, and where not even one level
-            // can run the step verifies a chain.
+            // is cut short of its dense length, or of a second window of a kind completing within it, and where not
+            // even one level can run the step verifies a chain.
             let tree_shape = spec.tree.and_then(|s| {
                 let depth = gen.tree_depth(base, s.depth)?;
                 Some(TreeShape { depth, ..s })

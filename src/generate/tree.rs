@@ -219,8 +219,8 @@ impl Generator<'_> {
         // Every row attends as plain decoding at its position would (InfLLM-v2 switches by position).
         let Some(sparse) = self.tree_attends(base, deepest) else {
             return Err(Error::Invalid(format!(
-                "a draft tree from position {base} to {} crosses this model's dense length or completes an InfLLM-v2 \
-                 window: verify a chain instead",
+                "a draft tree from position {base} to {} crosses this model's dense length or completes two InfLLM-v2 \
+                 windows of a kind: verify a chain instead",
                 base + deepest
             )));
         };

@@ -109,8 +109,8 @@ pub fn compress(
 
 /// Sparse attention of `q` `[n, n_heads, head_dim]` over the caches: scores, selection, attention. With `tree` (a
 /// draft tree's table `[n, TREE_W]`), row r sits at position `pos + depth(r)` and reads its path's keys through the
-/// table: each row as the one-token step along its path computes it, where the compressed keys already hold every
-/// window that step would see.
+/// table: each row as the one-token step along its path computes it, where the compressed keys hold every window
+/// the root sees and the row's path completes at most one more window of each kind (computed per row here).
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     g: &mut Graph,
@@ -129,7 +129,12 @@ pub fn attention(
         let sel = g.block_topk(scores, s.selection())?; // [n, n_kv, budget] u32
         return g.attention_sparse(q, k_cache, v_cache, sel, s.block_size, scale);
     };
-    let scores = g.block_score_tree(q, (c1, c2), cfg, scale, tree)?;
+    // Each row's own copies of the windows its path completes past the root (the caches hold the root's).
+    let own = (
+        g.kv_compress_tree(k_cache, tree, cfg.fine)?,
+        g.kv_compress_tree(k_cache, tree, cfg.coarse)?,
+    );
+    let scores = g.block_score_tree(q, (c1, c2), own, cfg, scale, tree)?;
     let sel = g.block_topk_tree(scores, s.selection(), tree)?;
     g.attention_sparse_tree(q, (k_cache, v_cache), sel, (s.block_size, scale), tree)
 }

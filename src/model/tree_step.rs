@@ -20,9 +20,10 @@ impl Llama {
     /// batch invariant, and the attention walks the path in order). InfLLM-v2's compressed keys are updated for the
     /// root (row 0, at `pos`) alone (the other rows' windows assume a sequence, not a tree's slots):
     /// [`Llama::key_compressor`] brings them up to date once the accepted path is in place. With `sparse` (a model
-    /// with a `sparse_config`, every row past `dense_len`) the rows attend sparsely over those compressed keys: equal
-    /// to plain decoding where no window completes at the positions of the nodes past the root (`pos + 1 ..= pos +
-    /// depth`; the caller's condition). At most `MAX_TREE_ROWS` rows.
+    /// with a `sparse_config`, every row past `dense_len`) the rows attend sparsely over those compressed keys, each
+    /// row with its own copy of the next C1 and C2 window its path completes (`kv_compress_tree`): equal to plain
+    /// decoding where at most one window of each kind completes at the positions of the nodes past the root (`pos +
+    /// 1 ..= pos + depth`; the caller's condition). At most `MAX_TREE_ROWS` rows.
     ///
     /// With `accept`, the step also accepts greedily on the device (`tree_accept` over the rows' argmax) and moves
     /// the accepted path's K/V to consecutive positions in every layer, in the same submission; the path is read

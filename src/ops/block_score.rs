@@ -133,6 +133,9 @@ struct ScoreParams {
     tile_blocks: u32,
     tokens_per_wg: u32,
     scale: f32,
+    /// A tree step: the C1 and C2 windows each row has its own copy of (the first ones the root does not complete).
+    e1: u32,
+    e2: u32,
 }
 
 #[derive(Debug)]
@@ -142,7 +145,8 @@ pub struct BlockScore {
     tile_blocks: usize,
     tokens_per_wg: usize,
     scale: f32,
-    /// A draft tree's step: token t at `pos` + its depth in the tree table (node tensor 3, the outputs after it).
+    /// A draft tree's step: token t at `pos` + its depth in the tree table (node tensor 3), its own copies of the
+    /// windows its path completes past the root in node tensors 4 (C1) and 5 (C2), the outputs after them.
     tree: bool,
 }
 
@@ -164,10 +168,10 @@ fn key(head_dim: usize, lse: bool, sg: bool, qu: bool, tree: bool) -> ShaderKey 
 
 impl BlockScore {
     /// Node tensor of slot `i` (0 q, 1 c1, 2 c2, 3 scores, 4 lse partials): the outputs come after a tree step's
-    /// table.
+    /// table and its rows' windows.
     fn at(&self, i: usize) -> usize {
         if i >= 3 && self.tree {
-            i + 1
+            i + 3
         } else {
             i
         }
@@ -189,13 +193,18 @@ impl BlockScore {
         bytes <= UNIFORM_ARRAY_BYTES && UNIFORM_ARRAY_BYTES <= caps.max_uniform_binding
     }
     /// Bindings of a dispatch over node tensors `slots`, the query (slot 0) as a uniform when it is one, then a
-    /// tree step's table.
-    fn bindings(&self, caps: &Caps, slots: [usize; 4]) -> Vec<Bind> {
+    /// tree step's table and its rows' C1 windows (`lse`: and C2 windows).
+    fn bindings(&self, caps: &Caps, slots: [usize; 4], lse: bool) -> Vec<Bind> {
         let q = self.q_uniform(caps);
+        let tree = match (self.tree, lse) {
+            (false, _) => vec![],
+            (true, false) => vec![Bind::Tensor(3), Bind::Tensor(4)],
+            (true, true) => vec![Bind::Tensor(3), Bind::Tensor(4), Bind::Tensor(5)],
+        };
         slots
             .map(|s| if s == 0 && q { Bind::Uniform(0) } else { Bind::Tensor(self.at(s)) })
             .into_iter()
-            .chain(self.tree.then_some(Bind::Tensor(3)))
+            .chain(tree)
             .collect()
     }
 }
@@ -211,12 +220,12 @@ impl Kernel for BlockScore {
         vec![
             Dispatch {
                 shader: key(s.head_dim, true, Self::subgroups(caps), self.q_uniform(caps), self.tree),
-                bindings: self.bindings(caps, [0, 1, 2, 4]),
+                bindings: self.bindings(caps, [0, 1, 2, 4], true),
                 workgroups: [self.tiles as u32, s.n_kv as u32, token_groups],
             },
             Dispatch {
                 shader: key(s.head_dim, false, Self::subgroups(caps), self.q_uniform(caps), self.tree),
-                bindings: self.bindings(caps, [0, 1, 4, 3]),
+                bindings: self.bindings(caps, [0, 1, 4, 3], false),
                 workgroups: [
                     s.n_blocks().div_ceil(self.tile_blocks) as u32,
                     s.n_kv as u32,
@@ -246,6 +255,8 @@ impl Kernel for BlockScore {
             tile_blocks: self.tile_blocks as u32,
             tokens_per_wg: self.tokens_per_wg as u32,
             scale: self.scale * std::f32::consts::LOG2_E,
+            e1: s.cfg.fine.count(vars.pos as usize + 1) as u32,
+            e2: s.cfg.coarse.count(vars.pos as usize + 1) as u32,
         })
     }
     /// Assumes the step ends at `max_ctx` (cost has no step variables): every row dots its query with all C2
@@ -265,16 +276,18 @@ impl Kernel for BlockScore {
             flops: 2 * (s.n_tokens * s.n_heads * (s.n1() + s.n2()) * s.head_dim) as u64,
         }
     }
-    /// Node tensors: q, c1, c2, (tree), scores, partial log-sum-exps (scratch, not checked).
+    /// Node tensors: q, c1, c2, (tree, x1, x2), scores, partial log-sum-exps (scratch, not checked).
     fn reference(&self, io: &[HostIo], vars: &StepVars) -> Option<Result<Vec<Expected>>> {
         expect(|| {
             let (q, c1, c2) = (io[0].f32()?, io[1].f32()?, io[2].f32()?);
             let pos = vars.pos as usize;
-            let positions = match self.tree {
-                true => tree_positions(&io[3].u32(), pos),
-                false => (pos..pos + self.shape.n_tokens).collect(),
+            let scores = match self.tree {
+                true => {
+                    let own = (&io[4].f32()?[..], &io[5].f32()?[..]);
+                    reference_tree(&q, (&c1, &c2), own, self.shape, (&io[3].u32(), pos), self.scale)
+                }
+                false => reference(&q, &c1, &c2, self.shape, pos, self.scale),
             };
-            let scores = reference_at(&q, (&c1, &c2), self.shape, &positions, self.scale);
             Ok(vec![Expected::at(self.at(3), scores)])
         })
     }
@@ -297,17 +310,20 @@ impl Graph {
     }
 
     /// [`Graph::block_score`] for a draft tree's step: token t at position `vars.pos` plus its depth in `tree`
-    /// `[n_tokens, TREE_W]` u32 (`attention_decode`'s tree table). The compressed keys must hold every window the
-    /// deepest token sees.
+    /// `[n_tokens, TREE_W]` u32 (`attention_decode`'s tree table). `own` `(x1, x2)`, each `[n_tokens, n_kv,
+    /// head_dim]` f32 (`kv_compress_tree`): each token's own copy of the first C1 and C2 windows the root does not
+    /// complete (`count(pos + 1)`), used where the token sees that window; the caches must hold every window the
+    /// root sees, and any past those two that a token sees.
     pub fn block_score_tree(
         &mut self,
         q: TensorId,
         (c1, c2): (TensorId, TensorId),
+        own: (TensorId, TensorId),
         cfg: ScoreConfig,
         scale: f32,
         tree: TensorId,
     ) -> Result<TensorId> {
-        self.block_score_impl(q, (c1, c2), cfg, scale, Some(tree))
+        self.block_score_impl(q, (c1, c2), cfg, scale, Some((tree, own)))
     }
 
     fn block_score_impl(
@@ -316,7 +332,7 @@ impl Graph {
         (c1, c2): (TensorId, TensorId),
         cfg: ScoreConfig,
         scale: f32,
-        tree: Option<TensorId>,
+        tree: Option<(TensorId, (TensorId, TensorId))>,
     ) -> Result<TensorId> {
         let (qs, c1s, c2s) = (self.shape(q).to_vec(), self.shape(c1).to_vec(), self.shape(c2).to_vec());
         let bad = |why: &str| {
@@ -376,8 +392,18 @@ impl Graph {
         if !grid_ok {
             return bad("too many blocks or tokens for one dispatch");
         }
-        if let Some(t) = tree.filter(|&t| self.shape(t) != [shape.n_tokens, TREE_W] || self.dtype(t) != DType::U32) {
+        if let Some((t, _)) = tree.filter(|&(t, _)| self.shape(t) != [shape.n_tokens, TREE_W] || self.dtype(t) != DType::U32) {
             return bad(&format!("tree {:?}: expected u32 [n_tokens, {TREE_W}]", self.shape(t)));
+        }
+        let own_shape = [shape.n_tokens, shape.n_kv, shape.head_dim];
+        if let Some((_, (x1, x2))) = tree {
+            if [x1, x2].iter().any(|&x| self.shape(x) != own_shape || self.dtype(x) != DType::F32) {
+                return bad(&format!(
+                    "the rows' own windows {:?} and {:?}: expected f32 {own_shape:?}",
+                    self.shape(x1),
+                    self.shape(x2)
+                ));
+            }
         }
         let (n, h, nb) = (shape.n_tokens, shape.n_heads, shape.n_blocks());
         let kernel = BlockScore {
@@ -388,7 +414,8 @@ impl Graph {
             scale,
             tree: tree.is_some(),
         };
-        let inputs: Vec<TensorId> = [q, c1, c2].into_iter().chain(tree).collect();
+        let tree_inputs = tree.map(|(t, (x1, x2))| [t, x1, x2]);
+        let inputs: Vec<TensorId> = [q, c1, c2].into_iter().chain(tree_inputs.into_iter().flatten()).collect();
         let outs = self.add_node(
             kernel,
             &inputs,
@@ -416,6 +443,39 @@ fn logsumexp(xs: &[f64]) -> f64 {
 pub fn reference(q: &[f32], c1: &[f32], c2: &[f32], s: ScoreShape, pos: usize, scale: f32) -> Vec<f32> {
     let positions: Vec<usize> = (pos..pos + s.n_tokens).collect();
     reference_at(q, (c1, c2), s, &positions, scale)
+}
+
+/// CPU reference of the tree form: token t at `pos` plus its depth in `table` `[n_tokens, TREE_W]`, with its own
+/// copies `x1`, `x2` `[n_tokens, n_kv, head_dim]` of the windows `count(pos + 1)` in place of the caches' where it
+/// sees them.
+pub fn reference_tree(
+    q: &[f32],
+    (c1, c2): (&[f32], &[f32]),
+    (x1, x2): (&[f32], &[f32]),
+    s: ScoreShape,
+    (table, pos): (&[u32], usize),
+    scale: f32,
+) -> Vec<f32> {
+    let one = ScoreShape { n_tokens: 1, ..s };
+    let (hd, row_q, row_x) = (s.head_dim, s.n_heads * s.head_dim, s.n_kv * s.head_dim);
+    let own = |c: &[f32], x: &[f32], w: Window, n: usize, t: usize, at: usize| -> Vec<f32> {
+        let mut c = c.to_vec();
+        let e = w.count(pos + 1);
+        if w.count(at + 1) > e && e < n {
+            for h in 0..s.n_kv {
+                c[(h * n + e) * hd..][..hd].copy_from_slice(&x[t * row_x + h * hd..][..hd]);
+            }
+        }
+        c
+    };
+    let positions = tree_positions(table, pos);
+    let mut out = Vec::with_capacity(s.n_tokens * s.n_kv * s.n_blocks());
+    for (t, &at) in positions.iter().enumerate() {
+        let c1t = own(c1, x1, s.cfg.fine, s.n1(), t, at);
+        let c2t = own(c2, x2, s.cfg.coarse, s.n2(), t, at);
+        out.extend(reference_at(&q[t * row_q..][..row_q], (&c1t, &c2t), one, &[at], scale));
+    }
+    out
 }
 
 /// [`reference`] with token t at `positions[t]`.

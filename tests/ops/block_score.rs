@@ -10,8 +10,9 @@
 //! the exponent (f32 dot products of head_dim terms and the split log-sum-exp, about 1e-6 * (|x| + 1) here) is a
 //! relative error e of the term, kept by the sum over the group and by the max; atol covers scores below 1e-9,
 //! which no top-k can tell from 0. Blocks with no visible window must be exactly 0.
-//! Tree form (a draft tree's step, token t at position pos + its depth): against the reference at those positions,
-//! and every row bit for bit the one-token step at its position (windows completing within the tree included).
+//! Tree form (a draft tree's step, token t at position pos + its depth, with its own copies of the C1 and C2 windows
+//! its path completes past the root; the caches NaN past the root's windows): against the reference at those
+//! positions, and every row bit for bit the one-token step at its position over caches holding its own copies.
 
 use crate::attention_decode::random_tree;
 use crate::common::{exact, gpu_fallback, rel_abs, Case, Check, Rng};
@@ -91,47 +92,66 @@ fn run(gpu: &Gpu, s: ScoreShape, pos: usize, amp: f32, seed: u64) -> shaderlm::R
     Ok(rel_abs(&plan.read_f32(out)?, &want, RTOL, ATOL))
 }
 
-/// The tree form over a random tree of `s.n_tokens` nodes at `pos`: against the reference at each row's position
-/// (`bitwise` false), or each row bit for bit against the one-token step at its position (`bitwise`).
+/// The tree form over a random tree of `s.n_tokens` nodes at `pos`, the caches holding the windows the root sees
+/// (NaN past them) and each row its own random copies of the next C1 and C2 windows: against the reference at each
+/// row's position (`bitwise` false), or each row bit for bit against the one-token step at its position over caches
+/// holding its own copies (`bitwise`).
 fn tree(gpu: &Gpu, s: ScoreShape, pos: usize, seed: u64, bitwise: bool) -> shaderlm::Result<Check> {
     let mut rng = Rng::new(seed);
     let (hd, ctx, n) = (s.head_dim, s.cfg.max_ctx, s.n_tokens);
     let paths = random_tree(&mut rng, n);
     let table = tree_table(paths.iter().map(Vec::as_slice))?;
     let positions: Vec<usize> = paths.iter().map(|p| pos + p.len() - 1).collect();
-    let len = positions.iter().max().map_or(pos, |&p| p + 1);
-    let k = keys(&mut rng, s.n_kv, ctx, hd, len, AMP);
-    let c1 = compress(&k, s.n_kv, ctx, hd, s.cfg.fine, len);
-    let c2 = compress(&k, s.n_kv, ctx, hd, s.cfg.coarse, len);
+    let k = keys(&mut rng, s.n_kv, ctx, hd, pos + 1, AMP);
+    let c1 = compress(&k, s.n_kv, ctx, hd, s.cfg.fine, pos + 1);
+    let c2 = compress(&k, s.n_kv, ctx, hd, s.cfg.coarse, pos + 1);
+    let (x1, x2) = (rng.vec(n * s.n_kv * hd, 2.0 * AMP), rng.vec(n * s.n_kv * hd, 2.0 * AMP));
     let q = rng.vec(n * s.n_heads * hd, AMP);
     let c1t = GpuTensor::upload_f32(gpu, "c1", &[s.n_kv, s.n1(), hd], &c1)?;
     let c2t = GpuTensor::upload_f32(gpu, "c2", &[s.n_kv, s.n2(), hd], &c2)?;
     let mut g = Graph::new();
     let tq = g.input("q", &[n, s.n_heads, hd], DType::F32);
     let tt = g.input("tree", &[n, TREE_W], DType::U32);
+    let tx1 = g.input("x1", &[n, s.n_kv, hd], DType::F32);
+    let tx2 = g.input("x2", &[n, s.n_kv, hd], DType::F32);
     let (t1, t2) = (g.external(&c1t), g.external(&c2t));
-    let out = g.block_score_tree(tq, (t1, t2), s.cfg, scale(hd), tt)?;
+    let out = g.block_score_tree(tq, (t1, t2), (tx1, tx2), s.cfg, scale(hd), tt)?;
     g.output(out);
     let mut plan = Plan::new(gpu, g)?;
-    plan.write_input(gpu, tq, bytemuck::cast_slice(&q))?;
+    for (t, v) in [(tq, &q), (tx1, &x1), (tx2, &x2)] {
+        plan.write_input(gpu, t, bytemuck::cast_slice(v))?;
+    }
     plan.write_input(gpu, tt, bytemuck::cast_slice(&table))?;
     plan.run(gpu, &StepVars { pos: pos as u32 })?;
     let got = plan.read_f32(out)?;
     if !bitwise {
-        let want = block_score::reference_at(&q, (&c1, &c2), s, &positions, scale(hd));
+        let want = block_score::reference_tree(&q, (&c1, &c2), (&x1, &x2), s, (&table, pos), scale(hd));
         return Ok(rel_abs(&got, &want, RTOL, ATOL));
     }
     let one_shape = ScoreShape { n_tokens: 1, ..s };
     let mut g = Graph::new();
     let tq = g.input("q", &[1, s.n_heads, hd], DType::F32);
-    let (t1, t2) = (g.external(&c1t), g.external(&c2t));
+    let t1 = g.input("c1", &[s.n_kv, s.n1(), hd], DType::F32);
+    let t2 = g.input("c2", &[s.n_kv, s.n2(), hd], DType::F32);
     let o1 = g.block_score(tq, t1, t2, one_shape.cfg, scale(hd))?;
     g.output(o1);
     let mut one = Plan::new(gpu, g)?;
-    let row = s.n_heads * hd;
+    let (row, row_x) = (s.n_heads * hd, s.n_kv * hd);
+    // Row r's caches: its own copy of the window it completes past the root in place of the cache's.
+    let own = |c: &[f32], x: &[f32], w: Window, nw: usize, r: usize, at: usize| -> Vec<f32> {
+        let (mut c, e) = (c.to_vec(), w.count(pos + 1));
+        if w.count(at + 1) > e {
+            for h in 0..s.n_kv {
+                c[(h * nw + e) * hd..][..hd].copy_from_slice(&x[r * row_x + h * hd..][..hd]);
+            }
+        }
+        c
+    };
     let mut want = Vec::with_capacity(got.len());
     for (r, &at) in positions.iter().enumerate() {
         one.write_input(gpu, tq, bytemuck::cast_slice(&q[r * row..(r + 1) * row]))?;
+        one.write_input(gpu, t1, bytemuck::cast_slice(&own(&c1, &x1, s.cfg.fine, s.n1(), r, at)))?;
+        one.write_input(gpu, t2, bytemuck::cast_slice(&own(&c2, &x2, s.cfg.coarse, s.n2(), r, at)))?;
         one.run(gpu, &StepVars { pos: at as u32 })?;
         want.extend(one.read_f32(o1)?.iter().map(|v| v.to_bits()));
     }
@@ -212,9 +232,10 @@ type Extra = (&'static str, usize, usize, usize, usize, usize, ScoreConfig, f32)
 
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
-    // Tree form: (nodes, heads, kv heads, root position, max_ctx): before any C2 window (the C1 fallback), around
-    // the first C2 window, and a long context; 61 nodes (tokens in several workgroups).
-    for (n, h, kv, pos, ctx) in [(9, 9, 3, 100, 512), (23, 4, 2, 120, 512), (61, 9, 3, 1000, 1100), (16, 32, 2, 700, 800)] {
+    // Tree form: (nodes, heads, kv heads, root position, max_ctx): before any C2 window (the C1 fallback; rows 3
+    // deep complete C1 window 5), rows 2 deep completing the first C2 window (and C1 window 6) while shallower ones
+    // fall back, and C1 and C2 windows completing 3 deep in a long context; 61 nodes (tokens in several workgroups).
+    for (n, h, kv, pos, ctx) in [(9, 9, 3, 108, 512), (23, 4, 2, 125, 512), (61, 9, 3, 1020, 1100), (16, 32, 2, 700, 800)] {
         let hd = if h >= 16 { 128 } else { 64 };
         let s = ScoreShape {
             n_tokens: n,
