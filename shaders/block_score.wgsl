@@ -32,10 +32,11 @@
 //   blocks. A tile none of the workgroup's tokens sees a window of writes zeros and skips (1) and (2).
 // TREE (a speculative draft tree's step): binding 4 tree [n_tokens, TREE_W] u32 in both dispatches; token t sits at
 //   position pos + its depth tree[t * TREE_W] (attention_decode's tree table) instead of pos + t. Binding 5 x1
-//   [n_tokens, n_kv, HD] (both dispatches) and 6 x2 (LSE only): each token's own copy of C1 window e1 and C2 window
-//   e2, the first ones the root does not complete (kv_compress's tree form, from the token's path); a token that
-//   sees window e1 (e2) takes its own copy instead of the cache's, which holds another path's or nothing. Windows
-//   past e1 (e2) come from the caches: the host keeps trees shallower than a second window.
+//   [n_tokens, n_kv, HD] (both dispatches) and 6 x2 (LSE only): C1 window e1 and C2 window e2, the first ones the
+//   root does not complete, along the path of each row at the depth where it completes (kv_compress's tree form); a
+//   token that sees window e1 (e2) takes the copy of its ancestor at that depth (its path's) instead of the
+//   cache's, which holds another path's or nothing. Windows past e1 (e2) come from the caches: the host keeps trees
+//   shallower than a second window.
 
 const HD4: u32 = HD / 4;
 const WG: u32 = 64u;
@@ -77,10 +78,17 @@ struct Params {
 @group(0) @binding(4) var<storage, read> tree: array<u32>;                 // [n_tokens, TREE_W]
 @group(0) @binding(5) var<storage, read> x1: array<vec4<f32>>;             // [n_tokens, n_kv, HD]
 
-// Token t's own copy of C1 window e1 (KV head kvh) into c.
+// The row of token t's ancestor at the depth where a window of (size, stride) with index e completes (t sees it).
+fn ancestor(t: u32, e: u32, size: u32, stride: u32) -> u32 {
+    let depth = e * stride + size - 1u - p.pos;
+    return tree[t * TREE_W + 1u + min(depth, TREE_W - 2u)];
+}
+
+// Token t's path's copy of C1 window e1 (KV head kvh) into c.
 fn own_x1(t: u32, kvh: u32, c: ptr<function, array<vec4<f32>, HD4>>) {
+    let a = ancestor(t, p.e1, p.size1, p.stride1);
     for (var d = 0u; d < HD4; d++) {
-        (*c)[d] = x1[(t * p.n_kv + kvh) * HD4 + d];
+        (*c)[d] = x1[(a * p.n_kv + kvh) * HD4 + d];
     }
 }
 #endif
@@ -171,10 +179,11 @@ fn qdot(row: u32, c: ptr<function, array<vec4<f32>, HD4>>, sl: u32) -> f32 {
 #if TREE
 @group(0) @binding(6) var<storage, read> x2: array<vec4<f32>>;             // [n_tokens, n_kv, HD]
 
-// Token t's own copy of C2 window e2 (KV head kvh) into c.
+// Token t's path's copy of C2 window e2 (KV head kvh) into c.
 fn own_x2(t: u32, kvh: u32, c: ptr<function, array<vec4<f32>, HD4>>) {
+    let a = ancestor(t, p.e2, p.size2, p.stride2);
     for (var d = 0u; d < HD4; d++) {
-        (*c)[d] = x2[(t * p.n_kv + kvh) * HD4 + d];
+        (*c)[d] = x2[(a * p.n_kv + kvh) * HD4 + d];
     }
 }
 #endif

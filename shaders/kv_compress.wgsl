@@ -2,11 +2,11 @@
 // size); its compressed key is the mean of those keys (InfLLM-V2, arXiv 2509.24663; MiniCPM4 `CompressK`).
 // This kernel computes the windows completed by one step: first .. first + count (the host derives them from pos
 // and the step's token count, see kv_compress.rs), after the step's kv_write.
-// TREE (a draft tree's step, attention_decode's tree table): each row's own copy of window `first` (the first one
-// its root does not complete), the mean over the keys of the row's path: position t < pos from cache slot t, t >=
-// pos from the slot the row's path names (lib/attn_tree.wgsl's key_slot); zeros for rows too shallow to complete
-// it. The same sums in the same order as the plain form, so a row's window equals the one plain decoding along
-// its path would cache, bit for bit.
+// TREE (a draft tree's step, attention_decode's tree table): window `first` (the first one the root does not
+// complete) along the path of each row at the depth where it completes, the mean over the keys of the row's path:
+// position t < pos from cache slot t, t >= pos from the slot the row's path names (lib/attn_tree.wgsl's key_slot);
+// zeros for the other rows (deeper rows share their ancestor's). The same sums in the same order as the plain
+// form, so a row's window equals the one plain decoding along its path would cache, bit for bit.
 // Bindings: 0 k_cache [n_kv, max_ctx, head_dim] f32 or (KV_F16) f16 pairs (lib/kv_cache.wgsl) | 1 c_cache [n_kv,
 //   n_windows, head_dim] f32 (written); TREE: 1 tree [rows, TREE_W] u32 | 2 rows' windows [rows, n_kv, head_dim]
 //   f32 (written).
@@ -65,8 +65,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let r = i / (p.hd4 * p.n_kv);
     let w = p.first;
     let out = (r * p.n_kv + h) * p.hd4 + c;
-    // Row r reaches position pos + depth; window w is complete there when it ends at or before it.
-    if (p.pos + min(tree[r * TREE_W], TREE_W - 2u) + 1u < w * p.stride + p.size) {
+    // Row r sits at position pos + depth; window w ends at position w * stride + size - 1.
+    if (p.pos + min(tree[r * TREE_W], TREE_W - 2u) + 1u != w * p.stride + p.size) {
         c_out[out] = vec4<f32>(0.0);
         return;
     }

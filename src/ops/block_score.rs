@@ -133,7 +133,7 @@ struct ScoreParams {
     tile_blocks: u32,
     tokens_per_wg: u32,
     scale: f32,
-    /// A tree step: the C1 and C2 windows each row has its own copy of (the first ones the root does not complete).
+    /// A tree step: the C1 and C2 windows each path has its own copy of (the first ones the root does not complete).
     e1: u32,
     e2: u32,
 }
@@ -145,8 +145,8 @@ pub struct BlockScore {
     tile_blocks: usize,
     tokens_per_wg: usize,
     scale: f32,
-    /// A draft tree's step: token t at `pos` + its depth in the tree table (node tensor 3), its own copies of the
-    /// windows its path completes past the root in node tensors 4 (C1) and 5 (C2), the outputs after them.
+    /// A draft tree's step: token t at `pos` + its depth in the tree table (node tensor 3), the windows its path
+    /// completes past the root in node tensors 4 (C1) and 5 (C2) at its ancestor's row, the outputs after them.
     tree: bool,
 }
 
@@ -311,9 +311,9 @@ impl Graph {
 
     /// [`Graph::block_score`] for a draft tree's step: token t at position `vars.pos` plus its depth in `tree`
     /// `[n_tokens, TREE_W]` u32 (`attention_decode`'s tree table). `own` `(x1, x2)`, each `[n_tokens, n_kv,
-    /// head_dim]` f32 (`kv_compress_tree`): each token's own copy of the first C1 and C2 windows the root does not
-    /// complete (`count(pos + 1)`), used where the token sees that window; the caches must hold every window the
-    /// root sees, and any past those two that a token sees.
+    /// head_dim]` f32 (`kv_compress_tree`): the first C1 and C2 windows the root does not complete (`count(pos +
+    /// 1)`) along the path of each row at the depth where it completes; a token that sees such a window takes its
+    /// ancestor's copy. The caches must hold every window the root sees, and any past those two that a token sees.
     pub fn block_score_tree(
         &mut self,
         q: TensorId,
@@ -445,9 +445,9 @@ pub fn reference(q: &[f32], c1: &[f32], c2: &[f32], s: ScoreShape, pos: usize, s
     reference_at(q, (c1, c2), s, &positions, scale)
 }
 
-/// CPU reference of the tree form: token t at `pos` plus its depth in `table` `[n_tokens, TREE_W]`, with its own
-/// copies `x1`, `x2` `[n_tokens, n_kv, head_dim]` of the windows `count(pos + 1)` in place of the caches' where it
-/// sees them.
+/// CPU reference of the tree form: token t at `pos` plus its depth in `table` `[n_tokens, TREE_W]`, where it sees
+/// the window `count(pos + 1)` of C1 (C2) taking its ancestor's copy from `x1` (`x2`) `[n_tokens, n_kv, head_dim]`
+/// (the row at the depth where the window completes) in place of the cache's.
 pub fn reference_tree(
     q: &[f32],
     (c1, c2): (&[f32], &[f32]),
@@ -462,8 +462,10 @@ pub fn reference_tree(
         let mut c = c.to_vec();
         let e = w.count(pos + 1);
         if w.count(at + 1) > e && e < n {
+            let depth = e * w.stride + w.size - 1 - pos;
+            let a = table[t * TREE_W + 1 + depth.min(TREE_W - 2)] as usize;
             for h in 0..s.n_kv {
-                c[(h * n + e) * hd..][..hd].copy_from_slice(&x[t * row_x + h * hd..][..hd]);
+                c[(h * n + e) * hd..][..hd].copy_from_slice(&x[a * row_x + h * hd..][..hd]);
             }
         }
         c

@@ -180,7 +180,8 @@ impl Kernel for KvCompress {
     }
 }
 
-/// The tree form: each row of a draft tree's step its own copy of the window its path completes past the root.
+/// The tree form: the window a draft tree's paths complete past the root, along each path, at the row where it
+/// completes.
 #[derive(Debug)]
 pub struct KvCompressTree {
     shape: CompressShape,
@@ -216,7 +217,7 @@ impl Kernel for KvCompressTree {
             pos: vars.pos,
         })
     }
-    /// Every row completing its window: `size` keys read and one row written per row and head.
+    /// At most every row completing the window: `size` keys read and one row written per row and head.
     fn cost(&self) -> Cost {
         let s = &self.shape;
         let rows = (self.rows * s.n_kv) as u64;
@@ -278,10 +279,11 @@ impl Graph {
         self.add_effect(KvCompress { shape, n_tokens, kv_f16 }, &[k_cache, c_cache])
     }
 
-    /// For a draft tree's step at `vars.pos` (its keys written, row r's in slot `pos + r`): each row's own copy of
-    /// the first `window` its root does not complete (index `window.count(pos + 1)`), from the keys of its path
-    /// (`tree` `[rows, TREE_W]` u32, attention_decode's table), or zeros where the row is too shallow to complete
-    /// it. Returns `[rows, n_kv, head_dim]` f32: what `kv_compress` would cache for that window along the row's path.
+    /// For a draft tree's step at `vars.pos` (its keys written, row r's in slot `pos + r`): the first `window` the
+    /// root does not complete (index `window.count(pos + 1)`) along the path of each row at the depth where it
+    /// completes, from the keys of its path (`tree` `[rows, TREE_W]` u32, attention_decode's table); zeros in the
+    /// other rows (a deeper row's is its ancestor's at that depth). Returns `[rows, n_kv, head_dim]` f32: what
+    /// `kv_compress` would cache for that window along the row's path.
     pub fn kv_compress_tree(&mut self, k_cache: TensorId, tree: TensorId, window: Window) -> Result<TensorId> {
         window.check("kv_compress_tree")?;
         let (ks, ts) = (self.shape(k_cache).to_vec(), self.shape(tree).to_vec());
@@ -339,7 +341,7 @@ pub fn reference_tree(k_cache: &[f32], table: &[u32], s: CompressShape, pos: usi
     let positions = tree_positions(table, pos);
     let mut out = vec![0f32; positions.len() * s.n_kv * hd];
     for (r, &at) in positions.iter().enumerate() {
-        if w.count(at + 1) <= first {
+        if at + 1 != first * w.stride + w.size {
             continue;
         }
         let row = &table[r * TREE_W..(r + 1) * TREE_W];

@@ -10,13 +10,15 @@
 //! the exponent (f32 dot products of head_dim terms and the split log-sum-exp, about 1e-6 * (|x| + 1) here) is a
 //! relative error e of the term, kept by the sum over the group and by the max; atol covers scores below 1e-9,
 //! which no top-k can tell from 0. Blocks with no visible window must be exactly 0.
-//! Tree form (a draft tree's step, token t at position pos + its depth, with its own copies of the C1 and C2 windows
-//! its path completes past the root; the caches NaN past the root's windows): against the reference at those
-//! positions, and every row bit for bit the one-token step at its position over caches holding its own copies.
+//! Tree form (a draft tree's step, token t at position pos + its depth, with its path's copies of the C1 and C2
+//! windows it completes past the root; the caches NaN past the root's windows): against the reference at those
+//! positions, and every row bit for bit the one-token step at its position over caches holding its path's copies;
+//! and chained after kv_compress_tree as a tree step runs them, every row bit for bit plain decoding's kv_compress
+//! and block_score along its path.
 
 use crate::attention_decode::random_tree;
 use crate::common::{exact, gpu_fallback, rel_abs, Case, Check, Rng};
-use shaderlm::ops::attention_decode::{tree_table, TREE_W};
+use shaderlm::ops::attention_decode::{tree_table, MAX_TREE_DEPTH, TREE_W};
 use shaderlm::gpu::{DType, Gpu, GpuTensor};
 use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan, TensorId};
@@ -93,9 +95,10 @@ fn run(gpu: &Gpu, s: ScoreShape, pos: usize, amp: f32, seed: u64) -> shaderlm::R
 }
 
 /// The tree form over a random tree of `s.n_tokens` nodes at `pos`, the caches holding the windows the root sees
-/// (NaN past them) and each row its own random copies of the next C1 and C2 windows: against the reference at each
-/// row's position (`bitwise` false), or each row bit for bit against the one-token step at its position over caches
-/// holding its own copies (`bitwise`).
+/// (NaN past them) and each row random copies of the next C1 and C2 windows (a row takes its path's, the copies of
+/// its ancestor where the window completes): against the reference at each row's position (`bitwise` false), or
+/// each row bit for bit against the one-token step at its position over caches holding its path's copies
+/// (`bitwise`).
 fn tree(gpu: &Gpu, s: ScoreShape, pos: usize, seed: u64, bitwise: bool) -> shaderlm::Result<Check> {
     let mut rng = Rng::new(seed);
     let (hd, ctx, n) = (s.head_dim, s.cfg.max_ctx, s.n_tokens);
@@ -137,12 +140,14 @@ fn tree(gpu: &Gpu, s: ScoreShape, pos: usize, seed: u64, bitwise: bool) -> shade
     g.output(o1);
     let mut one = Plan::new(gpu, g)?;
     let (row, row_x) = (s.n_heads * hd, s.n_kv * hd);
-    // Row r's caches: its own copy of the window it completes past the root in place of the cache's.
+    // Row r's caches: its path's copy of the window it completes past the root (held by the path's row at the
+    // depth where it completes) in place of the cache's.
     let own = |c: &[f32], x: &[f32], w: Window, nw: usize, r: usize, at: usize| -> Vec<f32> {
         let (mut c, e) = (c.to_vec(), w.count(pos + 1));
         if w.count(at + 1) > e {
+            let a = paths[r][e * w.stride + w.size - 1 - pos] as usize;
             for h in 0..s.n_kv {
-                c[(h * nw + e) * hd..][..hd].copy_from_slice(&x[r * row_x + h * hd..][..hd]);
+                c[(h * nw + e) * hd..][..hd].copy_from_slice(&x[a * row_x + h * hd..][..hd]);
             }
         }
         c
@@ -153,6 +158,69 @@ fn tree(gpu: &Gpu, s: ScoreShape, pos: usize, seed: u64, bitwise: bool) -> shade
         one.write_input(gpu, t1, bytemuck::cast_slice(&own(&c1, &x1, s.cfg.fine, s.n1(), r, at)))?;
         one.write_input(gpu, t2, bytemuck::cast_slice(&own(&c2, &x2, s.cfg.coarse, s.n2(), r, at)))?;
         one.run(gpu, &StepVars { pos: at as u32 })?;
+        want.extend(one.read_f32(o1)?.iter().map(|v| v.to_bits()));
+    }
+    Ok(exact(&got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), &want))
+}
+
+/// The tree step's chain over a random tree of `s.n_tokens` nodes at `pos` (keys in slots `pos ..`, the caches
+/// holding the windows the root completes): kv_compress_tree for C1 and C2, then block_score_tree; each row bit for
+/// bit what plain decoding along its path computes: kv_compress over a cache holding the prefix and then its path
+/// in order, and the one-token block_score at its position.
+fn tree_chain(gpu: &Gpu, s: ScoreShape, pos: usize, seed: u64) -> shaderlm::Result<Check> {
+    let mut rng = Rng::new(seed);
+    let (hd, ctx, n, kv) = (s.head_dim, s.cfg.max_ctx, s.n_tokens, s.n_kv);
+    let paths = random_tree(&mut rng, n);
+    let table = tree_table(paths.iter().map(Vec::as_slice))?;
+    let k = keys(&mut rng, kv, ctx, hd, pos + n, AMP);
+    let c1 = compress(&k, kv, ctx, hd, s.cfg.fine, pos + 1);
+    let c2 = compress(&k, kv, ctx, hd, s.cfg.coarse, pos + 1);
+    let q = rng.vec(n * s.n_heads * hd, AMP);
+    let kt = GpuTensor::upload_f32(gpu, "k_cache", &[kv, ctx, hd], &k)?;
+    let c1t = GpuTensor::upload_f32(gpu, "c1", &[kv, s.n1(), hd], &c1)?;
+    let c2t = GpuTensor::upload_f32(gpu, "c2", &[kv, s.n2(), hd], &c2)?;
+    let mut g = Graph::new();
+    let tq = g.input("q", &[n, s.n_heads, hd], DType::F32);
+    let tt = g.input("tree", &[n, TREE_W], DType::U32);
+    let (tk, t1, t2) = (g.external(&kt), g.external(&c1t), g.external(&c2t));
+    let own = (g.kv_compress_tree(tk, tt, s.cfg.fine)?, g.kv_compress_tree(tk, tt, s.cfg.coarse)?);
+    let out = g.block_score_tree(tq, (t1, t2), own, s.cfg, scale(hd), tt)?;
+    g.output(out);
+    let mut plan = Plan::new(gpu, g)?;
+    plan.write_input(gpu, tq, bytemuck::cast_slice(&q))?;
+    plan.write_input(gpu, tt, bytemuck::cast_slice(&table))?;
+    plan.run(gpu, &StepVars { pos: pos as u32 })?;
+    let got = plan.read_f32(out)?;
+    // Plain decoding along a path: the windows ending in (pos, pos + 15] from the path's keys in order (those past
+    // the row's position come out NaN and unseen), then the one-token scores at the row's position.
+    let mut g = Graph::new();
+    let tk = g.input("k_cache", &[kv, ctx, hd], DType::F32);
+    let (t1, t2) = (g.external(&c1t), g.external(&c2t));
+    let steps = (MAX_TREE_DEPTH + 1).min(ctx - pos);
+    g.kv_compress(tk, t1, steps, s.cfg.fine)?;
+    g.kv_compress(tk, t2, steps, s.cfg.coarse)?;
+    let mut compress_path = Plan::new(gpu, g)?;
+    let mut g = Graph::new();
+    let tq = g.input("q", &[1, s.n_heads, hd], DType::F32);
+    let (t1, t2) = (g.external(&c1t), g.external(&c2t));
+    let o1 = g.block_score(tq, t1, t2, s.cfg, scale(hd))?;
+    g.output(o1);
+    let mut one = Plan::new(gpu, g)?;
+    let row = s.n_heads * hd;
+    let mut want = Vec::with_capacity(got.len());
+    for (r, path) in paths.iter().enumerate() {
+        let mut kp = k.clone();
+        for h in 0..kv {
+            kp[(h * ctx + pos) * hd..(h + 1) * ctx * hd].fill(f32::NAN);
+            for (j, &slot) in path.iter().enumerate() {
+                let src = (h * ctx + pos + slot as usize) * hd;
+                kp[(h * ctx + pos + j) * hd..][..hd].copy_from_slice(&k[src..src + hd]);
+            }
+        }
+        compress_path.write_input(gpu, tk, bytemuck::cast_slice(&kp))?;
+        compress_path.run(gpu, &StepVars { pos: pos as u32 })?;
+        one.write_input(gpu, tq, bytemuck::cast_slice(&q[r * row..(r + 1) * row]))?;
+        one.run(gpu, &StepVars { pos: (pos + path.len() - 1) as u32 })?;
         want.extend(one.read_f32(o1)?.iter().map(|v| v.to_bits()));
     }
     Ok(exact(&got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), &want))
@@ -249,6 +317,8 @@ pub fn cases() -> Vec<Case> {
             let name = format!("tree_{what}_n{n}_h{h}_kv{kv}_pos{pos}");
             v.push(Case::new("block_score", name, move |gpu| tree(gpu, s, pos, 7900 + n as u64, bitwise)));
         }
+        let name = format!("tree_with_kv_compress_tree_rows_equal_plain_decoding_n{n}_h{h}_kv{kv}_pos{pos}");
+        v.push(Case::new("block_score", name, move |gpu| tree_chain(gpu, s, pos, 7950 + n as u64)));
     }
     let mut seed = 7000u64;
     let mut push = |v: &mut Vec<Case>, name: String, s: ScoreShape, pos: usize, amp: f32| {

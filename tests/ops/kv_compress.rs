@@ -6,9 +6,9 @@
 //! Metric: rel+abs, rtol 1e-5, atol 1e-5 (keys in [-1, 1]): the kernel sums `size` f32 keys in two running sums
 //! (error at most about size/2 * 2^-24 * max|k| = 4e-6 for size 128) and scales by 1/size; untouched windows must
 //! match exactly, which the bound also accepts only for bit-equal random values.
-//! Tree form (each row of a draft tree's step its own copy of the window its path completes past the root): against
-//! the reference, and every row bit for bit the window the plain form computes over a cache holding the row's path
-//! in order (zeros for rows too shallow to complete it); roots where some, all or no rows complete a window.
+//! Tree form (the window a draft tree's paths complete past the root, at the rows where they complete it): against
+//! the reference, and every such row bit for bit the window the plain form computes over a cache holding the row's
+//! path in order (zeros in the other rows); roots where some or no rows complete a window.
 
 use crate::attention_decode::random_tree;
 use crate::common::{exact, rel_abs, Case, Check, Rng};
@@ -104,7 +104,7 @@ fn tree(gpu: &Gpu, s: CompressShape, pos: usize, rows: usize, seed: u64, bitwise
                 kp.copy_within(src..src + hd, dst);
             }
         }
-        if s.window.count(pos + path.len()) <= first {
+        if pos + path.len() != first * s.window.stride + s.window.size {
             want.extend(std::iter::repeat_n(0f32.to_bits(), n_kv * hd));
             continue;
         }
@@ -180,7 +180,7 @@ pub fn cases() -> Vec<Case> {
         grid.push(("head_dims", n_kv, hd, 300, fine, vec![19, 1, 60, 13]));
     }
     // Tree form: (n_kv, head_dim, max_ctx, window, root position, rows). Windows end at 47 (fine, root 44: rows 3
-    // deep and more complete it), 191 (coarse, root 186), 63 (16/8, root 60), never within 14 of root 48 (fine).
+    // deep complete it), 191 (coarse, root 186), 63 (16/8, root 60), never within 14 of root 48 (fine).
     let trees = [
         (2, 64, 256, fine, 44, 23),
         (3, 128, 512, coarse, 186, 40),
