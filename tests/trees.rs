@@ -468,8 +468,9 @@ fn draft_trees_on_a_sparse_model_cross_its_dense_length() {
 /// position, its path's keys through the tree table, its own copy of a window its path completes) and every row
 /// equals plain decoding along its path, bit for bit, as do the steps after the accepted path: with no window
 /// completing at its nodes past the root, a window completing at the root, a C1 window completing 3 deep, and a C1
-/// and a C2 window completing 3 deep; where two windows of a kind complete within it the step is refused (a chain
-/// verifies instead); prompt lookup's trees from a prompt already past the dense length give plain decoding's
+/// and a C2 window completing 3 deep (the last two also on a model without local blocks, where that C1 window scores
+/// a block chosen by score); where two windows of a kind complete within it the step is refused (a chain verifies
+/// instead); prompt lookup's trees from a prompt already past the dense length give plain decoding's
 /// tokens and follow-up turn.
 #[test]
 fn draft_trees_past_the_dense_length_attend_sparsely() {
@@ -519,6 +520,24 @@ fn draft_trees_past_the_dense_length_attend_sparsely() {
         15,
         &tokens(6, t.vocab, 19),
     );
+    // With no local blocks (window_size 0) the block before the query's own is chosen by score, and the C1 window a
+    // path completes 3 deep scores it (at 68: window 56..71 scores block 3 for the rows in block 4, at 92: 80..95
+    // block 5 for those in block 6).
+    let dir0 = tempfile::tempdir().unwrap();
+    let no_local = serde_json::json!({"kernel_size": 16, "kernel_stride": 8, "block_size": 16, "init_blocks": 1,
+        "window_size": 0, "topk": 3, "use_nope": false, "dense_len": 48});
+    let t0 = write_minicpm(dir0.path(), 40, Some(no_local));
+    let model0 = weights(dir0.path());
+    for (at, seed) in [(68, 23), (92, 24)] {
+        let label = format!("minicpm sparse without local blocks, a tree at {at}");
+        tree_rows_then(
+            &label,
+            &model0,
+            &tokens(at, t0.vocab, seed),
+            seed as u32,
+            &tokens(4, t0.vocab, 25),
+        );
+    }
     // At 68 a path 11 deep holds 71 and 79, two C1 windows.
     let mut gen = Generator::new(gpu, &model, 128, LOGITS_AND_ARGMAX).unwrap();
     gen.feed(&tokens(68, t.vocab, 8)).unwrap();
