@@ -534,7 +534,7 @@ fn draft_trees_past_the_dense_length_attend_sparsely() {
             &label,
             &model0,
             &tokens(at, t0.vocab, seed),
-            seed as u32,
+            seed,
             &tokens(4, t0.vocab, 25),
         );
     }
