@@ -31,3 +31,43 @@ fn check(name: &str) {
 }
 
 smollm2_golden_tests!(check);
+
+/// Shader modules are created without naga's loop bounding by default (`Caps::loop_bounding`); with it kept
+/// (`--loop-bounding`) the same prompt and 8 greedy steps give the same tokens and logits within 1e-3 (not bit for
+/// bit: lavapipe's compiler unrolls and contracts the unbounded loops differently; 3e-5 at most measured).
+#[test]
+fn loop_bounding_changes_no_logit() {
+    use common::steps::LOGITS_AND_ARGMAX;
+    use shaderlm::generate::Generator;
+    use shaderlm::gpu::GpuOptions;
+    let (gpu, loaded) = setup();
+    assert!(!gpu.caps.loop_bounding);
+    let bounded = Gpu::new(&GpuOptions {
+        loop_bounding: true,
+        ..Default::default()
+    })
+    .unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"));
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let opts = shaderlm::model::LoadOptions::with_ctx(2048);
+    let loaded_b = LoadedModel::open(&bounded, &path, &opts, |_, _| {}).unwrap();
+    let mut a = Generator::new(gpu, &loaded.model, 256, LOGITS_AND_ARGMAX).unwrap();
+    let mut b = Generator::new(&bounded, &loaded_b.model, 256, LOGITS_AND_ARGMAX).unwrap();
+    let mut ids: Vec<u32> = loaded
+        .tokenizer
+        .encode("The loop bounding check costs a counter per iteration", false)
+        .unwrap();
+    for step in 0..9 {
+        a.feed(&ids).unwrap();
+        b.feed(&ids).unwrap();
+        let worst = a
+            .result
+            .logits
+            .iter()
+            .zip(&b.result.logits)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
+        assert!(worst <= 1e-3, "step {step}: logits {worst} apart");
+        assert_eq!(a.result.argmax, b.result.argmax, "step {step}");
+        ids = vec![a.result.argmax.unwrap()];
+    }
+}

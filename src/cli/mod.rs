@@ -43,6 +43,10 @@ pub struct DeviceArgs {
     /// Worker threads of a software (lavapipe/llvmpipe) adapter; 0 runs inline.
     #[arg(long, global = true, env = "LP_NUM_THREADS")]
     pub lp_threads: Option<u32>,
+    /// Keep naga's loop bounding in every shader (a counter per loop iteration; dropped by default, as the
+    /// engine's loops all end): for comparisons.
+    #[arg(long, global = true)]
+    pub loop_bounding: bool,
 }
 
 impl DeviceArgs {
@@ -54,6 +58,7 @@ impl DeviceArgs {
         GpuOptions {
             backend: self.backend.clone(),
             adapter: self.adapter.clone(),
+            loop_bounding: self.loop_bounding,
             ..Default::default()
         }
     }

@@ -219,10 +219,19 @@ impl Gpu {
             bind_group_layouts: &[Some(&layout0), Some(&params)],
             immediate_size: 0,
         });
-        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        let desc = wgpu::ShaderModuleDescriptor {
             label: Some(&label),
             source: wgpu::ShaderSource::Wgsl(source.into()),
-        });
+        };
+        let module = if self.caps.loop_bounding {
+            self.device.create_shader_module(desc)
+        } else {
+            let mut checks = wgpu::ShaderRuntimeChecks::checked();
+            checks.force_loop_bounding = false;
+            // SAFETY: the one check dropped is loop bounding, and every loop of the engine's shaders ends
+            // (`Caps::loop_bounding`); bounds and integer-division checks stay.
+            unsafe { self.device.create_shader_module_trusted(desc, checks) }
+        };
         let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(&label),
             layout: Some(&layout),
