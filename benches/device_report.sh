@@ -2,8 +2,9 @@
 # One run of every adapter-facing figure, for a new GPU (or driver, or backend) in one go: the adapter and its
 # limits, the op suite against its CPU references, decode and prefill throughput with a per-op profile at the
 # published shapes (random weights: no download), speculative verification steps of 4 and 8 rows, speculative
-# decoding with the model drafting for itself (a chain and a draft tree, each one submission per step), and the kernel
-# benches (read ceiling, GEMV, GEMM, attention, the few-row GEMMs and tree moves of speculative decoding).
+# decoding with the model drafting for itself (a chain and a draft tree, each one submission per step), the largest
+# shape again with naga's loop bounding kept, and the kernel benches (read ceiling, GEMV, GEMM, attention, the
+# few-row GEMMs and tree moves of speculative decoding, InfLLM-v2's ops).
 # Each part is a file in OUT_DIR; a part that fails is reported and the rest still run.
 #
 #   benches/device_report.sh [OUT_DIR]        # builds with cargo (release), writes OUT_DIR (default: device-report)
@@ -50,6 +51,9 @@ for s in "${shapes[@]}"; do
   read -r shape ty <<<"$s"
   part "bench-$shape-$ty" "$SHADERLM" bench --synthetic "$shape" --synthetic-type "$ty" "${gen[@]}" --profile
 done
+# The last shape again with naga's loop bounding kept in every shader (dropped by default), to compare.
+part "bench-$shape-$ty-loop-bounding" "$SHADERLM" --loop-bounding bench --synthetic "$shape" --synthetic-type "$ty" \
+  "${gen[@]}" --profile
 # Speculative verification steps of 4 and 8 rows against the decode step above (what a draft costs the target).
 if [ -n "${QUICK:-}" ]; then
   verify_shape="smollm2-135m Q4_1"
@@ -85,7 +89,7 @@ if [ -n "${QUICK:-}" ]; then
   part op-benches "$OPS_BENCH" read_sum "gemv Q4_0 tiled 576" "attention_decode smollm2"
 else
   part op-benches "$OPS_BENCH" read_sum "gemv Q4_0" "gemv Q4_K" "gemv cold" gemm attention_decode attention_prefill "matmul_q rows" \
-    kv_move tree_accept tree_frontier tree_select
+    kv_move tree_accept tree_frontier tree_select kv_compress block_score block_topk attention_sparse
 fi
 
 echo "== written to $out/"
