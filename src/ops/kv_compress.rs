@@ -14,6 +14,11 @@
 //! computes those (and only those) from the K cache, so it runs after the step's `kv_write` and keeps the cache
 //! current in dense and sparse steps alike. Steps must cover positions in order without gaps (as decoding does);
 //! then incremental updates equal one computation over the whole prefix.
+//!
+//! Tree form ([`Graph::kv_compress_tree`]): a draft tree's step holds many paths at once, its nodes side by side in
+//! the cache, so the window the paths complete past the root differs per path. It is computed once per path, at the
+//! row where the path completes it, into a `[rows, n_kv, head_dim]` output (the cache keeps the root's windows), with
+//! the plain form's sums in the same order: what plain decoding along the path would cache, bit for bit.
 
 use super::attention_decode::TREE_W;
 use super::block_topk::tree_positions;
