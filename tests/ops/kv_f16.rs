@@ -1,5 +1,5 @@
 //! The f16 KV cache (the `KV_F16` variants, lib/kv_cache.wgsl) in every op that reads or writes a cache:
-//! attention_decode (both split kernels), attention_prefill, attention_sparse and kv_compress against their CPU
+//! attention_decode (both split kernels), attention_prefill, attention_sparse and kv_compress (and its tree form) against their CPU
 //! references over the cache's f16 values; kv_write and rope_kv against their f32 forms rounded to f16; kv_move bit
 //! for bit; and the batch-invariance and tree cases of attention_decode bit for bit with an f16 cache.
 //!
@@ -126,6 +126,32 @@ fn compress(gpu: &Gpu) -> shaderlm::Result<Check> {
     Ok(rel_abs(&ct.download_f32(gpu)?, &want, 1e-5, 1e-5))
 }
 
+/// kv_compress's tree form over an f16 K cache (a 23-node tree rooted 3 before a window's end), against the
+/// reference over the cached halves.
+fn compress_tree(gpu: &Gpu) -> shaderlm::Result<Check> {
+    let s = CompressShape {
+        n_kv: 2,
+        max_ctx: 200,
+        head_dim: 64,
+        window: Window { size: 32, stride: 16 },
+    };
+    let (n_kv, hd, ctx, pos, rows) = (s.n_kv, s.head_dim, s.max_ctx, 44, 23);
+    let mut rng = Rng::new(13);
+    let k = round_f16(&rng.vec(n_kv * ctx * hd, 1.0));
+    let table = tree_table(random_tree(&mut rng, rows).iter().map(Vec::as_slice))?;
+    let kt = GpuTensor::upload_f16(gpu, "k_cache", &[n_kv, ctx, hd], &k)?;
+    let mut g = Graph::new();
+    let tk = g.external(&kt);
+    let tt = g.input("tree", &[rows, TREE_W], DType::U32);
+    let out = g.kv_compress_tree(tk, tt, s.window)?;
+    g.output(out);
+    let mut plan = Plan::new(gpu, g)?;
+    plan.write_input(gpu, tt, bytemuck::cast_slice(&table))?;
+    plan.run(gpu, &StepVars { pos: pos as u32 })?;
+    let want = kv_compress::reference_tree(&k, &table, s, pos);
+    Ok(rel_abs(&plan.read_f32(out)?, &want, 1e-5, 1e-5))
+}
+
 /// attention_sparse (decode split + combine for n_tokens <= 8, prefill otherwise) over f16 caches.
 fn sparse(gpu: &Gpu, s: AttnShape, pos: usize, seed: u64) -> shaderlm::Result<Check> {
     let mut rng = Rng::new(seed);
@@ -227,6 +253,7 @@ pub fn cases() -> Vec<Case> {
     }));
     v.push(Case::new("kv_move", "kv_f16_moves_halves", moves));
     v.push(Case::new("kv_compress", "kv_f16_two_steps", compress));
+    v.push(Case::new("kv_compress", "kv_f16_tree", compress_tree));
     v.push(Case::new("attention_sparse", "kv_f16_decode", move |gpu| {
         sparse(gpu, shape(3, 8, 2, 64, 800), 777, 9208)
     }));
