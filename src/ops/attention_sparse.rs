@@ -14,7 +14,7 @@
 //! the splits that can hold a selected block at this step (counts set per step, like `attention_decode`); prefill
 //! (longer chunks) runs one workgroup per (token, KV head, group of up to 16 query heads) over the whole selection.
 
-use super::attention_decode::{CombineParams, MAX_TREE_DEPTH, MAX_TREE_ROWS, TREE_W};
+use super::attention_decode::{with_tree, CombineParams, MAX_TREE_DEPTH, MAX_TREE_ROWS, TREE_W};
 use super::attention_prefill::{kv_elem_bytes, kv_f16, AttnShape, HEAD_DIMS};
 use super::block_topk::query_block;
 use crate::error::{Error, Result};
@@ -84,13 +84,8 @@ fn main_key(head_dim: usize, direct: bool, kv_f16: bool, tree: bool) -> ShaderKe
         .def("HD", format!("{head_dim}u"))
         .def("ROWS", format!("{ROWS}u"))
         .flag("DIRECT", direct)
-        .flag("KV_F16", kv_f16)
-        .flag("TREE", tree);
-    if tree {
-        key.def("TREE_W", format!("{TREE_W}u"))
-    } else {
-        key
-    }
+        .flag("KV_F16", kv_f16);
+    with_tree(key, tree)
 }
 
 fn combine_key(head_dim: usize) -> ShaderKey {

@@ -31,7 +31,7 @@
 //! blocks, KV head, group of tokens) combines them, scores the tile's C1 windows and max-pools them into blocks.
 //! See `shaders/block_score.wgsl`.
 
-use super::attention_decode::TREE_W;
+use super::attention_decode::{with_tree, TREE_W};
 use super::attention_prefill::HEAD_DIMS;
 use super::block_topk::tree_positions;
 use super::kv_compress::Window;
@@ -157,13 +157,8 @@ fn key(head_dim: usize, lse: bool, sg: bool, qu: bool, tree: bool) -> ShaderKey 
         .def("HD", head_dim)
         .flag("LSE", lse)
         .flag("SUBGROUPS", sg)
-        .flag("QU", qu)
-        .flag("TREE", tree);
-    if tree {
-        key.def("TREE_W", format!("{TREE_W}u"))
-    } else {
-        key
-    }
+        .flag("QU", qu);
+    with_tree(key, tree)
 }
 
 impl BlockScore {

@@ -21,7 +21,7 @@
 //! builds that configuration. Short contexts (below `dense_len`) use dense attention in those implementations;
 //! that switch belongs to the model, and with `budget >= qb + 1` this op selects every block `0 ..= qb` anyway.
 
-use super::attention_decode::{MAX_TREE_DEPTH, TREE_W};
+use super::attention_decode::{with_tree, MAX_TREE_DEPTH, TREE_W};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::check::{expect, Expected, HostIo};
@@ -135,13 +135,8 @@ fn key(variant: TopkVariant, tree: bool) -> ShaderKey {
     let serial = variant == TopkVariant::Serial;
     let key = ShaderKey::new("block_topk")
         .def("WG", format!("{}u", if serial { WG_SERIAL } else { WG_ROW }))
-        .flag("SERIAL", serial)
-        .flag("TREE", tree);
-    if tree {
-        key.def("TREE_W", format!("{TREE_W}u"))
-    } else {
-        key
-    }
+        .flag("SERIAL", serial);
+    with_tree(key, tree)
 }
 
 impl Kernel for BlockTopk {

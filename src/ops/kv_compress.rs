@@ -20,7 +20,7 @@
 //! row where the path completes it, into a `[rows, n_kv, head_dim]` output (the cache keeps the root's windows), with
 //! the plain form's sums in the same order: what plain decoding along the path would cache, bit for bit.
 
-use super::attention_decode::TREE_W;
+use super::attention_decode::{with_tree, TREE_W};
 use super::block_topk::tree_positions;
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
@@ -113,11 +113,7 @@ pub struct KvCompress {
 }
 
 fn key(kv_f16: bool, tree: bool) -> ShaderKey {
-    let key = ShaderKey::new("kv_compress").flag("KV_F16", kv_f16).flag("TREE", tree);
-    match tree {
-        true => key.def("TREE_W", format!("{TREE_W}u")),
-        false => key,
-    }
+    with_tree(ShaderKey::new("kv_compress").flag("KV_F16", kv_f16), tree)
 }
 
 impl KvCompress {
