@@ -83,7 +83,7 @@ var<workgroup> lsum: array<f32, ROWS>;            // [ROWS] final softmax sums, 
 // Absolute position of query token t.
 fn position(t: u32) -> u32 {
 #if TREE
-    return p.pos + min(tree_depth(t), TREE_W - 2u);
+    return p.pos + tree_row_depth(t);
 #else
     return p.pos + t;
 #endif

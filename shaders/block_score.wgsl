@@ -77,11 +77,11 @@ struct Params {
 #if TREE
 @group(0) @binding(4) var<storage, read> tree: array<u32>;                 // [n_tokens, TREE_W]
 @group(0) @binding(5) var<storage, read> x1: array<vec4<f32>>;             // [n_tokens, n_kv, HD]
+#include "lib/tree_table.wgsl"
 
 // The row of token t's ancestor at the depth where a window of (size, stride) with index e completes (t sees it).
 fn ancestor(t: u32, e: u32, size: u32, stride: u32) -> u32 {
-    let depth = e * stride + size - 1u - p.pos;
-    return tree[t * TREE_W + 1u + min(depth, TREE_W - 2u)];
+    return tree_path_slot(t, e * stride + size - 1u - p.pos);
 }
 
 // Token t's path's copy of C1 window e1 (KV head kvh) into c.
@@ -98,7 +98,7 @@ fn own_x1(t: u32, kvh: u32, c: ptr<function, array<vec4<f32>, HD4>>) {
 fn position(t: u32) -> u32 {
     let tc = min(t, p.n_tokens - 1u);
 #if TREE
-    return p.pos + min(tree[tc * TREE_W], TREE_W - 2u);
+    return p.pos + tree_row_depth(tc);
 #else
     return p.pos + tc;
 #endif

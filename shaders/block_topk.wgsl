@@ -41,13 +41,14 @@ struct Params {
 @group(0) @binding(1) var<storage, read_write> sel: array<u32>; // [rows, budget]
 #if TREE
 @group(0) @binding(2) var<storage, read> tree: array<u32>;      // [n_tokens, TREE_W]
+#include "lib/tree_table.wgsl"
 #endif
 @group(1) @binding(0) var<uniform> p: Params;
 
 // Absolute position of query token t.
 fn position(t: u32) -> u32 {
 #if TREE
-    return p.pos + min(tree[t * TREE_W], TREE_W - 2u);
+    return p.pos + tree_row_depth(t);
 #else
     return p.pos + t;
 #endif

@@ -4,7 +4,7 @@
 // and the step's token count, see kv_compress.rs), after the step's kv_write.
 // TREE (a draft tree's step, attention_decode's tree table): window `first` (the first one the root does not
 // complete) along the path of each row at the depth where it completes, the mean over the keys of the row's path:
-// position t < pos from cache slot t, t >= pos from the slot the row's path names (lib/attn_tree.wgsl's key_slot);
+// position t < pos from cache slot t, t >= pos from the slot the row's path names (lib/tree_table.wgsl);
 // zeros for the other rows (deeper rows share their ancestor's). The same sums in the same order as the plain
 // form, so a row's window equals the one plain decoding along its path would cache, bit for bit.
 // Bindings: 0 k_cache [n_kv, max_ctx, head_dim] f32 or (KV_F16) f16 pairs (lib/kv_cache.wgsl) | 1 c_cache [n_kv,
@@ -36,6 +36,7 @@ struct Params {
 #if TREE
 @group(0) @binding(1) var<storage, read> tree: array<u32>;                 // [rows, TREE_W]
 @group(0) @binding(2) var<storage, read_write> c_out: array<vec4<f32>>;    // [rows, n_kv, head_dim]
+#include "lib/tree_table.wgsl"
 #else
 @group(0) @binding(1) var<storage, read_write> c_out: array<vec4<f32>>;    // [n_kv, n_windows, head_dim]
 #endif
@@ -44,10 +45,7 @@ struct Params {
 // The cache slot of the key at position t for tree row r (the identity without TREE).
 fn slot(r: u32, t: u32) -> u32 {
 #if TREE
-    if (t < p.pos) {
-        return t;
-    }
-    return p.pos + tree[r * TREE_W + 1u + min(t - p.pos, TREE_W - 2u)];
+    return tree_key_slot(r, t);
 #else
     return t;
 #endif
@@ -66,7 +64,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let w = p.first;
     let out = (r * p.n_kv + h) * p.hd4 + c;
     // Row r sits at position pos + depth; window w ends at position w * stride + size - 1.
-    if (p.pos + min(tree[r * TREE_W], TREE_W - 2u) + 1u != w * p.stride + p.size) {
+    if (p.pos + tree_row_depth(r) + 1u != w * p.stride + p.size) {
         c_out[out] = vec4<f32>(0.0);
         return;
     }

@@ -74,6 +74,7 @@ struct Params {
 @group(0) @binding(6) var<storage, read> tree: array<u32>;           // [n_tokens, TREE_W]
 #endif
 #endif
+#include "lib/tree_table.wgsl"
 #endif
 @group(1) @binding(0) var<uniform> p: Params;
 
@@ -128,9 +129,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let h = idx % heads;
     let d = p.head_dim;
 #if TREE
-    let depth = min(tree[t * TREE_W], TREE_W - 2u);
+    let depth = tree_row_depth(t);
     let at = p.pos + depth;                               // the rotation's position
-    let slot = p.pos + tree[t * TREE_W + 1u + depth];     // the cache slot
+    let slot = p.pos + tree_path_slot(t, depth);          // the cache slot
 #else
     let at = p.pos + t;
     let slot = at;

@@ -17,6 +17,8 @@ var<private> tree_row: u32;
 fn tree_depth(tok: u32) -> u32 {
     return tree[tok * TREE_W];
 }
+
+#include "lib/tree_table.wgsl"
 #endif
 
 fn set_tree_row(tok: u32) {
@@ -28,10 +30,7 @@ fn set_tree_row(tok: u32) {
 // The cache slot of the key at position t, for the row set by set_tree_row.
 fn key_slot(t: u32) -> u32 {
 #if TREE
-    if (t < p.pos) {
-        return t;
-    }
-    return p.pos + tree[tree_row * TREE_W + 1u + min(t - p.pos, TREE_W - 2u)];
+    return tree_key_slot(tree_row, t);
 #else
     return t;
 #endif
