@@ -469,6 +469,28 @@ impl Graph {
     }
 }
 
+/// A tree table's row ([`TREE_W`] entries): its depth, clamped to [`MAX_TREE_DEPTH`] (the CPU side of
+/// lib/tree_table.wgsl).
+pub fn tree_row_depth(row: &[u32]) -> usize {
+    (row[0] as usize).min(MAX_TREE_DEPTH)
+}
+
+/// The slot (relative to the step's position) of a tree table row's path at depth `d` (clamped): the row of its
+/// ancestor there.
+pub fn tree_path_slot(row: &[u32], d: usize) -> usize {
+    row[1 + d.min(MAX_TREE_DEPTH)] as usize
+}
+
+/// The cache slot of the key at absolute position `t` on a tree table row's path, the step at `pos`: the cached
+/// prefix before `pos`, the path's slots from there.
+pub fn tree_key_slot(row: &[u32], pos: usize, t: usize) -> usize {
+    if t < pos {
+        t
+    } else {
+        pos + tree_path_slot(row, t - pos)
+    }
+}
+
 /// The table of a tree step ([`TREE_W`]) from each row's path: the cache slots (relative to the step's position)
 /// of its nodes from the root (depth 0) to itself. An error for an empty path or one deeper than `MAX_TREE_DEPTH`.
 pub fn tree_table<'p>(paths: impl IntoIterator<Item = &'p [u32]>) -> Result<Vec<u32>> {
@@ -506,10 +528,9 @@ pub fn reference_tree(
     let mut out = Vec::with_capacity(s.n_tokens * row_len);
     for r in 0..s.n_tokens {
         let row = &table[r * TREE_W..(r + 1) * TREE_W];
-        let depth = (row[0] as usize).min(MAX_TREE_DEPTH);
-        let len = pos + depth + 1;
+        let len = pos + tree_row_depth(row) + 1;
         // The row's keys in order: slot t for t < pos, then its path's slots.
-        let slot = |t: usize| if t < pos { t } else { pos + row[1 + t - pos] as usize };
+        let slot = |t: usize| tree_key_slot(row, pos, t);
         let gather = |cache: &[f32]| -> Vec<f32> {
             let mut c = Vec::with_capacity(s.n_kv * len * hd);
             for h in 0..s.n_kv {

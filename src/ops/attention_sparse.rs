@@ -14,7 +14,7 @@
 //! the splits that can hold a selected block at this step (counts set per step, like `attention_decode`); prefill
 //! (longer chunks) runs one workgroup per (token, KV head, group of up to 16 query heads) over the whole selection.
 
-use super::attention_decode::{with_tree, CombineParams, MAX_TREE_DEPTH, MAX_TREE_ROWS, TREE_W};
+use super::attention_decode::{tree_key_slot, tree_row_depth, with_tree, CombineParams, MAX_TREE_ROWS, TREE_W};
 use super::attention_prefill::{kv_elem_bytes, kv_f16, AttnShape, HEAD_DIMS};
 use super::block_topk::query_block;
 use crate::error::{Error, Result};
@@ -379,7 +379,7 @@ pub fn reference_tree(
 ) -> Vec<f32> {
     let rows = |t: usize| {
         let row = &table[t * TREE_W..(t + 1) * TREE_W];
-        (pos + (row[0] as usize).min(MAX_TREE_DEPTH), Some(row))
+        (pos + tree_row_depth(row), Some(row))
     };
     reference_rows(q, (k_cache, v_cache), sel, (s, block_size), rows, scale)
 }
@@ -400,11 +400,10 @@ fn reference_rows<'a>(
         let (at, tree_row) = rows(t);
         let end = (at + 1).min(ctx);
         // The cache slot of the key at position j: a tree row's path keys sit in its slots.
-        let depth = tree_row.map_or(0, |r| (r[0] as usize).min(MAX_TREE_DEPTH));
-        let base = at - depth;
+        let base = at - tree_row.map_or(0, tree_row_depth);
         let slot = |j: usize| match tree_row {
-            Some(r) if j >= base => (base + r[1 + j - base] as usize).min(ctx - 1),
-            _ => j,
+            Some(r) => tree_key_slot(r, base, j).min(ctx - 1),
+            None => j,
         };
         for kvh in 0..s.n_kv {
             let mut blocks: Vec<usize> = sel[(t * s.n_kv + kvh) * budget..][..budget]

@@ -31,7 +31,7 @@
 //! blocks, KV head, group of tokens) combines them, scores the tile's C1 windows and max-pools them into blocks.
 //! See `shaders/block_score.wgsl`.
 
-use super::attention_decode::{with_tree, TREE_W};
+use super::attention_decode::{tree_path_slot, with_tree, TREE_W};
 use super::attention_prefill::HEAD_DIMS;
 use super::block_topk::tree_positions;
 use super::kv_compress::Window;
@@ -457,8 +457,7 @@ pub fn reference_tree(
         let mut c = c.to_vec();
         let e = w.count(pos + 1);
         if w.count(at + 1) > e && e < n {
-            let depth = e * w.stride + w.size - 1 - pos;
-            let a = table[t * TREE_W + 1 + depth.min(TREE_W - 2)] as usize;
+            let a = tree_path_slot(&table[t * TREE_W..][..TREE_W], e * w.stride + w.size - 1 - pos);
             for h in 0..s.n_kv {
                 c[(h * n + e) * hd..][..hd].copy_from_slice(&x[a * row_x + h * hd..][..hd]);
             }

@@ -21,7 +21,7 @@
 //! builds that configuration. Short contexts (below `dense_len`) use dense attention in those implementations;
 //! that switch belongs to the model, and with `budget >= qb + 1` this op selects every block `0 ..= qb` anyway.
 
-use super::attention_decode::{with_tree, MAX_TREE_DEPTH, TREE_W};
+use super::attention_decode::{tree_row_depth, with_tree, TREE_W};
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::check::{expect, Expected, HostIo};
@@ -281,7 +281,7 @@ pub fn query_block(p: usize, block_size: usize, nb: usize) -> usize {
 
 /// The positions of a tree step's tokens: `pos` plus each row's depth in `table` `[n, TREE_W]`.
 pub fn tree_positions(table: &[u32], pos: usize) -> Vec<usize> {
-    table.chunks(TREE_W).map(|row| pos + (row[0] as usize).min(MAX_TREE_DEPTH)).collect()
+    table.chunks(TREE_W).map(|row| pos + tree_row_depth(row)).collect()
 }
 
 /// CPU reference: `scores` `[n_tokens, n_kv, nb]` of the tokens at positions `pos ..` -> `sel` `[n_tokens, n_kv,

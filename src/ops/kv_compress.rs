@@ -20,7 +20,7 @@
 //! row where the path completes it, into a `[rows, n_kv, head_dim]` output (the cache keeps the root's windows), with
 //! the plain form's sums in the same order: what plain decoding along the path would cache, bit for bit.
 
-use super::attention_decode::{with_tree, TREE_W};
+use super::attention_decode::{tree_key_slot, with_tree, TREE_W};
 use super::block_topk::tree_positions;
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
@@ -346,7 +346,7 @@ pub fn reference_tree(k_cache: &[f32], table: &[u32], s: CompressShape, pos: usi
             continue;
         }
         let row = &table[r * TREE_W..(r + 1) * TREE_W];
-        let slot = |t: usize| if t < pos { t } else { pos + row[1 + (t - pos).min(TREE_W - 2)] as usize };
+        let slot = |t: usize| tree_key_slot(row, pos, t);
         for h in 0..s.n_kv {
             for d in 0..hd {
                 let sum: f64 = (0..w.size)

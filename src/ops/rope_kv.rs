@@ -11,7 +11,7 @@ use crate::graph::check::{expect, Expected, HostIo};
 use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 use crate::ops::rope::RopeConfig;
-use crate::ops::attention_decode::{with_tree, MAX_TREE_DEPTH, TREE_W};
+use crate::ops::attention_decode::{tree_path_slot, tree_row_depth, with_tree, TREE_W};
 use crate::ops::{kv_write, rms_norm, rope};
 
 #[repr(C)]
@@ -411,8 +411,9 @@ pub fn reference_tree(
     let (qw, kw) = (d.n_heads * d.head_dim, d.n_kv * d.head_dim);
     let mut q_out = Vec::with_capacity(d.n_tokens * qw);
     for t in 0..d.n_tokens {
-        let depth = (table[t * TREE_W] as usize).min(MAX_TREE_DEPTH);
-        let slot = pos as usize + table[t * TREE_W + 1 + depth] as usize;
+        let row = &table[t * TREE_W..(t + 1) * TREE_W];
+        let depth = tree_row_depth(row);
+        let slot = pos as usize + tree_path_slot(row, depth);
         let (mut q, mut k) = (x.q[t * qw..(t + 1) * qw].to_vec(), x.k[t * kw..(t + 1) * kw].to_vec());
         if let Some((w, eps)) = x.qk_norm {
             q = rms_norm::reference(&q, &w[..d.head_dim], eps);
