@@ -85,6 +85,33 @@ impl CompressShape {
     pub fn n_windows(&self) -> usize {
         self.window.count(self.max_ctx)
     }
+
+    /// Both forms' parameters: windows (tree form: rows) `first .. first + count`, the step at `pos`.
+    fn params(&self, first: usize, count: usize, pos: u32) -> Params {
+        Params::of(&CompressParams {
+            n_kv: self.n_kv as u32,
+            hd4: (self.head_dim / 4) as u32,
+            max_ctx: self.max_ctx as u32,
+            n_windows: self.n_windows() as u32,
+            size: self.window.size as u32,
+            stride: self.window.stride as u32,
+            first: first as u32,
+            count: count as u32,
+            inv_size: 1.0 / self.window.size as f32,
+            pos,
+        })
+    }
+
+    /// The cost of computing `windows` compressed keys per head: `size` keys read and one row written each.
+    fn cost(&self, windows: usize, kv_f16: bool) -> Cost {
+        let rows = (windows * self.n_kv) as u64;
+        let key_bytes = super::attention_prefill::kv_elem_bytes(kv_f16) * self.head_dim as u64;
+        Cost {
+            bytes_read: rows * self.window.size as u64 * key_bytes,
+            bytes_written: rows * 4 * self.head_dim as u64,
+            flops: rows * (self.window.size * self.head_dim) as u64,
+        }
+    }
 }
 
 #[repr(C)]
@@ -145,31 +172,12 @@ impl Kernel for KvCompress {
         let s = &self.shape;
         let done = s.window.completed(vars.pos as usize, self.n_tokens);
         let (first, end) = (done.start.min(s.n_windows()), done.end.min(s.n_windows()));
-        Params::of(&CompressParams {
-            n_kv: s.n_kv as u32,
-            hd4: (s.head_dim / 4) as u32,
-            max_ctx: s.max_ctx as u32,
-            n_windows: s.n_windows() as u32,
-            size: s.window.size as u32,
-            stride: s.window.stride as u32,
-            first: first as u32,
-            // The grid covers max_windows(); a step never completes more (a guard all the same).
-            count: (end - first).min(self.max_windows()) as u32,
-            inv_size: 1.0 / s.window.size as f32,
-            pos: vars.pos,
-        })
+        // The grid covers max_windows(); a step never completes more (a guard all the same).
+        s.params(first, (end - first).min(self.max_windows()), vars.pos)
     }
     /// The most a step computes: `max_windows` windows of `size` keys read, one row written each.
     fn cost(&self) -> Cost {
-        let s = &self.shape;
-        let rows = (self.max_windows() * s.n_kv) as u64;
-        let row_bytes = 4 * s.head_dim as u64;
-        let key_bytes = super::attention_prefill::kv_elem_bytes(self.kv_f16) * s.head_dim as u64;
-        Cost {
-            bytes_read: rows * s.window.size as u64 * key_bytes,
-            bytes_written: rows * row_bytes,
-            flops: rows * (s.window.size * s.head_dim) as u64,
-        }
+        self.shape.cost(self.max_windows(), self.kv_f16)
     }
     /// Node tensors: k_cache, c_cache (written in place).
     fn reference(&self, io: &[HostIo], vars: &StepVars) -> Option<Result<Vec<Expected>>> {
@@ -204,30 +212,12 @@ impl Kernel for KvCompressTree {
         }]
     }
     fn params(&self, _: usize, vars: &StepVars) -> Params {
-        let s = &self.shape;
-        Params::of(&CompressParams {
-            n_kv: s.n_kv as u32,
-            hd4: (s.head_dim / 4) as u32,
-            max_ctx: s.max_ctx as u32,
-            n_windows: s.n_windows() as u32,
-            size: s.window.size as u32,
-            stride: s.window.stride as u32,
-            first: s.window.count(vars.pos as usize + 1) as u32,
-            count: self.rows as u32,
-            inv_size: 1.0 / s.window.size as f32,
-            pos: vars.pos,
-        })
+        let first = self.shape.window.count(vars.pos as usize + 1);
+        self.shape.params(first, self.rows, vars.pos)
     }
     /// At most every row completing the window: `size` keys read and one row written per row and head.
     fn cost(&self) -> Cost {
-        let s = &self.shape;
-        let rows = (self.rows * s.n_kv) as u64;
-        let key_bytes = super::attention_prefill::kv_elem_bytes(self.kv_f16) * s.head_dim as u64;
-        Cost {
-            bytes_read: rows * s.window.size as u64 * key_bytes,
-            bytes_written: rows * 4 * s.head_dim as u64,
-            flops: rows * (s.window.size * s.head_dim) as u64,
-        }
+        self.shape.cost(self.rows, self.kv_f16)
     }
     /// Node tensors: k_cache, tree, the rows' windows.
     fn reference(&self, io: &[HostIo], vars: &StepVars) -> Option<Result<Vec<Expected>>> {
