@@ -481,45 +481,26 @@ fn draft_trees_past_the_dense_length_attend_sparsely() {
     let t = write_minicpm(dir.path(), 39, Some(sparse));
     let model = weights(dir.path());
     assert!(model.cfg.sparse.is_some());
-    // Windows complete at positions 15, 23, 31, ... (7 mod 8): a tree at 64 (6 deep: positions 64 ..= 70) sees none
-    // complete; its 65 to 71 keys are more than the 48 the selection keeps.
-    let prompt = tokens(64, t.vocab, 8);
-    tree_rows_then(
-        "minicpm sparse past dense_len",
-        &model,
-        &prompt,
-        9,
-        &tokens(20, t.vocab, 16),
-    );
-    // At 63 the root completes the first C2 window, the normalizer of every score after it (the tree step updates
-    // the compressed keys for its root); 64 ..= 69 complete none.
-    let prompt = tokens(63, t.vocab, 10);
-    tree_rows_then(
-        "minicpm sparse, a window at the root",
-        &model,
-        &prompt,
-        11,
-        &tokens(12, t.vocab, 17),
-    );
-    // At 68 the tree's nodes past the root hold 71, where a C1 window completes: each row 3 deep or more scores
-    // with its own copy of it.
-    let prompt = tokens(68, t.vocab, 12);
-    tree_rows_then(
-        "minicpm sparse, a C1 window within the tree",
-        &model,
-        &prompt,
-        13,
-        &tokens(12, t.vocab, 18),
-    );
-    // At 92 the nodes hold 95, where a C1 and a C2 window complete (the C2 window normalizes every score after it).
-    let prompt = tokens(92, t.vocab, 14);
-    tree_rows_then(
-        "minicpm sparse, a C1 and a C2 window within the tree",
-        &model,
-        &prompt,
-        15,
-        &tokens(6, t.vocab, 19),
-    );
+    // (root position, prompt seed, tree seed, tokens fed after, their seed, what happens there). Windows of 16 every
+    // 8 complete at positions 15, 23, 31, ... (7 mod 8), windows of 64 every 32 at 63, 95, ...
+    let cases = [
+        // A tree at 64 (6 deep: positions 64 ..= 70) sees none complete; its 65 to 71 keys are more than the 48 the
+        // selection keeps.
+        (64, 8, 9, 20, 16, "minicpm sparse past dense_len"),
+        // At 63 the root completes the first C2 window, the normalizer of every score after it (the tree step
+        // updates the compressed keys for its root); 64 ..= 69 complete none.
+        (63, 10, 11, 12, 17, "minicpm sparse, a window at the root"),
+        // At 68 the tree's nodes past the root hold 71, where a C1 window completes: each row 3 deep or more scores
+        // with its own copy of it.
+        (68, 12, 13, 12, 18, "minicpm sparse, a C1 window within the tree"),
+        // At 92 the nodes hold 95, where a C1 and a C2 window complete (the C2 window normalizes every score after
+        // it).
+        (92, 14, 15, 6, 19, "minicpm sparse, C1 and C2 windows within the tree"),
+    ];
+    for (at, seed, tree_seed, after, after_seed, label) in cases {
+        let prompt = tokens(at, t.vocab, seed);
+        tree_rows_then(label, &model, &prompt, tree_seed, &tokens(after, t.vocab, after_seed));
+    }
     // With no local blocks (window_size 0) the block before the query's own is chosen by score, and the C1 window a
     // path completes 3 deep scores it (at 68: window 56..71 scores block 3 for the rows in block 4, at 92: 80..95
     // block 5 for those in block 6).
