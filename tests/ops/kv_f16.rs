@@ -94,14 +94,17 @@ fn moves(gpu: &Gpu) -> shaderlm::Result<Check> {
     Ok(exact(&bits(got), &bits([k, v].concat())))
 }
 
+/// The compressed-key cases' shape: MiniCPM4's C1 windows over 2 KV heads of 64.
+const COMPRESS: CompressShape = CompressShape {
+    n_kv: 2,
+    max_ctx: 200,
+    head_dim: 64,
+    window: Window { size: 32, stride: 16 },
+};
+
 /// kv_write + kv_compress over an f16 K cache, two steps, against the reference over the cached halves.
 fn compress(gpu: &Gpu) -> shaderlm::Result<Check> {
-    let s = CompressShape {
-        n_kv: 2,
-        max_ctx: 200,
-        head_dim: 64,
-        window: Window { size: 32, stride: 16 },
-    };
+    let s = COMPRESS;
     let (n_kv, hd, ctx) = (s.n_kv, s.head_dim, s.max_ctx);
     let mut rng = Rng::new(12);
     let mut k_cpu = vec![f32::NAN; n_kv * ctx * hd];
@@ -129,12 +132,7 @@ fn compress(gpu: &Gpu) -> shaderlm::Result<Check> {
 /// kv_compress's tree form over an f16 K cache (a 23-node tree rooted 3 before a window's end), against the
 /// reference over the cached halves.
 fn compress_tree(gpu: &Gpu) -> shaderlm::Result<Check> {
-    let s = CompressShape {
-        n_kv: 2,
-        max_ctx: 200,
-        head_dim: 64,
-        window: Window { size: 32, stride: 16 },
-    };
+    let s = COMPRESS;
     let (n_kv, hd, ctx, pos, rows) = (s.n_kv, s.head_dim, s.max_ctx, 44, 23);
     let mut rng = Rng::new(13);
     let k = round_f16(&rng.vec(n_kv * ctx * hd, 1.0));
