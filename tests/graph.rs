@@ -3,9 +3,12 @@
 mod common;
 
 use common::gpu::gpu;
+use shaderlm::gpu::packed::PackedWeight;
 use shaderlm::gpu::{DType, Gpu, GpuOptions, GpuTensor};
 use shaderlm::graph::StepVars;
 use shaderlm::graph::{Graph, Plan};
+use shaderlm::quant::pack::Layout;
+use shaderlm::quant::GgmlType;
 use shaderlm::Error;
 
 /// x_{i+1} = x_i + a, 40 times: intermediates die one node later, so a handful of buffers must serve all 40.
@@ -158,6 +161,45 @@ fn a_view_keeps_its_root_alive_and_reads_the_same_memory() {
     plan.write_input(gpu, o, bytemuck::cast_slice(&[10f32; 6])).unwrap();
     plan.run(gpu, &StepVars::default()).unwrap();
     assert_eq!(plan.read_f32(d).unwrap(), vec![22., 24., 26., 28., 30., 32.]);
+}
+
+/// A view bound as a uniform array (x of the tiled GEMV and of the few-row GEMM) spans the whole array from the
+/// view's offset, so the root's buffer must reach that far: the last row of a root, and its last two rows, read as
+/// the same rows written into inputs of their own.
+#[test]
+fn uniform_views_at_an_offset_read_their_own_rows() {
+    let gpu = gpu();
+    let (n, k) = (64, 576);
+    // Q8_0 blocks [n, k]: scale 1.0 (f16 0x3c00), quants cycling through -8..8.
+    let raw: Vec<u8> = (0..n * k / 32)
+        .flat_map(|b| {
+            let quants = (0..32).map(move |i| ((b * 7 + i) % 17) as u8 ^ 0xf8);
+            [0x00, 0x3c].into_iter().chain(quants)
+        })
+        .collect();
+    let w = PackedWeight::upload_with(gpu, "w", GgmlType::Q8_0, Layout::Tiled, n, k, &raw).unwrap();
+    let x: Vec<f32> = (0..3 * k).map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0).collect();
+    for rows in [1, 2] {
+        let mut g = Graph::new();
+        let all = g.input("all", &[3, k], DType::F32);
+        let own = g.input("own", &[rows, k], DType::F32);
+        let tail = g.row_view(all, 3 - rows, rows).unwrap();
+        let via_view = g.matmul_q(tail, &w, None).unwrap();
+        let direct = g.matmul_q(own, &w, None).unwrap();
+        g.output(via_view);
+        g.output(direct);
+        let mut plan = Plan::new(gpu, g).unwrap();
+        plan.write_input(gpu, all, bytemuck::cast_slice(&x)).unwrap();
+        plan.write_input(gpu, own, bytemuck::cast_slice(&x[(3 - rows) * k..]))
+            .unwrap();
+        plan.run(gpu, &StepVars::default()).unwrap();
+        let (a, b) = (plan.read_f32(via_view).unwrap(), plan.read_f32(direct).unwrap());
+        assert_eq!(a, b, "{rows} rows");
+        assert!(
+            a.iter().filter(|v| **v != 0.0).count() > rows * n / 2,
+            "{rows} rows: {a:?}"
+        );
+    }
 }
 
 /// A zero tensor is created on the device alone (no host copy), and a shape whose size overflows is an error,

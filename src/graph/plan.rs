@@ -557,8 +557,9 @@ fn check_binding(gpu: &Gpu, name: &str, bytes: u64) -> Result<()> {
     Ok(())
 }
 
-/// Buffer bytes of each tensor: its own bytes, or [`UNIFORM_ARRAY_BYTES`] for a root tensor that some dispatch
-/// binds as [`Bind::Uniform`] (padded so the fixed-size array fits; the tensor must hold at most that many bytes).
+/// Buffer bytes of each tensor: its own bytes, or for a root tensor of which some dispatch binds a view (or itself)
+/// as [`Bind::Uniform`], enough for [`UNIFORM_ARRAY_BYTES`] from the view's offset (padded so the fixed-size array
+/// fits; the view must hold at most that many bytes).
 fn alloc_bytes(tensors: &[TensorDesc], nodes: &[Node], dispatches: &[Vec<Dispatch>]) -> Result<Vec<u64>> {
     let mut alloc: Vec<u64> = tensors.iter().map(TensorDesc::bytes).collect();
     for (node, ds) in nodes.iter().zip(dispatches) {
@@ -581,7 +582,8 @@ fn alloc_bytes(tensors: &[TensorDesc], nodes: &[Node], dispatches: &[Vec<Dispatc
                     t.bytes()
                 )));
             }
-            alloc[r.0] = alloc[r.0].max(UNIFORM_ARRAY_BYTES);
+            // The binding spans the whole array from the view's offset.
+            alloc[r.0] = alloc[r.0].max(offset_in(tensors, id) + UNIFORM_ARRAY_BYTES);
         }
     }
     Ok(alloc)
