@@ -5,21 +5,25 @@
 // of x, so every quant word loaded and dequantized serves TM tokens (register blocking; the dequantized values are
 // shared across the token loop).
 // Q4_0's offset, the minimums and Q6_K's second scale are applied per block as in matmul_q_tiled.
-// x (in storage: M rows of it rarely fit one uniform binding): with SUBGROUPS each lane loads one vec4 of a token's
-// block and the 8 are broadcast; else uniform loads.
-// Bindings: 0 x [M, K] f32 | 1 wq [tiles, G, WB, 8] vec4<u32> quant words | 2 ws [tiles, G, 8] vec2<u32> f16
+// x (in storage, or from a uniform buffer when XU: the M rows of a verification step fit one): with SUBGROUPS each
+// lane loads one vec4 of a token's block and the 8 are broadcast; else uniform loads.
+// Bindings: 0 x [M, K] f32 (a uniform array of 4096 vec4s when XU, else storage) | 1 wq [tiles, G, WB, 8] vec4<u32> quant words | 2 ws [tiles, G, 8] vec2<u32> f16
 //   scales (vec4<u32> d, d, m, m for PAIR; SUPER: 16-bit sub-block codes) | 3 wd [tiles, G/8, 8] super-block
 //   factors (FACT only: vec4<u32> Q2K, K4, vec2<u32> Q3K) (1..3: lib/quant_tiled_w.wgsl) | then bias [N] f32 (BIAS only) | then y [M, N] f32
 //   (written: columns row0..row0+rows).
 // Defs: TM (rows of x per invocation: 2 with T2, 4 with T2 and T4, or 8 with T2, T4 and T8; lib/tiled_tokens.wgsl), Q8, HB1, HB2, NL,
-//   MIN, S16, PAIR, XSUM, XSUM2, SUPER, Q2K, Q3K, QC (as in matmul_q_tiled), SUBGROUPS, BIAS, GLU, GELU, WG (workgroup size,
+//   MIN, S16, PAIR, XSUM, XSUM2, SUPER, Q2K, Q3K, QC (as in matmul_q_tiled), XU, SUBGROUPS, BIAS, GLU, GELU, WG (workgroup size,
 //   a multiple of 8), ROPE (W is q|k|v or some of its projections, rows m of x a chain of tokens at positions pos + m:
 //   rope_kv's epilogue, lib/rope_store.wgsl, bindings from KC_AT as in matmul_q_tiled).
 // Grid: ceil(tiles * 8 / WG) workgroups of WG (folded into y past the per-dimension limit) x 1 x ceil(M / TM).
 
 #include "lib/quant_params.wgsl"
 
+#if XU
+@group(0) @binding(0) var<uniform> x: array<vec4<f32>, 4096>;   // [M, K/4], padded to 64 KiB
+#else
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;   // [M, K/4]
+#endif
 #include "lib/quant_tiled_w.wgsl"
 #if FACT
 #if BIAS
