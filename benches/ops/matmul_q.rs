@@ -366,11 +366,12 @@ pub fn benches() -> Vec<Bench> {
         }
     }
     cold_gemvs(&mut v);
-    // Batched sessions and short verifications: 1 to 4 rows through SmolLM2's FFN up, tiled (the GEMV for one row,
-    // the 2-token GEMM for 2, the 4-token one for 3 and 4), and 1 and 4 rows through its Q8_0 LM head (a
-    // verification step's biggest matmul); the weights are read once per call.
+    // Batched sessions and short verifications: 1 to 4 and 8 rows through SmolLM2's FFN up, tiled (the GEMV for one
+    // row, the 2-token GEMM for 2, the 4-token one for 3 and 4, the 8-token one for 8: a 7-draft chain), and 1 and 4
+    // rows through its Q8_0 LM head (a verification step's biggest matmul); the weights are read once per call.
     let (n, k) = (MODELS[0].2, MODELS[0].1);
-    let shapes = [GgmlType::Q4_1, GgmlType::Q8_0].into_iter().flat_map(|ty| (1..=4usize).map(move |m| (ty, m, n)));
+    let shapes =
+        [GgmlType::Q4_1, GgmlType::Q8_0].into_iter().flat_map(|ty| [1usize, 2, 3, 4, 8].map(move |m| (ty, m, n)));
     for (ty, m, n) in shapes.chain([1, 4].map(|m| (GgmlType::Q8_0, m, 49152))) {
         v.push(Bench::new(format!("matmul_q rows {ty} tiled {m}x{n}x{k}"), move |gpu| {
             let w = PackedWeight::upload_with(gpu, "w", ty, Layout::Tiled, n, k, &blocks(ty, n, k))?;
