@@ -170,13 +170,8 @@ fn a_view_keeps_its_root_alive_and_reads_the_same_memory() {
 fn uniform_views_at_an_offset_read_their_own_rows() {
     let gpu = gpu();
     let (n, k) = (64, 576);
-    // Q8_0 blocks [n, k]: scale 1.0 (f16 0x3c00), quants cycling through -8..8.
-    let raw: Vec<u8> = (0..n * k / 32)
-        .flat_map(|b| {
-            let quants = (0..32).map(move |i| ((b * 7 + i) % 17) as u8 ^ 0xf8);
-            [0x00, 0x3c].into_iter().chain(quants)
-        })
-        .collect();
+    let weights: Vec<f32> = (0..n * k).map(|i| ((i * 7) % 17) as f32 - 8.0).collect();
+    let raw = shaderlm::quant::quantize(GgmlType::Q8_0, &weights).unwrap();
     let w = PackedWeight::upload_with(gpu, "w", GgmlType::Q8_0, Layout::Tiled, n, k, &raw).unwrap();
     let x: Vec<f32> = (0..3 * k).map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0).collect();
     for rows in [1, 2] {
