@@ -43,6 +43,12 @@ pub enum Bind {
 /// `maxUniformBufferBindingSize`.
 pub const UNIFORM_ARRAY_BYTES: u64 = 65536;
 
+/// Whether `bytes` of a tensor can bind as [`Bind::Uniform`] on this adapter: they fit the fixed-size array, and the
+/// adapter binds uniform buffers that large.
+pub fn fits_uniform_array(caps: &Caps, bytes: u64) -> bool {
+    bytes <= UNIFORM_ARRAY_BYTES && UNIFORM_ARRAY_BYTES <= caps.max_uniform_binding
+}
+
 /// One compute dispatch of a node.
 #[derive(Clone, Debug)]
 pub struct Dispatch {

@@ -6,7 +6,7 @@ mod kernel;
 mod plan;
 
 pub use check::{CheckOptions, NodeCheck};
-pub use kernel::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars, UNIFORM_ARRAY_BYTES};
+pub use kernel::{fits_uniform_array, grid, Bind, Cost, Dispatch, Kernel, Params, StepVars, UNIFORM_ARRAY_BYTES};
 pub use plan::{NodeProfile, Plan};
 
 use crate::error::{Error, Result};

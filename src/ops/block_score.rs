@@ -38,7 +38,7 @@ use super::kv_compress::Window;
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::check::{expect, Expected, HostIo};
-use crate::graph::{Bind, Cost, Dispatch, Kernel, Params, StepVars, UNIFORM_ARRAY_BYTES};
+use crate::graph::{fits_uniform_array, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 
 /// Invocations per workgroup (both dispatches), one compressed key each: a tile of C2 windows in dispatch 1, the
@@ -184,8 +184,7 @@ impl BlockScore {
     /// The query in a uniform array: when all of it fits.
     fn q_uniform(&self, caps: &Caps) -> bool {
         let s = &self.shape;
-        let bytes = (4 * s.n_tokens * s.n_heads * s.head_dim) as u64;
-        bytes <= UNIFORM_ARRAY_BYTES && UNIFORM_ARRAY_BYTES <= caps.max_uniform_binding
+        fits_uniform_array(caps, (4 * s.n_tokens * s.n_heads * s.head_dim) as u64)
     }
     /// Bindings of a dispatch over node tensors `slots`, the query (slot 0) as a uniform when it is one, then a
     /// tree step's table and its rows' C1 windows (`lse`: and C2 windows).

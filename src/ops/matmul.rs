@@ -6,7 +6,7 @@
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::check::{expect, Expected, HostIo};
-use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars, UNIFORM_ARRAY_BYTES};
+use crate::graph::{fits_uniform_array, grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 use crate::ops::silu_mul::{epilogue_flags, reference_paired, Glu};
 
@@ -103,8 +103,7 @@ impl Matmul {
     /// x goes in a uniform buffer (GEMV CPU only): all of it fits the fixed-size uniform array and rows are whole
     /// vec4s.
     fn x_uniform(&self, caps: &Caps) -> bool {
-        let fits = (self.m * self.k * 4) as u64 <= UNIFORM_ARRAY_BYTES && UNIFORM_ARRAY_BYTES <= caps.max_uniform_binding;
-        self.path(caps) == MatmulPath::GemvCpu && self.vec() && fits
+        self.path(caps) == MatmulPath::GemvCpu && self.vec() && fits_uniform_array(caps, (self.m * self.k * 4) as u64)
     }
 
     fn key(&self, caps: &Caps) -> ShaderKey {

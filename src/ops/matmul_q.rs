@@ -10,7 +10,7 @@
 use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, ShaderKey};
 use crate::graph::check::{expect, Expected, HostIo};
-use crate::graph::{grid, Bind, Cost, Dispatch, Kernel, Params, StepVars, UNIFORM_ARRAY_BYTES};
+use crate::graph::{fits_uniform_array, grid, Bind, Cost, Dispatch, Kernel, Params, StepVars};
 use crate::graph::{Graph, TensorId};
 use crate::gpu::packed::PackedWeight;
 use crate::ops::rope::{RopeConfig, RopeStyle};
@@ -312,8 +312,7 @@ impl MatmulQ {
     /// lane and component (`bench --spec lookup`: verification 1.63 to 1.69 times a plain step, against 1.73 to
     /// 1.76 from storage).
     fn x_uniform(&self, caps: &Caps) -> bool {
-        let fits = (self.m * self.k * 4) as u64 <= UNIFORM_ARRAY_BYTES && UNIFORM_ARRAY_BYTES <= caps.max_uniform_binding;
-        fits && self.layout == Layout::Tiled
+        self.layout == Layout::Tiled && fits_uniform_array(caps, (self.m * self.k * 4) as u64)
     }
 
     /// Whether the kernel computes its products in f16.
