@@ -309,7 +309,7 @@ impl MatmulQ {
 
     /// The tiled kernels read x from a uniform array when all of it fits: every GEMV on a CPU adapter and the GEMM
     /// of a few rows (a verification step's), whose x loads lavapipe then gathers in one go instead of a load per
-    /// lane and component (`bench --spec lookup`: verification 1.63 to 1.69 times a plain step, against 1.73 to
+    /// lane and component (`bench --spec lookup`: verification 1.63 to 1.69 times a plain step, against 1.69 to
     /// 1.76 from storage).
     fn x_uniform(&self, caps: &Caps) -> bool {
         self.layout == Layout::Tiled && fits_uniform_array(caps, (self.m * self.k * 4) as u64)
